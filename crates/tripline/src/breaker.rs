@@ -1,0 +1,1362 @@
+//! The circuit breaker.
+//!
+//! # Concurrency
+//! The state and its generation share one `AtomicU64`. Admission in Closed, recording in
+//! Closed and rejection in Open read it without a lock and write only atomics (the window, the
+//! in-flight cohorts, counters); none of them allocates. Transitions, and the half-open probe
+//! bookkeeping (a handful of calls per open period), take a small mutex; a transition re-reads
+//! the state word under it and proceeds only if the word is still the one its decision was based
+//! on, so exactly one thread performs each transition and queues its event. Listeners run after
+//! the mutex is released.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::clock::{Clock, MonotonicClock};
+use crate::config::{BreakerConfig, HalfOpenPolicy, WindowConfig};
+use crate::error::{BreakerName, CallError, ConfigError, Rejected};
+use crate::event::{EventKind, Listener, Reason};
+use crate::outcome::{Classification, Classify, Outcome, ResultClassifier};
+use crate::state::{State, Word};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, lock};
+use crate::window::{CountWindow, Sample, TimeWindow, Window, WindowSnapshot};
+use crate::{event::Hub, inflight::InFlight};
+
+const NO_COHORT: u64 = u64::MAX - 1;
+const PPM: u64 = 1_000_000;
+
+/// A circuit breaker for one dependency. Cloning is cheap and clones share the breaker.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, Outcome, State};
+///
+/// let breaker = CircuitBreaker::new("exercise-catalog", BreakerConfig::default());
+///
+/// // Acquire, call, record.
+/// let permit = breaker.try_acquire().expect("closed breakers admit");
+/// let result: Result<&str, &str> = Ok("payload");
+/// permit.record(Outcome::from_result(&result));
+///
+/// // Or let the breaker do all three.
+/// let value = breaker.call(|| Ok::<_, std::io::Error>(42)).unwrap();
+/// assert_eq!(value, 42);
+/// assert_eq!(breaker.state(), State::Closed);
+/// ```
+pub struct CircuitBreaker<C: Clock = MonotonicClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C: Clock> Clone for CircuitBreaker<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for CircuitBreaker<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("name", &self.inner.name)
+            .field("state", &self.state())
+            .field("generation", &self.generation())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The thresholds the lock-free paths read, kept in atomics so a live reconfiguration can
+/// change them without a lock.
+#[derive(Debug)]
+struct Hot {
+    failure_ppm: AtomicU64,
+    slow_ppm: AtomicU64,
+    slow_nanos: AtomicU64,
+    minimum_calls: AtomicU64,
+    consecutive: AtomicU64,
+    in_flight: AtomicBool,
+}
+
+impl Hot {
+    fn new(c: &BreakerConfig) -> Self {
+        let h = Self {
+            failure_ppm: AtomicU64::new(0),
+            slow_ppm: AtomicU64::new(0),
+            slow_nanos: AtomicU64::new(0),
+            minimum_calls: AtomicU64::new(0),
+            consecutive: AtomicU64::new(0),
+            in_flight: AtomicBool::new(false),
+        };
+        h.set(c);
+        h
+    }
+
+    fn set(&self, c: &BreakerConfig) {
+        let r = Ordering::Relaxed;
+        self.failure_ppm.store(c.failure_ppm(), r);
+        self.slow_ppm.store(c.slow_ppm(), r);
+        self.slow_nanos.store(nanos(c.slow_call_duration), r);
+        self.minimum_calls.store(u64::from(c.minimum_calls), r);
+        self.consecutive
+            .store(c.consecutive_failures.map_or(0, u64::from), r);
+        self.in_flight.store(c.count_in_flight_as_slow, r);
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    successes: AtomicU64,
+    failures: AtomicU64,
+    slow: AtomicU64,
+    ignored: AtomicU64,
+    rejected: AtomicU64,
+    stale: AtomicU64,
+    abandoned: AtomicU64,
+    expired_probes: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Lease {
+    token: u64,
+    deadline: u64,
+}
+
+#[derive(Debug)]
+struct Round {
+    leases: Vec<Option<Lease>>,
+    results: u32,
+    failures: u32,
+    slow: u32,
+    successes: u32,
+}
+
+impl Round {
+    fn new(k: u32) -> Self {
+        Self {
+            leases: vec![None; k as usize],
+            results: 0,
+            failures: 0,
+            slow: 0,
+            successes: 0,
+        }
+    }
+    fn in_flight(&self) -> usize {
+        self.leases.iter().filter(|l| l.is_some()).count()
+    }
+}
+
+#[derive(Debug)]
+struct Core {
+    config: BreakerConfig,
+    rng: Pcg64Mcg,
+    /// Backoff level: how many times the open wait has grown.
+    level: u32,
+    ever_opened: bool,
+    entered_at: u64,
+    half_open_since: u64,
+    round: Round,
+    next_token: u64,
+    time_in: [u64; 6],
+    transitions: u64,
+}
+
+pub(crate) struct Inner<C> {
+    name: BreakerName,
+    clock: C,
+    word: AtomicU64,
+    open_until: AtomicU64,
+    hot: Hot,
+    window: Window,
+    inflight: InFlight,
+    consecutive: AtomicU64,
+    next_inflight_check: AtomicU64,
+    closed_since: AtomicU64,
+    would_trip: AtomicBool,
+    counters: Counters,
+    core: Mutex<Core>,
+    hub: Hub,
+    #[cfg(feature = "tokio")]
+    notify: tokio::sync::Notify,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What happened to a recorded result.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, Outcome, Recorded};
+///
+/// let breaker = CircuitBreaker::new("db", BreakerConfig::default());
+/// let permit = breaker.try_acquire().unwrap();
+/// breaker.reset(); // a transition: the permit's generation is now old
+/// assert_eq!(permit.record(Outcome::Success), Recorded::Stale);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a stale result did not count; callers may want to know"]
+pub enum Recorded {
+    /// The result counted.
+    Counted,
+    /// The outcome was `Ignored`: nothing was recorded.
+    Ignored,
+    /// The result belonged to an older generation (or to a probe whose lease had expired and
+    /// been reclaimed) and was discarded.
+    Stale,
+    /// The breaker is Disabled and records nothing.
+    Disabled,
+}
+
+impl Recorded {
+    /// Whether the result counted.
+    pub fn counted(self) -> bool {
+        self == Recorded::Counted
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Window { cohort: u64 },
+    Probe { slot: u32, token: u64 },
+    Passthrough,
+}
+
+/// The right to make one call. Record its outcome with [`Permit::record`]; a permit dropped
+/// without a result (a cancelled future, a panic) is counted as abandoned and gives back its
+/// half-open probe slot, never counting as a success or a failure.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker};
+///
+/// let breaker = CircuitBreaker::new("db", BreakerConfig::default());
+/// drop(breaker.try_acquire().unwrap());
+/// assert_eq!(breaker.metrics().abandoned_permits, 1);
+/// ```
+#[must_use = "record the call's outcome, or the permit counts as abandoned"]
+pub struct Permit<'a, C: Clock = MonotonicClock> {
+    inner: &'a Inner<C>,
+    generation: u64,
+    started: u64,
+    kind: Kind,
+    done: bool,
+}
+
+impl<C: Clock> std::fmt::Debug for Permit<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("breaker", &self.inner.name)
+            .field("generation", &self.generation)
+            .field("probe", &self.is_probe())
+            .finish()
+    }
+}
+
+impl<C: Clock> Permit<'_, C> {
+    /// Records the call's outcome.
+    pub fn record(self, outcome: Outcome) -> Recorded {
+        self.record_classified(Classification::new(outcome))
+    }
+
+    /// Records a classification, with its optional `Retry-After` hint.
+    pub fn record_classified(mut self, c: Classification) -> Recorded {
+        self.done = true;
+        let inner = self.inner;
+        match self.kind {
+            Kind::Passthrough => Recorded::Disabled,
+            Kind::Window { cohort } => {
+                if cohort != NO_COHORT {
+                    inner.inflight.exit(cohort);
+                }
+                let now = inner.clock.now();
+                inner.record_window(self.generation, now.saturating_sub(self.started), now, c)
+            }
+            Kind::Probe { slot, token } => {
+                inner.record_probe(self.generation, slot, token, self.started, c)
+            }
+        }
+    }
+
+    /// The generation this permit was granted in.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether this is a half-open probe.
+    pub fn is_probe(&self) -> bool {
+        matches!(self.kind, Kind::Probe { .. })
+    }
+
+    /// Time since the permit was granted, on the breaker's clock.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.inner.clock.now().saturating_sub(self.started))
+    }
+}
+
+impl<C: Clock> Drop for Permit<'_, C> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.abandon(self.generation, self.kind);
+        }
+    }
+}
+
+/// A snapshot of a breaker's state and counters since creation.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, State};
+/// let breaker = CircuitBreaker::new("db", BreakerConfig::default());
+/// let _ = breaker.call(|| Err::<(), _>("boom"));
+/// let m = breaker.metrics();
+/// assert_eq!((m.state, m.failed_calls, m.window.failures), (State::Closed, 1, 1));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Current state.
+    pub state: State,
+    /// Current generation.
+    pub generation: u64,
+    /// The closed window now, with overdue in-flight calls.
+    pub window: WindowSnapshot,
+    /// Calls recorded as successes (slow ones included).
+    pub successful_calls: u64,
+    /// Calls recorded as failures.
+    pub failed_calls: u64,
+    /// Calls recorded as slow (successful or not).
+    pub slow_calls: u64,
+    /// Calls whose outcome was ignored.
+    pub ignored_calls: u64,
+    /// Calls the breaker refused.
+    pub rejected_calls: u64,
+    /// Results discarded because their generation (or probe lease) was old.
+    pub stale_results: u64,
+    /// Permits dropped without a result.
+    pub abandoned_permits: u64,
+    /// Probe leases that expired and were reclaimed.
+    pub expired_probes: u64,
+    /// Transitions so far.
+    pub transitions: u64,
+    /// Probes in flight now.
+    pub probes_in_flight: u32,
+    /// Time spent Open or ForcedOpen.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub time_open: Duration,
+    /// Time spent HalfOpen.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub time_half_open: Duration,
+    /// Listener panics caught.
+    pub listener_panics: u64,
+}
+
+impl CircuitBreaker<MonotonicClock> {
+    /// A breaker on the production clock.
+    pub fn new(name: impl Into<BreakerName>, config: BreakerConfig) -> Self {
+        Self::with_clock(name, config, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock> CircuitBreaker<C> {
+    /// A breaker on the given clock.
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker, ManualClock};
+    /// let clock = ManualClock::new();
+    /// let breaker = CircuitBreaker::with_clock("db", BreakerConfig::default(), clock.clone());
+    /// assert_eq!(breaker.name(), "db");
+    /// ```
+    pub fn with_clock(name: impl Into<BreakerName>, config: BreakerConfig, clock: C) -> Self {
+        let now = clock.now();
+        let window = match config.window {
+            WindowConfig::Count { size } => Window::Count(CountWindow::new(size)),
+            WindowConfig::Time { length, bucket } => Window::Time(TimeWindow::new(
+                nanos(bucket),
+                (length.as_nanos() / bucket.as_nanos()) as u64,
+                config.stripes,
+            )),
+        };
+        let rng = match config.seed {
+            Some(s) => Pcg64Mcg::seed_from_u64(s),
+            None => Pcg64Mcg::from_os_rng(),
+        };
+        let inflight = InFlight::new(nanos(config.slow_call_duration));
+        let inner = Inner {
+            name: name.into(),
+            word: AtomicU64::new(Word::new(State::Closed, 0).0),
+            open_until: AtomicU64::new(0),
+            hot: Hot::new(&config),
+            window,
+            next_inflight_check: AtomicU64::new(now + inflight.width()),
+            inflight,
+            consecutive: AtomicU64::new(0),
+            closed_since: AtomicU64::new(now),
+            would_trip: AtomicBool::new(false),
+            counters: Counters::default(),
+            core: Mutex::new(Core {
+                round: Round::new(config.half_open_calls),
+                config,
+                rng,
+                level: 0,
+                ever_opened: false,
+                entered_at: now,
+                half_open_since: 0,
+                next_token: 1,
+                time_in: [0; 6],
+                transitions: 0,
+            }),
+            hub: Hub::new(),
+            clock,
+            #[cfg(feature = "tokio")]
+            notify: tokio::sync::Notify::new(),
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The clock the breaker reads.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        Word(self.inner.word.load(Ordering::Acquire)).state()
+    }
+
+    /// The current generation (bumped by every transition).
+    pub fn generation(&self) -> u64 {
+        Word(self.inner.word.load(Ordering::Acquire)).generation()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> BreakerConfig {
+        lock(&self.inner.core).config.clone()
+    }
+
+    /// Asks to make one call. In Closed this is a few atomic operations; in Open a rejection;
+    /// in HalfOpen a probe slot if one is free. An open breaker whose wait has elapsed moves to
+    /// HalfOpen here (lazily), unless a timer already did.
+    pub fn try_acquire(&self) -> Result<Permit<'_, C>, Rejected> {
+        let inner = &*self.inner;
+        loop {
+            let word = Word(inner.word.load(Ordering::Acquire));
+            match word.state() {
+                State::Closed | State::MetricsOnly => {
+                    let now = inner.clock.now();
+                    let mut cohort = NO_COHORT;
+                    if inner.hot.in_flight.load(Ordering::Relaxed) {
+                        if word.state() == State::Closed
+                            && now >= inner.next_inflight_check.load(Ordering::Relaxed)
+                            && inner.check_in_flight(word, now)
+                        {
+                            continue;
+                        }
+                        cohort = inner.inflight.enter(now);
+                    }
+                    return Ok(Permit {
+                        inner,
+                        generation: word.generation(),
+                        started: now,
+                        kind: Kind::Window { cohort },
+                        done: false,
+                    });
+                }
+                State::Open => {
+                    let now = inner.clock.recent();
+                    let until = inner.open_until.load(Ordering::Acquire);
+                    if now < until {
+                        return Err(inner.reject(State::Open, Some(until - now), now));
+                    }
+                    inner.open_to_half_open(word, inner.clock.now());
+                }
+                State::HalfOpen => {
+                    if let Some(r) = inner.claim_probe(word) {
+                        return r;
+                    }
+                }
+                State::Disabled => {
+                    return Ok(Permit {
+                        inner,
+                        generation: word.generation(),
+                        started: 0,
+                        kind: Kind::Passthrough,
+                        done: false,
+                    });
+                }
+                State::ForcedOpen => {
+                    return Err(inner.reject(State::ForcedOpen, None, inner.clock.recent()));
+                }
+            }
+        }
+    }
+
+    /// Runs `f` through the breaker: `Ok` is a success, `Err` a failure.
+    pub fn call<T, E>(&self, f: impl FnOnce() -> Result<T, E>) -> Result<T, CallError<E>> {
+        self.call_classified(ResultClassifier, f)
+    }
+
+    /// Runs `f` through the breaker, classifying its result with `classify`.
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker, Classification, Outcome};
+    ///
+    /// let breaker = CircuitBreaker::new("api", BreakerConfig::default());
+    /// let status = breaker.call_classified(
+    ///     |r: &Result<u16, ()>| Classification::new(Outcome::from_http_status(*r.as_ref().unwrap_or(&500))),
+    ///     || Ok(404),
+    /// );
+    /// assert_eq!(status.unwrap(), 404);
+    /// assert_eq!(breaker.metrics().ignored_calls, 1);
+    /// ```
+    pub fn call_classified<T, E, K: Classify<T, E>>(
+        &self,
+        classify: K,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, CallError<E>> {
+        let permit = self.try_acquire().map_err(CallError::Rejected)?;
+        let result = f();
+        let _ = permit.record_classified(classify.classify(&result));
+        result.map_err(CallError::Failed)
+    }
+
+    /// Runs `f` through the breaker and hands any rejection or error to `fallback`.
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker};
+    ///
+    /// let breaker = CircuitBreaker::new("catalog", BreakerConfig::default());
+    /// breaker.force_open();
+    /// let card = breaker.call_or_else(|| Ok::<_, ()>("full card"), |_| "cached card");
+    /// assert_eq!(card, "cached card");
+    /// ```
+    pub fn call_or_else<T, E>(
+        &self,
+        f: impl FnOnce() -> Result<T, E>,
+        fallback: impl FnOnce(CallError<E>) -> T,
+    ) -> T {
+        self.call(f).unwrap_or_else(fallback)
+    }
+
+    /// A snapshot of the state and counters.
+    pub fn metrics(&self) -> Metrics {
+        let inner = &*self.inner;
+        let core = lock(&inner.core);
+        let now = inner.clock.now();
+        let word = Word(inner.word.load(Ordering::Acquire));
+        let r = Ordering::Relaxed;
+        let c = &inner.counters;
+        let current = now.saturating_sub(core.entered_at);
+        let time_in = |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
+        Metrics {
+            state: word.state(),
+            generation: word.generation(),
+            window: inner.snapshot(now),
+            successful_calls: c.successes.load(r),
+            failed_calls: c.failures.load(r),
+            slow_calls: c.slow.load(r),
+            ignored_calls: c.ignored.load(r),
+            rejected_calls: c.rejected.load(r),
+            stale_results: c.stale.load(r),
+            abandoned_permits: c.abandoned.load(r),
+            expired_probes: c.expired_probes.load(r),
+            transitions: core.transitions,
+            probes_in_flight: if word.state() == State::HalfOpen {
+                core.round.in_flight() as u32
+            } else {
+                0
+            },
+            time_open: Duration::from_nanos(time_in(State::Open) + time_in(State::ForcedOpen)),
+            time_half_open: Duration::from_nanos(time_in(State::HalfOpen)),
+            listener_panics: inner.hub.listener_panics.load(r),
+        }
+    }
+
+    /// Subscribes a listener. It first receives [`EventKind::Initial`] with the current state,
+    /// then every later event in order.
+    pub fn subscribe(&self, listener: impl Listener) {
+        let inner = &*self.inner;
+        {
+            let _core = lock(&inner.core);
+            let word = Word(inner.word.load(Ordering::Acquire));
+            let seq = inner.hub.queue(
+                inner.clock.now(),
+                &inner.name,
+                EventKind::Initial {
+                    state: word.state(),
+                    generation: word.generation(),
+                },
+            );
+            inner.hub.add(Arc::new(listener), seq);
+        }
+        inner.hub.dispatch();
+    }
+
+    /// Operator: reject every call until told otherwise (kill switch).
+    pub fn force_open(&self) {
+        self.inner.operator(State::ForcedOpen);
+    }
+
+    /// Operator: permit every call and record nothing.
+    pub fn disable(&self) {
+        self.inner.operator(State::Disabled);
+    }
+
+    /// Operator: permit and record every call, report when the rules would trip, never trip
+    /// (shadow mode, for tuning thresholds). Starts a fresh window.
+    pub fn metrics_only(&self) {
+        self.inner.operator(State::MetricsOnly);
+    }
+
+    /// Operator: back to Closed with a fresh window, whatever the state.
+    pub fn reset(&self) {
+        self.inner.operator(State::Closed);
+    }
+
+    /// Drives timers: moves Open to HalfOpen when the wait has elapsed (if
+    /// `half_open.automatic_transition` is on) and HalfOpen back to Open when its maximum wait
+    /// has passed. Returns the time until the next timer is due, if any. Call it from a timer
+    /// of your own, or use `run_timer` (feature `tokio`).
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker, ManualClock, State};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let config = BreakerConfig::builder()
+    ///     .automatic_transition(true)
+    ///     .open_duration(Duration::from_secs(10))
+    ///     .build()?;
+    /// let breaker = CircuitBreaker::with_clock("db", config, clock.clone());
+    /// breaker.trip();
+    /// assert_eq!(breaker.tick(), Some(Duration::from_secs(10)));
+    /// clock.advance(Duration::from_secs(10));
+    /// breaker.tick();
+    /// assert_eq!(breaker.state(), State::HalfOpen);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn tick(&self) -> Option<Duration> {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        let word = Word(inner.word.load(Ordering::Acquire));
+        match word.state() {
+            State::Open => {
+                let auto = lock(&inner.core).config.automatic_transition;
+                if auto && now >= inner.open_until.load(Ordering::Acquire) {
+                    inner.open_to_half_open(word, now);
+                }
+            }
+            State::HalfOpen => {
+                let mut core = lock(&inner.core);
+                if Word(inner.word.load(Ordering::Acquire)) == word
+                    && core
+                        .config
+                        .half_open_max_wait
+                        .is_some_and(|w| now >= core.half_open_since.saturating_add(nanos(w)))
+                {
+                    let snap = inner.snapshot(now);
+                    inner.transition(&mut core, word, State::Open, Reason::HalfOpenTimeout, snap, now, None);
+                }
+                drop(core);
+                inner.hub.dispatch();
+            }
+            _ => {}
+        }
+        self.next_deadline()
+    }
+
+    /// Time until the next timer-driven transition is due, if one is scheduled.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        let inner = &*self.inner;
+        let core = lock(&inner.core);
+        let now = inner.clock.now();
+        let word = Word(inner.word.load(Ordering::Acquire));
+        match word.state() {
+            State::Open if core.config.automatic_transition => Some(Duration::from_nanos(
+                inner.open_until.load(Ordering::Acquire).saturating_sub(now),
+            )),
+            State::HalfOpen => core.config.half_open_max_wait.map(|w| {
+                Duration::from_nanos(
+                    core.half_open_since
+                        .saturating_add(nanos(w))
+                        .saturating_sub(now),
+                )
+            }),
+            _ => None,
+        }
+    }
+
+    /// Trips the breaker now, as if the rules had fired (Closed or MetricsOnly to Open;
+    /// no effect in other states). For tests and for callers with out-of-band evidence.
+    pub fn trip(&self) {
+        let inner = &*self.inner;
+        let now = inner.clock.now();
+        let mut core = lock(&inner.core);
+        let word = Word(inner.word.load(Ordering::Acquire));
+        if matches!(word.state(), State::Closed | State::MetricsOnly) {
+            let snap = inner.snapshot(now);
+            inner.transition(&mut core, word, State::Open, Reason::Operator, snap, now, None);
+        }
+        drop(core);
+        inner.hub.dispatch();
+    }
+
+    /// Replaces the configuration, keeping state, generation and window. The window's shape
+    /// (kind, size, length, bucket, stripes) is fixed for a breaker's life: a configuration
+    /// that changes it is refused, and the breaker is left untouched.
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker};
+    /// let breaker = CircuitBreaker::new("db", BreakerConfig::default());
+    /// let looser = breaker.config().to_builder().failure_rate_threshold(80.0).build()?;
+    /// breaker.reconfigure(looser)?;
+    /// let other_shape = BreakerConfig::builder().count_window(10).minimum_calls(5).build()?;
+    /// assert_eq!(breaker.reconfigure(other_shape).unwrap_err().field(), "window");
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn reconfigure(&self, config: BreakerConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let inner = &*self.inner;
+        let mut core = lock(&inner.core);
+        if config.window != core.config.window || config.stripes != core.config.stripes {
+            return Err(ConfigError::new(
+                "window",
+                format!("{:?} with {} stripe(s)", config.window, config.stripes),
+                format!(
+                    "the live breaker's shape, {:?} with {} stripe(s); build a new breaker to change it",
+                    core.config.window, core.config.stripes
+                ),
+            ));
+        }
+        if config.half_open_calls != core.config.half_open_calls {
+            core.round
+                .leases
+                .resize(config.half_open_calls as usize, None);
+        }
+        inner.hot.set(&config);
+        core.config = config;
+        let word = Word(inner.word.load(Ordering::Acquire));
+        inner.hub.queue(
+            inner.clock.now(),
+            &inner.name,
+            EventKind::Reconfigured {
+                generation: word.generation(),
+            },
+        );
+        drop(core);
+        inner.hub.dispatch();
+        Ok(())
+    }
+
+    /// Approximate bytes held by this breaker (the shared part plus the window's heap).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Inner<C>>() + self.inner.window.heap_bytes()
+            + self.inner.name.len()
+            + lock(&self.inner.core).round.leases.capacity() * std::mem::size_of::<Option<Lease>>()
+    }
+}
+
+impl<C: Clock> Inner<C> {
+    fn snapshot(&self, now: u64) -> WindowSnapshot {
+        let mut snap = self.window.snapshot(now);
+        if self.hot.in_flight.load(Ordering::Relaxed) {
+            snap.in_flight_slow = self.inflight.overdue(
+                now,
+                self.hot.slow_nanos.load(Ordering::Relaxed),
+                self.closed_since.load(Ordering::Relaxed),
+            );
+        }
+        snap
+    }
+
+    #[cold]
+    fn reject(&self, state: State, retry_after: Option<u64>, now: u64) -> Rejected {
+        self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        let retry_after = retry_after.map(Duration::from_nanos);
+        if self.hub.wants_call_events() {
+            self.hub.call_event(now, &self.name, EventKind::Rejected { state, retry_after });
+        }
+        Rejected {
+            breaker: self.name.clone(),
+            state,
+            retry_after,
+        }
+    }
+
+    fn stale(&self, permit_generation: u64, now: u64) -> Recorded {
+        self.counters.stale.fetch_add(1, Ordering::Relaxed);
+        if self.hub.wants_call_events() {
+            let generation = Word(self.word.load(Ordering::Acquire)).generation();
+            self.hub.call_event(
+                now,
+                &self.name,
+                EventKind::StaleResult {
+                    permit_generation,
+                    generation,
+                },
+            );
+        }
+        Recorded::Stale
+    }
+
+    /// Which rule (if any) trips now.
+    fn trip_reason(&self, now: u64, consecutive: Option<u64>) -> Option<(Reason, WindowSnapshot)> {
+        let snap = self.snapshot(now);
+        if let Some(count) = consecutive {
+            return Some((Reason::ConsecutiveFailures { count }, snap));
+        }
+        let total = snap.total();
+        let r = Ordering::Relaxed;
+        if total == 0 || total < self.hot.minimum_calls.load(r) {
+            return None;
+        }
+        if snap.failures * PPM >= self.hot.failure_ppm.load(r) * total {
+            return Some((Reason::FailureRate, snap));
+        }
+        if (snap.slow_calls + snap.in_flight_slow) * PPM >= self.hot.slow_ppm.load(r) * total {
+            return Some((Reason::SlowCallRate, snap));
+        }
+        None
+    }
+
+    fn record_window(&self, generation: u64, elapsed: u64, now: u64, c: Classification) -> Recorded {
+        let word = Word(self.word.load(Ordering::Acquire));
+        if word.generation() != generation {
+            return self.stale(generation, now);
+        }
+        let r = Ordering::Relaxed;
+        let failure = match c.outcome {
+            Outcome::Ignored => {
+                self.counters.ignored.fetch_add(1, r);
+                return Recorded::Ignored;
+            }
+            Outcome::Failure => {
+                self.counters.failures.fetch_add(1, r);
+                true
+            }
+            Outcome::Success => {
+                self.counters.successes.fetch_add(1, r);
+                false
+            }
+        };
+        let slow = elapsed > self.hot.slow_nanos.load(r);
+        if slow {
+            self.counters.slow.fetch_add(1, r);
+        }
+        self.window.record(now, Sample { failure, slow });
+        let mut consecutive = None;
+        let limit = self.hot.consecutive.load(r);
+        if limit != 0 {
+            if failure {
+                let n = self.consecutive.fetch_add(1, r) + 1;
+                if n >= limit {
+                    consecutive = Some(n);
+                }
+            } else if self.consecutive.load(r) != 0 {
+                self.consecutive.store(0, r);
+            }
+        }
+        if word.state() == State::MetricsOnly {
+            self.shadow_evaluate(now, consecutive);
+        } else if failure || slow || consecutive.is_some() {
+            if let Some((reason, snap)) = self.trip_reason(now, consecutive) {
+                self.trip_from(word, now, reason, snap, c.retry_after);
+            }
+        }
+        Recorded::Counted
+    }
+
+    #[cold]
+    fn shadow_evaluate(&self, now: u64, consecutive: Option<u64>) {
+        match self.trip_reason(now, consecutive) {
+            Some((reason, window)) => {
+                if !self.would_trip.swap(true, Ordering::Relaxed) {
+                    let word = Word(self.word.load(Ordering::Acquire));
+                    let core = lock(&self.core);
+                    if word == Word(self.word.load(Ordering::Acquire)) {
+                        self.hub
+                            .queue(now, &self.name, EventKind::WouldTrip { reason, window });
+                    }
+                    drop(core);
+                    self.hub.dispatch();
+                }
+            }
+            None => self.would_trip.store(false, Ordering::Relaxed),
+        }
+    }
+
+    /// Re-checks in-flight calls on acquire, at most once per cohort width. Returns whether the
+    /// breaker tripped.
+    #[cold]
+    fn check_in_flight(&self, word: Word, now: u64) -> bool {
+        let due = self.next_inflight_check.load(Ordering::Relaxed);
+        if now < due
+            || self
+                .next_inflight_check
+                .compare_exchange(due, now + self.inflight.width(), Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        match self.trip_reason(now, None) {
+            Some((reason, snap)) => self.trip_from(word, now, reason, snap, None),
+            None => false,
+        }
+    }
+
+    #[cold]
+    fn trip_from(
+        &self,
+        word: Word,
+        now: u64,
+        reason: Reason,
+        snap: WindowSnapshot,
+        retry_after: Option<Duration>,
+    ) -> bool {
+        let mut core = lock(&self.core);
+        let done = Word(self.word.load(Ordering::Acquire)) == word;
+        if done {
+            self.transition(&mut core, word, State::Open, reason, snap, now, retry_after);
+        }
+        drop(core);
+        self.hub.dispatch();
+        done
+    }
+
+    #[cold]
+    fn open_to_half_open(&self, word: Word, now: u64) {
+        let mut core = lock(&self.core);
+        if Word(self.word.load(Ordering::Acquire)) == word
+            && now >= self.open_until.load(Ordering::Acquire)
+        {
+            let snap = self.snapshot(now);
+            self.transition(&mut core, word, State::HalfOpen, Reason::OpenElapsed, snap, now, None);
+        }
+        drop(core);
+        self.hub.dispatch();
+    }
+
+    /// Claims a probe slot. `None`: the state moved; look again.
+    fn claim_probe(&self, word: Word) -> Option<Result<Permit<'_, C>, Rejected>> {
+        let now = self.clock.now();
+        let mut core = lock(&self.core);
+        if Word(self.word.load(Ordering::Acquire)) != word {
+            return None;
+        }
+        if let Some(max) = core.config.half_open_max_wait {
+            if now >= core.half_open_since.saturating_add(nanos(max)) {
+                let snap = self.snapshot(now);
+                self.transition(&mut core, word, State::Open, Reason::HalfOpenTimeout, snap, now, None);
+                drop(core);
+                self.hub.dispatch();
+                return None;
+            }
+        }
+        // Reclaim expired leases: their probes' results will be refused as stale.
+        for lease in core.round.leases.iter_mut() {
+            if lease.is_some_and(|l| l.deadline <= now) {
+                *lease = None;
+                self.counters.expired_probes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let k = core.config.half_open_calls;
+        let settled = match core.config.half_open_policy {
+            HalfOpenPolicy::AllProbes => core.round.results,
+            HalfOpenPolicy::Consecutive => core.round.successes,
+        };
+        let in_flight = core.round.in_flight() as u32;
+        if in_flight + settled < k {
+            if let Some(slot) = core.round.leases.iter().position(Option::is_none) {
+                let token = core.next_token;
+                core.next_token += 1;
+                let deadline = now.saturating_add(nanos(core.config.probe_lease));
+                core.round.leases[slot] = Some(Lease { token, deadline });
+                return Some(Ok(Permit {
+                    inner: self,
+                    generation: word.generation(),
+                    started: now,
+                    kind: Kind::Probe {
+                        slot: slot as u32,
+                        token,
+                    },
+                    done: false,
+                }));
+            }
+        }
+        let retry = core
+            .round
+            .leases
+            .iter()
+            .flatten()
+            .map(|l| l.deadline.saturating_sub(now))
+            .min();
+        drop(core);
+        Some(Err(self.reject(State::HalfOpen, retry, now)))
+    }
+
+    fn record_probe(&self, generation: u64, slot: u32, token: u64, started: u64, c: Classification) -> Recorded {
+        let now = self.clock.now();
+        let mut core = lock(&self.core);
+        let word = Word(self.word.load(Ordering::Acquire));
+        let lease_ok = core
+            .round
+            .leases
+            .get(slot as usize)
+            .copied()
+            .flatten()
+            .is_some_and(|l| l.token == token);
+        if word.generation() != generation || word.state() != State::HalfOpen || !lease_ok {
+            drop(core);
+            return self.stale(generation, now);
+        }
+        core.round.leases[slot as usize] = None;
+        let r = Ordering::Relaxed;
+        let failure = match c.outcome {
+            Outcome::Ignored => {
+                self.counters.ignored.fetch_add(1, r);
+                return Recorded::Ignored;
+            }
+            Outcome::Failure => {
+                self.counters.failures.fetch_add(1, r);
+                true
+            }
+            Outcome::Success => {
+                self.counters.successes.fetch_add(1, r);
+                false
+            }
+        };
+        let slow = now.saturating_sub(started) > self.hot.slow_nanos.load(r);
+        if slow {
+            self.counters.slow.fetch_add(1, r);
+        }
+        let k = core.config.half_open_calls;
+        let round = &mut core.round;
+        round.results += 1;
+        round.failures += u32::from(failure);
+        round.slow += u32::from(slow);
+        round.successes += u32::from(!failure && !slow);
+        let (probes, failures, slow_n) = (round.results, round.failures, round.slow);
+        let verdict = match core.config.half_open_policy {
+            HalfOpenPolicy::AllProbes => {
+                let kk = u64::from(k);
+                let too_many_failures = u64::from(failures) * PPM >= self.hot.failure_ppm.load(r) * kk;
+                let too_slow = u64::from(slow_n) * PPM >= self.hot.slow_ppm.load(r) * kk;
+                if too_many_failures || too_slow {
+                    Some(State::Open)
+                } else if probes >= k {
+                    Some(State::Closed)
+                } else {
+                    None
+                }
+            }
+            HalfOpenPolicy::Consecutive => {
+                if failure || slow {
+                    Some(State::Open)
+                } else if core.round.successes >= k {
+                    Some(State::Closed)
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(to) = verdict {
+            let reason = if to == State::Open {
+                Reason::ProbesFailed {
+                    probes,
+                    failures,
+                    slow: slow_n,
+                }
+            } else {
+                Reason::ProbesSucceeded {
+                    probes,
+                    failures,
+                    slow: slow_n,
+                }
+            };
+            let snap = self.snapshot(now);
+            self.transition(&mut core, word, to, reason, snap, now, c.retry_after);
+        }
+        drop(core);
+        self.hub.dispatch();
+        Recorded::Counted
+    }
+
+    fn abandon(&self, generation: u64, kind: Kind) {
+        let probe = match kind {
+            Kind::Passthrough => return,
+            Kind::Window { cohort } => {
+                if cohort != NO_COHORT {
+                    self.inflight.exit(cohort);
+                }
+                false
+            }
+            Kind::Probe { slot, token } => {
+                let mut core = lock(&self.core);
+                if let Some(lease) = core.round.leases.get_mut(slot as usize) {
+                    if lease.is_some_and(|l| l.token == token) {
+                        *lease = None;
+                    }
+                }
+                true
+            }
+        };
+        self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
+        if self.hub.wants_call_events() {
+            self.hub.call_event(
+                self.clock.now(),
+                &self.name,
+                EventKind::Abandoned { generation, probe },
+            );
+        }
+    }
+
+    fn operator(&self, to: State) {
+        let now = self.clock.now();
+        let mut core = lock(&self.core);
+        let word = Word(self.word.load(Ordering::Acquire));
+        if word.state() != to || to == State::Closed {
+            let snap = self.snapshot(now);
+            self.transition(&mut core, word, to, Reason::Operator, snap, now, None);
+        }
+        drop(core);
+        self.hub.dispatch();
+    }
+
+    /// The open wait for the next open period, at the current backoff level.
+    fn open_wait(&self, core: &mut Core, retry_after: Option<Duration>) -> u64 {
+        let c = &core.config;
+        let mut wait = nanos(c.open_duration);
+        if let Some(b) = c.open_backoff {
+            let grown = c.open_duration.as_secs_f64() * b.multiplier.powi(core.level.min(1000) as i32);
+            wait = if grown.is_finite() && grown < b.max.as_secs_f64() {
+                nanos(Duration::from_secs_f64(grown))
+            } else {
+                nanos(b.max)
+            };
+        }
+        let jitter = nanos(c.open_jitter);
+        if jitter > 0 {
+            wait = wait.saturating_add(core.rng.random_range(0..=jitter));
+        }
+        if let Some(hint) = retry_after {
+            wait = wait.max(nanos(hint.min(c.max_retry_after)));
+        }
+        wait
+    }
+
+    /// Performs a transition. Caller holds the core lock and has checked that the state word
+    /// is still `from`; lock-free paths never write the word, so it cannot move meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    fn transition(
+        &self,
+        core: &mut Core,
+        from: Word,
+        to: State,
+        reason: Reason,
+        window: WindowSnapshot,
+        now: u64,
+        retry_after: Option<Duration>,
+    ) {
+        let new = from.next(to);
+        core.time_in[from.state() as usize] += now.saturating_sub(core.entered_at);
+        core.entered_at = now;
+        let mut open_for = None;
+        match to {
+            State::Open => {
+                match from.state() {
+                    State::HalfOpen => core.level = core.level.saturating_add(1),
+                    _ => {
+                        let healthy_after = core
+                            .config
+                            .open_backoff
+                            .map_or(0, |b| nanos(b.healthy_after));
+                        let closed_for =
+                            now.saturating_sub(self.closed_since.load(Ordering::Relaxed));
+                        if !core.ever_opened || closed_for >= healthy_after {
+                            core.level = 0;
+                        } else {
+                            core.level = core.level.saturating_add(1);
+                        }
+                    }
+                }
+                let wait = self.open_wait(core, retry_after);
+                self.open_until
+                    .store(now.saturating_add(wait), Ordering::Release);
+                core.ever_opened = true;
+                open_for = Some(Duration::from_nanos(wait));
+            }
+            State::HalfOpen => {
+                core.half_open_since = now;
+            }
+            State::Closed | State::MetricsOnly => {
+                self.window.reset();
+                self.consecutive.store(0, Ordering::Relaxed);
+                self.closed_since.store(now, Ordering::Relaxed);
+                self.next_inflight_check
+                    .store(now + self.inflight.width(), Ordering::Relaxed);
+                self.would_trip.store(false, Ordering::Relaxed);
+            }
+            State::Disabled | State::ForcedOpen => {}
+        }
+        if from.state() == State::HalfOpen || to == State::HalfOpen {
+            core.round = Round::new(core.config.half_open_calls);
+        }
+        self.word.store(new.0, Ordering::Release);
+        core.transitions += 1;
+        self.hub.queue(
+            now,
+            &self.name,
+            EventKind::Transition {
+                from: from.state(),
+                to,
+                generation: new.generation(),
+                reason,
+                window,
+                open_for,
+            },
+        );
+        #[cfg(feature = "tokio")]
+        self.notify.notify_one();
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod async_call {
+    use super::*;
+    use std::future::Future;
+
+    impl<C: Clock> CircuitBreaker<C> {
+        /// Runs the future `f` makes through the breaker, with `timeout` inside the breaker: every
+        /// admitted call settles, and a timeout counts as a failure. `f` is not called when the
+        /// breaker rejects. If the returned future is dropped mid-call, the permit is abandoned
+        /// (it frees its probe slot and counts as neither success nor failure).
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+        /// # async fn main() {
+        /// use tripline::{BreakerConfig, CallError, CircuitBreaker, TokioClock};
+        /// use std::time::Duration;
+        ///
+        /// let breaker = CircuitBreaker::with_clock("vendor", BreakerConfig::default(), TokioClock::new());
+        /// let slow = breaker
+        ///     .call_async(Some(Duration::from_millis(2500)), || async {
+        ///         tokio::time::sleep(Duration::from_secs(10)).await;
+        ///         Ok::<_, std::io::Error>("late")
+        ///     })
+        ///     .await;
+        /// assert!(matches!(slow, Err(CallError::Timeout(_))));
+        /// assert_eq!(breaker.metrics().failed_calls, 1);
+        /// # }
+        /// ```
+        pub async fn call_async<T, E, F, Fut>(
+            &self,
+            timeout: Option<Duration>,
+            f: F,
+        ) -> Result<T, CallError<E>>
+        where
+            F: FnOnce() -> Fut,
+            Fut: Future<Output = Result<T, E>>,
+        {
+            self.call_async_classified(timeout, ResultClassifier, f).await
+        }
+
+        /// [`call_async`](Self::call_async) with a classifier.
+        pub async fn call_async_classified<T, E, K, F, Fut>(
+            &self,
+            timeout: Option<Duration>,
+            classify: K,
+            f: F,
+        ) -> Result<T, CallError<E>>
+        where
+            K: Classify<T, E>,
+            F: FnOnce() -> Fut,
+            Fut: Future<Output = Result<T, E>>,
+        {
+            let permit = self.try_acquire().map_err(CallError::Rejected)?;
+            let result = match timeout {
+                Some(t) => match tokio::time::timeout(t, f()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let _ = permit.record(Outcome::Failure);
+                        return Err(CallError::Timeout(t));
+                    }
+                },
+                None => f().await,
+            };
+            let _ = permit.record_classified(classify.classify(&result));
+            result.map_err(CallError::Failed)
+        }
+
+        /// [`call_async`](Self::call_async), handing a rejection, a timeout or an error to
+        /// `fallback`, which produces the caller's answer (a cached value, a default).
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread")]
+        /// # async fn main() {
+        /// use tripline::{BreakerConfig, CircuitBreaker};
+        ///
+        /// let breaker = CircuitBreaker::new("catalog", BreakerConfig::default());
+        /// breaker.force_open();
+        /// let card = breaker
+        ///     .call_async_or_else(None, || async { Ok::<_, ()>("full card") }, |_| async { "cached card" })
+        ///     .await;
+        /// assert_eq!(card, "cached card");
+        /// # }
+        /// ```
+        pub async fn call_async_or_else<T, E, F, Fut, G, GFut>(
+            &self,
+            timeout: Option<Duration>,
+            f: F,
+            fallback: G,
+        ) -> T
+        where
+            F: FnOnce() -> Fut,
+            Fut: Future<Output = Result<T, E>>,
+            G: FnOnce(CallError<E>) -> GFut,
+            GFut: Future<Output = T>,
+        {
+            match self.call_async(timeout, f).await {
+                Ok(v) => v,
+                Err(e) => fallback(e).await,
+            }
+        }
+
+        /// Drives the breaker's timers forever (see [`tick`](Self::tick)): spawn it as a task
+        /// to move Open to HalfOpen on schedule without waiting for traffic.
+        ///
+        /// ```
+        /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+        /// # async fn main() {
+        /// use tripline::{BreakerConfig, CircuitBreaker, State, TokioClock};
+        /// use std::time::Duration;
+        ///
+        /// let config = BreakerConfig::builder().automatic_transition(true)
+        ///     .open_duration(Duration::from_secs(5)).build().unwrap();
+        /// let breaker = CircuitBreaker::with_clock("db", config, TokioClock::new());
+        /// let timer = tokio::spawn({ let b = breaker.clone(); async move { b.run_timer().await } });
+        /// breaker.trip();
+        /// tokio::time::sleep(Duration::from_secs(6)).await;
+        /// assert_eq!(breaker.state(), State::HalfOpen);
+        /// timer.abort();
+        /// # }
+        /// ```
+        pub async fn run_timer(&self) {
+            loop {
+                let notified = self.inner.notify.notified();
+                match self.tick() {
+                    Some(d) => {
+                        let _ = tokio::time::timeout(d.max(Duration::from_millis(1)), notified).await;
+                    }
+                    None => notified.await,
+                }
+            }
+        }
+    }
+}

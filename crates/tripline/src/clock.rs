@@ -1,0 +1,180 @@
+//! Time, injected.
+//!
+//! Every time the breaker reads (window buckets, the open wait, half-open deadlines, probe
+//! leases, call durations) comes from a [`Clock`]. Production code uses [`MonotonicClock`];
+//! tests and the simulator use [`ManualClock`], so no test sleeps to wait for a state;
+//! async code under paused tokio time uses `TokioClock` (feature `tokio`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A monotonic clock reading nanoseconds since an origin fixed for the clock's lifetime.
+///
+/// ```
+/// use tripline::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// clock.advance(Duration::from_millis(5));
+/// assert_eq!(clock.now(), 5_000_000);
+/// ```
+pub trait Clock: Send + Sync + 'static {
+    /// Nanoseconds since the clock's origin. Never decreases.
+    fn now(&self) -> u64;
+
+    /// A cheaper reading that may lag [`Clock::now`] slightly (up to the refresh interval of a
+    /// coarse clock). The breaker uses it only where a little lag is harmless: deciding that an
+    /// open breaker still rejects. Defaults to [`Clock::now`].
+    fn recent(&self) -> u64 {
+        self.now()
+    }
+}
+
+/// The production clock: `quanta`'s TSC-based monotonic clock.
+///
+/// [`Clock::recent`] reads quanta's coarse clock, which costs about a nanosecond when a
+/// `quanta::Upkeep` thread is running and falls back to a precise reading otherwise.
+///
+/// ```
+/// use tripline::{Clock, MonotonicClock};
+///
+/// let clock = MonotonicClock::new();
+/// let a = clock.now();
+/// assert!(clock.now() >= a);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct MonotonicClock {
+    origin: quanta::Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: quanta::Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        nanos(quanta::Instant::now().saturating_duration_since(self.origin))
+    }
+
+    #[inline]
+    fn recent(&self) -> u64 {
+        nanos(quanta::Instant::recent().saturating_duration_since(self.origin))
+    }
+}
+
+/// A clock that moves only when told to. Clones share the same time.
+///
+/// ```
+/// use tripline::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let same = clock.clone();
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(same.now(), 1_000_000_000);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at time zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        self.nanos.fetch_add(nanos(by), Ordering::SeqCst);
+    }
+
+    /// Sets the clock to `at` since its origin; a time earlier than the current one is ignored,
+    /// so the clock stays monotonic.
+    pub fn set(&self, at: Duration) {
+        self.nanos.fetch_max(nanos(at), Ordering::SeqCst);
+    }
+
+    /// The current reading as a duration since the origin.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.now())
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.nanos.load(Ordering::SeqCst)
+    }
+}
+
+/// A clock on tokio's time, so `tokio::time::pause` and `advance` drive the breaker.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use tripline::{Clock, TokioClock};
+/// use std::time::Duration;
+///
+/// let clock = TokioClock::new();
+/// tokio::time::advance(Duration::from_secs(2)).await;
+/// assert!(clock.now() >= 2_000_000_000);
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock whose origin is tokio's now.
+    pub fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        nanos(
+            tokio::time::Instant::now().saturating_duration_since(self.origin),
+        )
+    }
+}
+
+impl<C: Clock> Clock for Arc<C> {
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+    fn recent(&self) -> u64 {
+        (**self).recent()
+    }
+}

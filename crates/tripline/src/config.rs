@@ -1,0 +1,641 @@
+//! Configuration: a validated [`BreakerConfig`], built with [`BreakerConfigBuilder`] or read
+//! from TOML/JSON (feature `serde`, durations written like `"250ms"` or `"15s"`).
+//!
+//! # Defaults, and why
+//!
+//! | field | default | why |
+//! |---|---|---|
+//! | `window` | count, 100 calls | resilience4j's `slidingWindowSize` |
+//! | `minimum_calls` | 20 | Hystrix's request-volume threshold. resilience4j's 100 with a 100-call window means a quiet service never reacts; 20 still keeps one unlucky call from tripping |
+//! | `failure_rate_threshold` | 50 % | resilience4j, Hystrix |
+//! | `slow_call_rate_threshold` | 100 % | resilience4j: the slow-call rule is effectively opt-in |
+//! | `slow_call_duration` | 60 s | resilience4j; set it near your latency SLO |
+//! | `consecutive_failures` | off | the classic (Fowler) rule, for low-traffic dependencies |
+//! | `count_in_flight_as_slow` | on | a hung dependency trips the slow rule before timeouts fire |
+//! | `open.duration` | 60 s | resilience4j's `waitDurationInOpenState` |
+//! | `open.jitter` | 0 | add some with several replicas, so they do not probe in lockstep |
+//! | `open.max_retry_after` | 5 min | a `Retry-After` longer than this is not trusted |
+//! | `half_open.permitted_calls` | 10 | resilience4j |
+//! | `half_open.policy` | all-probes | resilience4j: one unlucky probe does not reopen |
+//! | `half_open.max_wait` | none | resilience4j waits forever; the probe lease already reclaims hung probes |
+//! | `half_open.probe_lease` | 60 s | longer than the slowest probe: set it to your timeout |
+//!
+//! These defaults suit a slow internal RPC, as the resilience4j ones they follow do. For a
+//! checkout path, tune them from data (the `tripline` simulator replays traces).
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// What the breaker measures over.
+///
+/// ```
+/// use tripline::WindowConfig;
+/// use std::time::Duration;
+/// let w = WindowConfig::Time { length: Duration::from_secs(10), bucket: Duration::from_secs(1) };
+/// assert_ne!(w, WindowConfig::Count { size: 100 });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowConfig {
+    /// The last `size` recorded outcomes.
+    Count {
+        /// How many outcomes the ring holds.
+        size: u32,
+    },
+    /// The outcomes recorded in the last `length`, kept as a ring of `length / bucket` buckets.
+    Time {
+        /// How far back the window reaches.
+        length: Duration,
+        /// The width of one bucket; `length` must be a whole number of buckets.
+        bucket: Duration,
+    },
+}
+
+/// How half-open probes decide.
+///
+/// ```
+/// use tripline::HalfOpenPolicy;
+/// assert_eq!(HalfOpenPolicy::default(), HalfOpenPolicy::AllProbes);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum HalfOpenPolicy {
+    /// Wait for `permitted_calls` results and close if their failure and slow-call rates are
+    /// under the thresholds (resilience4j). Reopens early once enough probes have failed that
+    /// the verdict can no longer be "close".
+    #[default]
+    AllProbes,
+    /// Close after `permitted_calls` consecutive good probes; the first failed or slow probe
+    /// reopens (the classic pattern, Azure, seed 002).
+    Consecutive,
+}
+
+/// Growth of the open wait on repeated trips.
+///
+/// ```
+/// use tripline::Backoff;
+/// use std::time::Duration;
+/// let b = Backoff { multiplier: 2.0, max: Duration::from_secs(300), healthy_after: Duration::from_secs(60) };
+/// assert_eq!(b.multiplier, 2.0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Backoff {
+    /// Each re-open multiplies the wait by this (at least 1).
+    pub multiplier: f64,
+    /// The wait never exceeds this.
+    pub max: Duration,
+    /// The growth decays back to the base wait only after the breaker stayed closed this long
+    /// before its next trip; a breaker that flaps keeps its longer wait.
+    pub healthy_after: Duration,
+}
+
+/// A validated breaker configuration. Build one with [`BreakerConfig::builder`] or deserialize
+/// it; both validate every field.
+///
+/// ```
+/// use tripline::BreakerConfig;
+/// use std::time::Duration;
+///
+/// let config = BreakerConfig::builder()
+///     .count_window(20)
+///     .minimum_calls(10)
+///     .failure_rate_threshold(50.0)
+///     .slow_call_rate_threshold(30.0)
+///     .slow_call_duration(Duration::from_secs(2))
+///     .open_duration(Duration::from_secs(15))
+///     .half_open_calls(3)
+///     .build()?;
+/// assert_eq!(config.minimum_calls(), 10);
+///
+/// let err = BreakerConfig::builder().failure_rate_threshold(150.0).build().unwrap_err();
+/// assert_eq!(err.to_string(), "failure_rate_threshold must be in (0, 100], got 150");
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(try_from = "raw::RawConfig", into = "raw::RawConfig")
+)]
+pub struct BreakerConfig {
+    pub(crate) window: WindowConfig,
+    pub(crate) minimum_calls: u32,
+    pub(crate) failure_rate_threshold: f64,
+    pub(crate) slow_call_rate_threshold: f64,
+    pub(crate) slow_call_duration: Duration,
+    pub(crate) consecutive_failures: Option<u32>,
+    pub(crate) count_in_flight_as_slow: bool,
+    pub(crate) open_duration: Duration,
+    pub(crate) open_jitter: Duration,
+    pub(crate) open_backoff: Option<Backoff>,
+    pub(crate) max_retry_after: Duration,
+    pub(crate) half_open_calls: u32,
+    pub(crate) half_open_policy: HalfOpenPolicy,
+    pub(crate) half_open_max_wait: Option<Duration>,
+    pub(crate) probe_lease: Duration,
+    pub(crate) automatic_transition: bool,
+    pub(crate) stripes: u32,
+    pub(crate) seed: Option<u64>,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            window: WindowConfig::Count { size: 100 },
+            minimum_calls: 20,
+            failure_rate_threshold: 50.0,
+            slow_call_rate_threshold: 100.0,
+            slow_call_duration: Duration::from_secs(60),
+            consecutive_failures: None,
+            count_in_flight_as_slow: true,
+            open_duration: Duration::from_secs(60),
+            open_jitter: Duration::ZERO,
+            open_backoff: None,
+            max_retry_after: Duration::from_secs(300),
+            half_open_calls: 10,
+            half_open_policy: HalfOpenPolicy::AllProbes,
+            half_open_max_wait: None,
+            probe_lease: Duration::from_secs(60),
+            automatic_transition: false,
+            stripes: 1,
+            seed: None,
+        }
+    }
+}
+
+macro_rules! getters {
+    ($($(#[$m:meta])* $name:ident: $ty:ty;)*) => {
+        $( $(#[$m])* pub fn $name(&self) -> $ty { self.$name } )*
+    };
+}
+
+impl BreakerConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> BreakerConfigBuilder {
+        BreakerConfigBuilder {
+            config: Self::default(),
+        }
+    }
+
+    /// A builder starting from this configuration, to derive a variant.
+    ///
+    /// ```
+    /// use tripline::BreakerConfig;
+    /// let base = BreakerConfig::default();
+    /// let tighter = base.to_builder().minimum_calls(5).build()?;
+    /// assert_eq!(tighter.minimum_calls(), 5);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn to_builder(&self) -> BreakerConfigBuilder {
+        BreakerConfigBuilder {
+            config: self.clone(),
+        }
+    }
+
+    getters! {
+        /// The window shape.
+        window: WindowConfig;
+        /// Calls the window must hold before the rates are evaluated.
+        minimum_calls: u32;
+        /// Percent of failed calls that trips the breaker, in (0, 100].
+        failure_rate_threshold: f64;
+        /// Percent of slow calls that trips the breaker, in (0, 100].
+        slow_call_rate_threshold: f64;
+        /// A call slower than this counts as slow.
+        slow_call_duration: Duration;
+        /// Trip after this many consecutive failures, whatever the window holds.
+        consecutive_failures: Option<u32>;
+        /// Whether calls still running past the slow-call duration count as slow.
+        count_in_flight_as_slow: bool;
+        /// The base wait in Open before a probe may be admitted.
+        open_duration: Duration;
+        /// A uniform random extra wait in `[0, open_jitter]` added to each open period.
+        open_jitter: Duration;
+        /// Growth of the open wait on repeated trips.
+        open_backoff: Option<Backoff>;
+        /// The longest `Retry-After` hint honoured.
+        max_retry_after: Duration;
+        /// Probes admitted in HalfOpen (at most this many in flight, and the verdict's sample size).
+        half_open_calls: u32;
+        /// How probes decide.
+        half_open_policy: HalfOpenPolicy;
+        /// HalfOpen without a verdict for this long goes back to Open.
+        half_open_max_wait: Option<Duration>;
+        /// How long a probe holds its slot before the slot may be reclaimed.
+        probe_lease: Duration;
+        /// Whether a timer (see `CircuitBreaker::tick`) moves Open to HalfOpen, rather than the next acquire.
+        automatic_transition: bool;
+        /// Writer stripes of a time window (spreads concurrent writers over cache lines).
+        stripes: u32;
+        /// Seed of the jitter generator; random when `None`.
+        seed: Option<u64>;
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        const MS: Duration = Duration::from_millis(1);
+        const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+        match self.window {
+            WindowConfig::Count { size } => {
+                range("window.size", size, 1, 1_000_000)?;
+                if self.minimum_calls > size {
+                    return Err(ConfigError::new(
+                        "minimum_calls",
+                        self.minimum_calls,
+                        format!("at most window.size ({size}), or the breaker could never trip"),
+                    ));
+                }
+            }
+            WindowConfig::Time { length, bucket } => {
+                if bucket < MS || bucket > Duration::from_secs(3600) {
+                    return Err(ConfigError::new(
+                        "window.bucket",
+                        fmt_d(bucket),
+                        "between 1ms and 1h",
+                    ));
+                }
+                if length < bucket || length > WEEK {
+                    return Err(ConfigError::new(
+                        "window.length",
+                        fmt_d(length),
+                        format!("between window.bucket ({}) and 7 days", fmt_d(bucket)),
+                    ));
+                }
+                if length.as_nanos() % bucket.as_nanos() != 0 {
+                    return Err(ConfigError::new(
+                        "window.length",
+                        fmt_d(length),
+                        format!("a whole number of buckets of {}", fmt_d(bucket)),
+                    ));
+                }
+                let n = length.as_nanos() / bucket.as_nanos();
+                if n > 4096 {
+                    return Err(ConfigError::new(
+                        "window.length",
+                        fmt_d(length),
+                        format!("at most 4096 buckets of {} (got {n})", fmt_d(bucket)),
+                    ));
+                }
+            }
+        }
+        range("minimum_calls", self.minimum_calls, 1, 1_000_000)?;
+        percent("failure_rate_threshold", self.failure_rate_threshold)?;
+        percent("slow_call_rate_threshold", self.slow_call_rate_threshold)?;
+        dur("slow_call_duration", self.slow_call_duration, MS, WEEK)?;
+        if let Some(n) = self.consecutive_failures {
+            range("consecutive_failures", n, 1, 1_000_000)?;
+        }
+        dur("open.duration", self.open_duration, MS, WEEK)?;
+        dur("open.jitter", self.open_jitter, Duration::ZERO, WEEK)?;
+        dur("open.max_retry_after", self.max_retry_after, Duration::ZERO, WEEK)?;
+        if let Some(b) = self.open_backoff {
+            if !(b.multiplier.is_finite() && (1.0..=100.0).contains(&b.multiplier)) {
+                return Err(ConfigError::new(
+                    "open.backoff.multiplier",
+                    b.multiplier,
+                    "a number in [1, 100]",
+                ));
+            }
+            if b.max < self.open_duration || b.max > WEEK {
+                return Err(ConfigError::new(
+                    "open.backoff.max",
+                    fmt_d(b.max),
+                    format!(
+                        "between open.duration ({}) and 7 days",
+                        fmt_d(self.open_duration)
+                    ),
+                ));
+            }
+            dur("open.backoff.healthy_after", b.healthy_after, Duration::ZERO, WEEK)?;
+        }
+        range("half_open.permitted_calls", self.half_open_calls, 1, 1000)?;
+        if let Some(w) = self.half_open_max_wait {
+            dur("half_open.max_wait", w, MS, WEEK)?;
+        }
+        dur("half_open.probe_lease", self.probe_lease, MS, WEEK)?;
+        range("stripes", self.stripes, 1, 64)?;
+        Ok(())
+    }
+
+    /// Thresholds as parts per million, the integer form the rules compare in.
+    pub(crate) fn failure_ppm(&self) -> u64 {
+        ppm(self.failure_rate_threshold)
+    }
+
+    pub(crate) fn slow_ppm(&self) -> u64 {
+        ppm(self.slow_call_rate_threshold)
+    }
+}
+
+fn ppm(percent: f64) -> u64 {
+    // Validated to (0, 100]; the max(1) keeps a tiny positive threshold positive.
+    ((percent * 10_000.0).round() as u64).clamp(1, 1_000_000)
+}
+
+pub(crate) fn fmt_d(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn range(field: &'static str, v: u32, lo: u32, hi: u32) -> Result<(), ConfigError> {
+    if v < lo || v > hi {
+        return Err(ConfigError::new(field, v, format!("in [{lo}, {hi}]")));
+    }
+    Ok(())
+}
+
+fn percent(field: &'static str, v: f64) -> Result<(), ConfigError> {
+    if !(v.is_finite() && v > 0.0 && v <= 100.0) {
+        return Err(ConfigError::new(field, v, "in (0, 100]"));
+    }
+    Ok(())
+}
+
+fn dur(field: &'static str, v: Duration, lo: Duration, hi: Duration) -> Result<(), ConfigError> {
+    if v < lo || v > hi {
+        let lo_s = if lo.is_zero() { "0".to_string() } else { fmt_d(lo) };
+        return Err(ConfigError::new(
+            field,
+            fmt_d(v),
+            format!("between {lo_s} and {}", fmt_d(hi)),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds a [`BreakerConfig`]; [`build`](Self::build) validates.
+///
+/// ```
+/// use tripline::{BreakerConfig, HalfOpenPolicy};
+/// use std::time::Duration;
+///
+/// // Seed 004's breaker: open after 3 consecutive failures, 10 s cooldown, one probe.
+/// let fowler = BreakerConfig::builder()
+///     .consecutive_failures(3)
+///     .open_duration(Duration::from_secs(10))
+///     .half_open_calls(1)
+///     .half_open_policy(HalfOpenPolicy::Consecutive)
+///     .build()?;
+/// assert_eq!(fowler.consecutive_failures(), Some(3));
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct BreakerConfigBuilder {
+    config: BreakerConfig,
+}
+
+macro_rules! setters {
+    ($($(#[$m:meta])* $name:ident($field:ident: $ty:ty) => $e:expr;)*) => {
+        $( $(#[$m])* pub fn $name(mut self, $field: $ty) -> Self { self.config.$field = $e; self } )*
+    };
+}
+
+impl BreakerConfigBuilder {
+    setters! {
+        /// Sets the window shape.
+        window(window: WindowConfig) => window;
+        /// Calls the window must hold before the rates are evaluated.
+        minimum_calls(minimum_calls: u32) => minimum_calls;
+        /// Percent of failures that trips, in (0, 100].
+        failure_rate_threshold(failure_rate_threshold: f64) => failure_rate_threshold;
+        /// Percent of slow calls that trips, in (0, 100].
+        slow_call_rate_threshold(slow_call_rate_threshold: f64) => slow_call_rate_threshold;
+        /// A call slower than this counts as slow.
+        slow_call_duration(slow_call_duration: Duration) => slow_call_duration;
+        /// Whether calls running past the slow-call duration count as slow while in flight.
+        count_in_flight_as_slow(count_in_flight_as_slow: bool) => count_in_flight_as_slow;
+        /// The base open wait.
+        open_duration(open_duration: Duration) => open_duration;
+        /// The random extra open wait, uniform in `[0, jitter]`.
+        open_jitter(open_jitter: Duration) => open_jitter;
+        /// The longest `Retry-After` hint honoured.
+        max_retry_after(max_retry_after: Duration) => max_retry_after;
+        /// Probes in HalfOpen.
+        half_open_calls(half_open_calls: u32) => half_open_calls;
+        /// How probes decide.
+        half_open_policy(half_open_policy: HalfOpenPolicy) => half_open_policy;
+        /// How long a probe holds its slot.
+        probe_lease(probe_lease: Duration) => probe_lease;
+        /// Whether a timer moves Open to HalfOpen.
+        automatic_transition(automatic_transition: bool) => automatic_transition;
+        /// Writer stripes of a time window, in [1, 64].
+        stripes(stripes: u32) => stripes;
+    }
+
+    /// A count-based window of the last `size` outcomes.
+    pub fn count_window(mut self, size: u32) -> Self {
+        self.config.window = WindowConfig::Count { size };
+        self
+    }
+
+    /// A time-based window of `length`, in buckets of `bucket`.
+    pub fn time_window(mut self, length: Duration, bucket: Duration) -> Self {
+        self.config.window = WindowConfig::Time { length, bucket };
+        self
+    }
+
+    /// Trips after `n` consecutive failures.
+    pub fn consecutive_failures(mut self, n: u32) -> Self {
+        self.config.consecutive_failures = Some(n);
+        self
+    }
+
+    /// Grows the open wait on repeated trips.
+    pub fn open_backoff(mut self, backoff: Backoff) -> Self {
+        self.config.open_backoff = Some(backoff);
+        self
+    }
+
+    /// HalfOpen without a verdict for `wait` goes back to Open.
+    pub fn half_open_max_wait(mut self, wait: Duration) -> Self {
+        self.config.half_open_max_wait = Some(wait);
+        self
+    }
+
+    /// Seeds the jitter generator, for reproducible runs.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.seed = Some(seed);
+        self
+    }
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<BreakerConfig, ConfigError> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}
+
+#[cfg(feature = "serde")]
+mod raw {
+    //! The serialized form: every field optional, unknown fields rejected.
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+    pub(super) enum RawWindow {
+        Count {
+            size: u32,
+        },
+        Time {
+            #[serde(with = "humantime_serde")]
+            length: Duration,
+            #[serde(with = "humantime_serde", default = "one_second")]
+            bucket: Duration,
+        },
+    }
+
+    fn one_second() -> Duration {
+        Duration::from_secs(1)
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct RawBackoff {
+        multiplier: f64,
+        #[serde(with = "humantime_serde")]
+        max: Duration,
+        #[serde(with = "humantime_serde", default)]
+        healthy_after: Duration,
+    }
+
+    #[derive(Serialize, Deserialize, Default)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct RawOpen {
+        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        duration: Option<Duration>,
+        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        jitter: Option<Duration>,
+        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        max_retry_after: Option<Duration>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backoff: Option<RawBackoff>,
+    }
+
+    #[derive(Serialize, Deserialize, Default)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct RawHalfOpen {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        permitted_calls: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<HalfOpenPolicy>,
+        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        max_wait: Option<Duration>,
+        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        probe_lease: Option<Duration>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        automatic_transition: Option<bool>,
+    }
+
+    #[derive(Serialize, Deserialize, Default)]
+    #[serde(deny_unknown_fields)]
+    pub(crate) struct RawConfig {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<RawWindow>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        minimum_calls: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_rate_threshold: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slow_call_rate_threshold: Option<f64>,
+        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        slow_call_duration: Option<Duration>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        consecutive_failures: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count_in_flight_as_slow: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stripes: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seed: Option<u64>,
+        #[serde(default)]
+        open: RawOpen,
+        #[serde(default)]
+        half_open: RawHalfOpen,
+    }
+
+    impl TryFrom<RawConfig> for BreakerConfig {
+        type Error = ConfigError;
+        fn try_from(r: RawConfig) -> Result<Self, ConfigError> {
+            let d = BreakerConfig::default();
+            let c = BreakerConfig {
+                window: match r.window {
+                    None => d.window,
+                    Some(RawWindow::Count { size }) => WindowConfig::Count { size },
+                    Some(RawWindow::Time { length, bucket }) => {
+                        WindowConfig::Time { length, bucket }
+                    }
+                },
+                minimum_calls: r.minimum_calls.unwrap_or(d.minimum_calls),
+                failure_rate_threshold: r
+                    .failure_rate_threshold
+                    .unwrap_or(d.failure_rate_threshold),
+                slow_call_rate_threshold: r
+                    .slow_call_rate_threshold
+                    .unwrap_or(d.slow_call_rate_threshold),
+                slow_call_duration: r.slow_call_duration.unwrap_or(d.slow_call_duration),
+                consecutive_failures: r.consecutive_failures,
+                count_in_flight_as_slow: r
+                    .count_in_flight_as_slow
+                    .unwrap_or(d.count_in_flight_as_slow),
+                open_duration: r.open.duration.unwrap_or(d.open_duration),
+                open_jitter: r.open.jitter.unwrap_or(d.open_jitter),
+                open_backoff: r.open.backoff.map(|b| Backoff {
+                    multiplier: b.multiplier,
+                    max: b.max,
+                    healthy_after: b.healthy_after,
+                }),
+                max_retry_after: r.open.max_retry_after.unwrap_or(d.max_retry_after),
+                half_open_calls: r.half_open.permitted_calls.unwrap_or(d.half_open_calls),
+                half_open_policy: r.half_open.policy.unwrap_or(d.half_open_policy),
+                half_open_max_wait: r.half_open.max_wait,
+                probe_lease: r.half_open.probe_lease.unwrap_or(d.probe_lease),
+                automatic_transition: r
+                    .half_open
+                    .automatic_transition
+                    .unwrap_or(d.automatic_transition),
+                stripes: r.stripes.unwrap_or(d.stripes),
+                seed: r.seed,
+            };
+            c.validate()?;
+            Ok(c)
+        }
+    }
+
+    impl From<BreakerConfig> for RawConfig {
+        fn from(c: BreakerConfig) -> Self {
+            RawConfig {
+                window: Some(match c.window {
+                    WindowConfig::Count { size } => RawWindow::Count { size },
+                    WindowConfig::Time { length, bucket } => RawWindow::Time { length, bucket },
+                }),
+                minimum_calls: Some(c.minimum_calls),
+                failure_rate_threshold: Some(c.failure_rate_threshold),
+                slow_call_rate_threshold: Some(c.slow_call_rate_threshold),
+                slow_call_duration: Some(c.slow_call_duration),
+                consecutive_failures: c.consecutive_failures,
+                count_in_flight_as_slow: Some(c.count_in_flight_as_slow),
+                stripes: Some(c.stripes),
+                seed: c.seed,
+                open: RawOpen {
+                    duration: Some(c.open_duration),
+                    jitter: Some(c.open_jitter),
+                    max_retry_after: Some(c.max_retry_after),
+                    backoff: c.open_backoff.map(|b| RawBackoff {
+                        multiplier: b.multiplier,
+                        max: b.max,
+                        healthy_after: b.healthy_after,
+                    }),
+                },
+                half_open: RawHalfOpen {
+                    permitted_calls: Some(c.half_open_calls),
+                    policy: Some(c.half_open_policy),
+                    max_wait: c.half_open_max_wait,
+                    probe_lease: Some(c.probe_lease),
+                    automatic_transition: Some(c.automatic_transition),
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! # tripline
+//!
+//! A circuit breaker per dependency: it watches recent outcomes and, once the evidence says the
+//! dependency is sick (a failure rate or a slow-call rate at or above its threshold over a
+//! sliding window, with a minimum number of calls seen, or a run of consecutive failures), it
+//! fails calls in nanoseconds instead of letting them pile up on a dependency that is already
+//! falling over. After an open wait it admits a bounded number of probes, and only the probes'
+//! results can close it again. "Open" means calls are blocked, as in an electrical circuit.
+//!
+//! ```
+//! use tripline::{BreakerConfig, CallError, CircuitBreaker, ManualClock, State};
+//! use std::time::Duration;
+//!
+//! // Seed 000's breaker for a flaky vendor.
+//! let config = BreakerConfig::builder()
+//!     .count_window(20)
+//!     .minimum_calls(10)
+//!     .failure_rate_threshold(50.0)
+//!     .slow_call_rate_threshold(30.0)
+//!     .slow_call_duration(Duration::from_secs(2))
+//!     .open_duration(Duration::from_secs(15))
+//!     .half_open_calls(3)
+//!     .build()?;
+//! let clock = ManualClock::new();
+//! let breaker = CircuitBreaker::with_clock("exercise-catalog", config, clock.clone());
+//!
+//! for _ in 0..10 {
+//!     let _ = breaker.call(|| Err::<(), _>("503"));
+//! }
+//! assert_eq!(breaker.state(), State::Open);
+//! let r = breaker.call(|| Ok::<_, &str>("never called"));
+//! assert!(matches!(r, Err(CallError::Rejected(_))));
+//!
+//! clock.advance(Duration::from_secs(15));
+//! for _ in 0..3 {
+//!     breaker.call(|| Ok::<_, &str>("recovered")).unwrap();
+//! }
+//! assert_eq!(breaker.state(), State::Closed);
+//! # Ok::<(), tripline::ConfigError>(())
+//! ```
+//!
+//! ## The rules
+//! * States: [`State::Closed`], [`State::Open`], [`State::HalfOpen`], and the operator states
+//!   [`State::Disabled`], [`State::MetricsOnly`], [`State::ForcedOpen`]. Automatic edges are
+//!   only Closed→Open (trip), Open→HalfOpen (wait elapsed), HalfOpen→Closed (probes proved
+//!   recovery) and HalfOpen→Open (probes failed, or no verdict within `half_open.max_wait`).
+//!   Closed never goes to HalfOpen and Open never goes straight to Closed.
+//! * Rates are compared in integer parts per million: `bad × 10⁶ ≥ threshold_ppm × total`, so a
+//!   100 % threshold trips when every call is bad.
+//! * Every transition bumps a generation. A [`Permit`] carries the generation it was granted in;
+//!   a result from an older generation is discarded and counted ([`Recorded::Stale`]).
+//! * Half-open probes are leases with a deadline (`half_open.probe_lease`); an expired lease is
+//!   reclaimed by the next acquire, and its late result is refused as stale.
+//! * Calls still in flight past the slow-call duration count as slow (see the rule in
+//!   [`WindowSnapshot::in_flight_slow`] and the `inflight` notes in the README).
+//!
+//! ## Features
+//! * `serde` (default): configurations from TOML or JSON, durations written like `"250ms"`.
+//! * `tokio`: [`CircuitBreaker::call_async`] with the timeout inside the breaker, a fallback
+//!   helper, [`TokioClock`] for paused-time tests and `run_timer` for automatic transitions.
+//!
+//! The [`conformance`] module holds the rules as data (step-by-step vectors) with a runner, so
+//! every store (in-process, Redis) is checked against the same expectations.
+
+#![forbid(unsafe_code)]
+
+mod breaker;
+mod clock;
+mod config;
+#[cfg(feature = "serde")]
+pub mod conformance;
+mod error;
+mod event;
+mod inflight;
+mod outcome;
+mod state;
+mod sync;
+mod window;
+
+pub use breaker::{CircuitBreaker, Metrics, Permit, Recorded};
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use config::{Backoff, BreakerConfig, BreakerConfigBuilder, HalfOpenPolicy, WindowConfig};
+pub use error::{BreakerName, CallError, ConfigError, Rejected};
+pub use event::{Event, EventKind, EventLog, Listener, Reason};
+pub use outcome::{Classification, Classify, Outcome, ResultClassifier};
+pub use state::State;
+pub use window::WindowSnapshot;

@@ -1,0 +1,396 @@
+//! Sliding windows with O(1) (count) or O(buckets) (time) snapshots and no lock.
+//!
+//! # Count window
+//! The last N outcomes, as two bit rings (failed, slow) with running totals kept as each slot
+//! is overwritten. N = 100 costs 32 bytes of bits. A writer claims a slot with one
+//! `fetch_add` and flips its bits only when they change, so a run of successes over a clean
+//! ring writes nothing but the sequence counter.
+//!
+//! # Time window
+//! A ring of buckets covering the last `length`; bucket `e` (time / bucket width) lives in slot
+//! `e mod B`. Each bucket is one `AtomicU64`: a 16-bit bucket stamp and 16-bit counts of calls,
+//! failures and slow calls, updated by compare-and-swap. A stale bucket (its stamp is an older
+//! epoch) is reset by the first writer that reuses it, in the same swap, so no count is lost to
+//! a reset. When a bucket's call count would overflow 16 bits, all three counts are halved:
+//! the rates are kept and the window keeps far more than any minimum-calls threshold.
+//! Writers may be spread over `stripes` cache-line-separated rings (per thread) so concurrent
+//! writers do not contend; a snapshot sums all stripes.
+//!
+//! A result lands in the bucket of the time it is **recorded** (when the call ended), not when
+//! the call started: the window describes what was learned in the last `length`, and a call
+//! that hung for longer than the window would otherwise land in an expired bucket and never be
+//! seen, which is exactly the case (a hung dependency) the breaker exists for.
+
+use crate::sync::{AtomicI64, AtomicU64, Ordering};
+
+/// What the window holds, or what a decision was based on.
+///
+/// ```
+/// use tripline::WindowSnapshot;
+/// let s = WindowSnapshot { calls: 13, failures: 8, slow_calls: 9, in_flight_slow: 0 };
+/// assert!((s.failure_rate() - 61.5).abs() < 0.1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct WindowSnapshot {
+    /// Recorded calls (successes and failures; ignored outcomes are not recorded).
+    pub calls: u64,
+    /// Failed calls among them.
+    pub failures: u64,
+    /// Slow calls among them (failed or not).
+    pub slow_calls: u64,
+    /// Calls still in flight past the slow-call duration, counted as extra slow calls when
+    /// the rules are evaluated (0 unless `count_in_flight_as_slow`).
+    pub in_flight_slow: u64,
+}
+
+impl WindowSnapshot {
+    /// Calls the rules count: recorded plus overdue in-flight ones.
+    pub fn total(&self) -> u64 {
+        self.calls + self.in_flight_slow
+    }
+
+    /// Failure rate in percent of [`total`](Self::total) (0 when empty).
+    pub fn failure_rate(&self) -> f64 {
+        pct(self.failures, self.total())
+    }
+
+    /// Slow-call rate in percent of [`total`](Self::total), in-flight overdue calls included.
+    pub fn slow_rate(&self) -> f64 {
+        pct(self.slow_calls + self.in_flight_slow, self.total())
+    }
+}
+
+fn pct(n: u64, d: u64) -> f64 {
+    if d == 0 { 0.0 } else { n as f64 * 100.0 / d as f64 }
+}
+
+/// One outcome as the window sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sample {
+    pub(crate) failure: bool,
+    pub(crate) slow: bool,
+}
+
+#[derive(Debug)]
+pub(crate) enum Window {
+    Count(CountWindow),
+    Time(TimeWindow),
+}
+
+impl Window {
+    #[inline]
+    pub(crate) fn record(&self, now: u64, s: Sample) {
+        match self {
+            Window::Count(w) => w.record(s),
+            Window::Time(w) => w.record(now, s),
+        }
+    }
+
+    pub(crate) fn snapshot(&self, now: u64) -> WindowSnapshot {
+        match self {
+            Window::Count(w) => w.snapshot(),
+            Window::Time(w) => w.snapshot(now),
+        }
+    }
+
+    pub(crate) fn reset(&self) {
+        match self {
+            Window::Count(w) => w.reset(),
+            Window::Time(w) => w.reset(),
+        }
+    }
+
+    /// Heap bytes held (for the memory figures).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match self {
+            Window::Count(w) => w.bits.len() * 8,
+            Window::Time(w) => w.cells.len() * 8,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct CountWindow {
+    size: u64,
+    words: usize,
+    seq: AtomicU64,
+    /// `words` failure words followed by `words` slow words.
+    bits: Box<[AtomicU64]>,
+    failures: AtomicI64,
+    slow: AtomicI64,
+}
+
+impl CountWindow {
+    pub(crate) fn new(size: u32) -> Self {
+        let words = (size as usize).div_ceil(64);
+        Self {
+            size: u64::from(size),
+            words,
+            seq: AtomicU64::new(0),
+            bits: (0..words * 2).map(|_| AtomicU64::new(0)).collect(),
+            failures: AtomicI64::new(0),
+            slow: AtomicI64::new(0),
+        }
+    }
+
+    #[inline]
+    fn record(&self, s: Sample) {
+        let idx = self.seq.fetch_add(1, Ordering::Relaxed) % self.size;
+        let word = (idx / 64) as usize;
+        let mask = 1u64 << (idx % 64);
+        set_bit(&self.bits[word], mask, s.failure, &self.failures);
+        set_bit(&self.bits[self.words + word], mask, s.slow, &self.slow);
+    }
+
+    fn snapshot(&self) -> WindowSnapshot {
+        let calls = self.seq.load(Ordering::Relaxed).min(self.size);
+        WindowSnapshot {
+            calls,
+            failures: clamp(self.failures.load(Ordering::Relaxed), calls),
+            slow_calls: clamp(self.slow.load(Ordering::Relaxed), calls),
+            in_flight_slow: 0,
+        }
+    }
+
+    fn reset(&self) {
+        self.seq.store(0, Ordering::Relaxed);
+        for w in self.bits.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.failures.store(0, Ordering::Relaxed);
+        self.slow.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Sets one bit of a ring to `value` and keeps the running total in step. The total moves only
+/// by what the atomic read-modify-write saw, so it always equals the number of set bits once
+/// concurrent writers are done (a reader may see a transient off-by-one, clamped).
+#[inline]
+fn set_bit(word: &AtomicU64, mask: u64, value: bool, total: &AtomicI64) {
+    if (word.load(Ordering::Relaxed) & mask != 0) == value {
+        return;
+    }
+    let old = if value {
+        word.fetch_or(mask, Ordering::Relaxed)
+    } else {
+        word.fetch_and(!mask, Ordering::Relaxed)
+    };
+    if (old & mask != 0) != value {
+        total.fetch_add(if value { 1 } else { -1 }, Ordering::Relaxed);
+    }
+}
+
+fn clamp(v: i64, max: u64) -> u64 {
+    (v.max(0) as u64).min(max)
+}
+
+const FIELD: u64 = 0xFFFF;
+
+#[derive(Debug)]
+pub(crate) struct TimeWindow {
+    bucket_nanos: u64,
+    buckets: u64,
+    stripes: usize,
+    stride: usize,
+    cells: Box<[AtomicU64]>,
+}
+
+#[inline]
+fn pack(stamp: u64, calls: u64, failures: u64, slow: u64) -> u64 {
+    (stamp & FIELD) << 48 | calls << 32 | failures << 16 | slow
+}
+
+#[inline]
+fn unpack(w: u64) -> (u64, u64, u64, u64) {
+    (w >> 48, (w >> 32) & FIELD, (w >> 16) & FIELD, w & FIELD)
+}
+
+impl TimeWindow {
+    pub(crate) fn new(bucket_nanos: u64, buckets: u64, stripes: u32) -> Self {
+        let stripes = stripes.max(1) as usize;
+        // One stripe: packed. Several: each stripe starts on its own pair of cache lines.
+        let stride = if stripes == 1 {
+            buckets as usize
+        } else {
+            (buckets as usize).div_ceil(16) * 16
+        };
+        Self {
+            bucket_nanos,
+            buckets,
+            stripes,
+            stride,
+            cells: (0..stride * stripes).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    #[inline]
+    fn record(&self, now: u64, s: Sample) {
+        let epoch = now / self.bucket_nanos;
+        let stamp = epoch & FIELD;
+        let stripe = if self.stripes == 1 {
+            0
+        } else {
+            crate::sync::stripe_index() % self.stripes
+        };
+        let cell = &self.cells[stripe * self.stride + (epoch % self.buckets) as usize];
+        let mut cur = cell.load(Ordering::Relaxed);
+        loop {
+            let (cstamp, mut calls, mut failures, mut slow) = unpack(cur);
+            if calls == 0 || cstamp != stamp {
+                // A bucket stamped with a *newer* epoch means this writer's clock reading is
+                // more than a whole window old: the sample is outside the window; drop it.
+                let ahead = cstamp.wrapping_sub(stamp) & FIELD;
+                if calls != 0 && ahead != 0 && ahead < 0x8000 {
+                    return;
+                }
+                (calls, failures, slow) = (0, 0, 0);
+            }
+            if calls == FIELD {
+                (calls, failures, slow) = (calls / 2, failures / 2, slow / 2);
+            }
+            let new = pack(
+                stamp,
+                calls + 1,
+                failures + u64::from(s.failure),
+                slow + u64::from(s.slow),
+            );
+            match cell.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    fn snapshot(&self, now: u64) -> WindowSnapshot {
+        let epoch = now / self.bucket_nanos;
+        let mut snap = WindowSnapshot::default();
+        for stripe in 0..self.stripes {
+            for i in 0..self.buckets {
+                // The epoch slot `i` would hold if it is inside the window.
+                let back = (epoch % self.buckets + self.buckets - i) % self.buckets;
+                let Some(expected) = epoch.checked_sub(back) else {
+                    continue;
+                };
+                let w = self.cells[stripe * self.stride + i as usize].load(Ordering::Relaxed);
+                let (stamp, calls, failures, slow) = unpack(w);
+                if calls != 0 && stamp == expected & FIELD {
+                    snap.calls += calls;
+                    snap.failures += failures;
+                    snap.slow_calls += slow;
+                }
+            }
+        }
+        snap
+    }
+
+    fn reset(&self) {
+        for c in self.cells.iter() {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    const F: Sample = Sample {
+        failure: true,
+        slow: false,
+    };
+    const S: Sample = Sample {
+        failure: false,
+        slow: false,
+    };
+    const SLOW: Sample = Sample {
+        failure: false,
+        slow: true,
+    };
+
+    #[test]
+    fn count_window_slides() {
+        let w = CountWindow::new(3);
+        w.record(F);
+        w.record(F);
+        w.record(S);
+        assert_eq!((w.snapshot().calls, w.snapshot().failures), (3, 2));
+        w.record(S); // evicts the first F
+        assert_eq!((w.snapshot().calls, w.snapshot().failures), (3, 1));
+        w.record(SLOW);
+        w.record(S);
+        let s = w.snapshot();
+        assert_eq!((s.calls, s.failures, s.slow_calls), (3, 0, 1));
+        w.reset();
+        assert_eq!(w.snapshot(), WindowSnapshot::default());
+    }
+
+    #[test]
+    fn count_window_crosses_word_boundaries() {
+        let w = CountWindow::new(130);
+        for i in 0..400u32 {
+            w.record(if i % 4 == 0 { F } else { S });
+        }
+        // The last 130 of 400: indices 270..400, every fourth failed (272, 276, ... 396).
+        let s = w.snapshot();
+        assert_eq!(s.calls, 130);
+        assert_eq!(s.failures, (270..400).filter(|i| i % 4 == 0).count() as u64);
+    }
+
+    #[test]
+    fn time_window_expires_old_buckets() {
+        let sec = 1_000_000_000;
+        let w = TimeWindow::new(sec, 10, 1);
+        w.record(0, F);
+        w.record(5 * sec, S);
+        assert_eq!(w.snapshot(9 * sec).calls, 2);
+        // At t = 10 s the bucket of t = 0 has left the 10-bucket window.
+        let s = w.snapshot(10 * sec);
+        assert_eq!((s.calls, s.failures), (1, 0));
+        // Reusing slot 0 at t = 20 s resets it instead of adding to stale counts.
+        w.record(20 * sec, F);
+        let s = w.snapshot(20 * sec);
+        assert_eq!((s.calls, s.failures), (1, 1));
+    }
+
+    #[test]
+    fn time_window_halves_on_overflow_keeping_rates() {
+        let w = TimeWindow::new(1_000_000_000, 1, 1);
+        for i in 0..200_000u32 {
+            w.record(0, if i % 2 == 0 { F } else { S });
+        }
+        let s = w.snapshot(0);
+        assert!(s.calls > 30_000, "{s:?}");
+        let rate = s.failure_rate();
+        assert!((rate - 50.0).abs() < 1.0, "{rate}");
+    }
+
+    #[test]
+    fn time_window_drops_samples_older_than_the_window() {
+        let sec = 1_000_000_000;
+        let w = TimeWindow::new(sec, 2, 1);
+        w.record(4 * sec, S); // slot 0, epoch 4
+        w.record(2 * sec, F); // epoch 2 also maps to slot 0 but is older: dropped
+        let s = w.snapshot(4 * sec);
+        assert_eq!((s.calls, s.failures), (1, 0));
+    }
+
+    #[test]
+    fn striped_time_window_sums_stripes() {
+        let w = std::sync::Arc::new(TimeWindow::new(1_000_000_000, 4, 4));
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let w = w.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        w.record(0, F);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(w.snapshot(0).failures, 4000);
+    }
+}
