@@ -172,6 +172,7 @@ pub(crate) struct Inner<C> {
     inflight: InFlight,
     consecutive: AtomicU64,
     next_inflight_check: AtomicU64,
+    next_success_eval: AtomicU64,
     closed_since: AtomicU64,
     would_trip: AtomicBool,
     counters: Counters,
@@ -196,7 +197,6 @@ fn nanos(d: Duration) -> u64 {
 /// assert_eq!(permit.record(Outcome::Success), Recorded::Stale);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[must_use = "a stale result did not count; callers may want to know"]
 pub enum Recorded {
     /// The result counted.
     Counted,
@@ -390,6 +390,7 @@ impl<C: Clock> CircuitBreaker<C> {
             window,
             next_inflight_check: AtomicU64::new(now + inflight.width()),
             inflight,
+            next_success_eval: AtomicU64::new(0),
             consecutive: AtomicU64::new(0),
             closed_since: AtomicU64::new(now),
             would_trip: AtomicBool::new(false),
@@ -554,7 +555,8 @@ impl<C: Clock> CircuitBreaker<C> {
         let r = Ordering::Relaxed;
         let c = &inner.counters;
         let current = now.saturating_sub(core.entered_at);
-        let time_in = |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
+        let time_in =
+            |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
         Metrics {
             state: word.state(),
             generation: word.generation(),
@@ -662,7 +664,15 @@ impl<C: Clock> CircuitBreaker<C> {
                         .is_some_and(|w| now >= core.half_open_since.saturating_add(nanos(w)))
                 {
                     let snap = inner.snapshot(now);
-                    inner.transition(&mut core, word, State::Open, Reason::HalfOpenTimeout, snap, now, None);
+                    inner.transition(
+                        &mut core,
+                        word,
+                        State::Open,
+                        Reason::HalfOpenTimeout,
+                        snap,
+                        now,
+                        None,
+                    );
                 }
                 drop(core);
                 inner.hub.dispatch();
@@ -702,7 +712,15 @@ impl<C: Clock> CircuitBreaker<C> {
         let word = Word(inner.word.load(Ordering::Acquire));
         if matches!(word.state(), State::Closed | State::MetricsOnly) {
             let snap = inner.snapshot(now);
-            inner.transition(&mut core, word, State::Open, Reason::Operator, snap, now, None);
+            inner.transition(
+                &mut core,
+                word,
+                State::Open,
+                Reason::Operator,
+                snap,
+                now,
+                None,
+            );
         }
         drop(core);
         inner.hub.dispatch();
@@ -757,7 +775,8 @@ impl<C: Clock> CircuitBreaker<C> {
 
     /// Approximate bytes held by this breaker (the shared part plus the window's heap).
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<Inner<C>>() + self.inner.window.heap_bytes()
+        std::mem::size_of::<Inner<C>>()
+            + self.inner.window.heap_bytes()
             + self.inner.name.len()
             + lock(&self.inner.core).round.leases.capacity() * std::mem::size_of::<Option<Lease>>()
     }
@@ -781,7 +800,8 @@ impl<C: Clock> Inner<C> {
         self.counters.rejected.fetch_add(1, Ordering::Relaxed);
         let retry_after = retry_after.map(Duration::from_nanos);
         if self.hub.wants_call_events() {
-            self.hub.call_event(now, &self.name, EventKind::Rejected { state, retry_after });
+            self.hub
+                .call_event(now, &self.name, EventKind::Rejected { state, retry_after });
         }
         Rejected {
             breaker: self.name.clone(),
@@ -806,27 +826,66 @@ impl<C: Clock> Inner<C> {
         Recorded::Stale
     }
 
-    /// Which rule (if any) trips now.
-    fn trip_reason(&self, now: u64, consecutive: Option<u64>) -> Option<(Reason, WindowSnapshot)> {
-        let snap = self.snapshot(now);
+    /// Which rule (if any) trips now. The failure rate is over recorded calls; the slow-call
+    /// rate also counts overdue in-flight calls (when `with_in_flight` and enabled).
+    fn trip_reason(
+        &self,
+        now: u64,
+        consecutive: Option<u64>,
+        with_in_flight: bool,
+    ) -> Option<(Reason, WindowSnapshot)> {
+        let snap = if with_in_flight {
+            self.snapshot(now)
+        } else {
+            self.window.snapshot(now)
+        };
         if let Some(count) = consecutive {
             return Some((Reason::ConsecutiveFailures { count }, snap));
         }
-        let total = snap.total();
         let r = Ordering::Relaxed;
-        if total == 0 || total < self.hot.minimum_calls.load(r) {
-            return None;
-        }
-        if snap.failures * PPM >= self.hot.failure_ppm.load(r) * total {
+        let min = self.hot.minimum_calls.load(r).max(1);
+        if snap.calls >= min && snap.failures * PPM >= self.hot.failure_ppm.load(r) * snap.calls {
             return Some((Reason::FailureRate, snap));
         }
-        if (snap.slow_calls + snap.in_flight_slow) * PPM >= self.hot.slow_ppm.load(r) * total {
+        let total = snap.total();
+        if total >= min
+            && (snap.slow_calls + snap.in_flight_slow) * PPM >= self.hot.slow_ppm.load(r) * total
+        {
             return Some((Reason::SlowCallRate, snap));
         }
         None
     }
 
-    fn record_window(&self, generation: u64, elapsed: u64, now: u64, c: Classification) -> Recorded {
+    /// Whether a good result should evaluate the rules: it can trip only by bringing the window
+    /// to the minimum calls, or (time window) after old buckets expired. Count-window snapshots
+    /// are O(1), so always; time windows at most once per bucket.
+    #[inline]
+    fn evaluate_on_success(&self, now: u64) -> bool {
+        match &self.window {
+            Window::Count(_) => true,
+            Window::Time(w) => {
+                let due = self.next_success_eval.load(Ordering::Relaxed);
+                now >= due
+                    && self
+                        .next_success_eval
+                        .compare_exchange(
+                            due,
+                            now.saturating_add(w.bucket_nanos()),
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+            }
+        }
+    }
+
+    fn record_window(
+        &self,
+        generation: u64,
+        elapsed: u64,
+        now: u64,
+        c: Classification,
+    ) -> Recorded {
         let word = Word(self.word.load(Ordering::Acquire));
         if word.generation() != generation {
             return self.stale(generation, now);
@@ -865,8 +924,8 @@ impl<C: Clock> Inner<C> {
         }
         if word.state() == State::MetricsOnly {
             self.shadow_evaluate(now, consecutive);
-        } else if failure || slow || consecutive.is_some() {
-            if let Some((reason, snap)) = self.trip_reason(now, consecutive) {
+        } else if failure || slow || consecutive.is_some() || self.evaluate_on_success(now) {
+            if let Some((reason, snap)) = self.trip_reason(now, consecutive, failure || slow) {
                 self.trip_from(word, now, reason, snap, c.retry_after);
             }
         }
@@ -875,7 +934,7 @@ impl<C: Clock> Inner<C> {
 
     #[cold]
     fn shadow_evaluate(&self, now: u64, consecutive: Option<u64>) {
-        match self.trip_reason(now, consecutive) {
+        match self.trip_reason(now, consecutive, true) {
             Some((reason, window)) => {
                 if !self.would_trip.swap(true, Ordering::Relaxed) {
                     let word = Word(self.word.load(Ordering::Acquire));
@@ -900,12 +959,17 @@ impl<C: Clock> Inner<C> {
         if now < due
             || self
                 .next_inflight_check
-                .compare_exchange(due, now + self.inflight.width(), Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(
+                    due,
+                    now + self.inflight.width(),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
                 .is_err()
         {
             return false;
         }
-        match self.trip_reason(now, None) {
+        match self.trip_reason(now, None, true) {
             Some((reason, snap)) => self.trip_from(word, now, reason, snap, None),
             None => false,
         }
@@ -937,7 +1001,15 @@ impl<C: Clock> Inner<C> {
             && now >= self.open_until.load(Ordering::Acquire)
         {
             let snap = self.snapshot(now);
-            self.transition(&mut core, word, State::HalfOpen, Reason::OpenElapsed, snap, now, None);
+            self.transition(
+                &mut core,
+                word,
+                State::HalfOpen,
+                Reason::OpenElapsed,
+                snap,
+                now,
+                None,
+            );
         }
         drop(core);
         self.hub.dispatch();
@@ -953,7 +1025,15 @@ impl<C: Clock> Inner<C> {
         if let Some(max) = core.config.half_open_max_wait {
             if now >= core.half_open_since.saturating_add(nanos(max)) {
                 let snap = self.snapshot(now);
-                self.transition(&mut core, word, State::Open, Reason::HalfOpenTimeout, snap, now, None);
+                self.transition(
+                    &mut core,
+                    word,
+                    State::Open,
+                    Reason::HalfOpenTimeout,
+                    snap,
+                    now,
+                    None,
+                );
                 drop(core);
                 self.hub.dispatch();
                 return None;
@@ -1001,7 +1081,14 @@ impl<C: Clock> Inner<C> {
         Some(Err(self.reject(State::HalfOpen, retry, now)))
     }
 
-    fn record_probe(&self, generation: u64, slot: u32, token: u64, started: u64, c: Classification) -> Recorded {
+    fn record_probe(
+        &self,
+        generation: u64,
+        slot: u32,
+        token: u64,
+        started: u64,
+        c: Classification,
+    ) -> Recorded {
         let now = self.clock.now();
         let mut core = lock(&self.core);
         let word = Word(self.word.load(Ordering::Acquire));
@@ -1046,7 +1133,8 @@ impl<C: Clock> Inner<C> {
         let verdict = match core.config.half_open_policy {
             HalfOpenPolicy::AllProbes => {
                 let kk = u64::from(k);
-                let too_many_failures = u64::from(failures) * PPM >= self.hot.failure_ppm.load(r) * kk;
+                let too_many_failures =
+                    u64::from(failures) * PPM >= self.hot.failure_ppm.load(r) * kk;
                 let too_slow = u64::from(slow_n) * PPM >= self.hot.slow_ppm.load(r) * kk;
                 if too_many_failures || too_slow {
                     Some(State::Open)
@@ -1134,7 +1222,8 @@ impl<C: Clock> Inner<C> {
         let c = &core.config;
         let mut wait = nanos(c.open_duration);
         if let Some(b) = c.open_backoff {
-            let grown = c.open_duration.as_secs_f64() * b.multiplier.powi(core.level.min(1000) as i32);
+            let grown =
+                c.open_duration.as_secs_f64() * b.multiplier.powi(core.level.min(1000) as i32);
             wait = if grown.is_finite() && grown < b.max.as_secs_f64() {
                 nanos(Duration::from_secs_f64(grown))
             } else {
@@ -1264,7 +1353,8 @@ mod async_call {
             F: FnOnce() -> Fut,
             Fut: Future<Output = Result<T, E>>,
         {
-            self.call_async_classified(timeout, ResultClassifier, f).await
+            self.call_async_classified(timeout, ResultClassifier, f)
+                .await
         }
 
         /// [`call_async`](Self::call_async) with a classifier.
@@ -1352,7 +1442,8 @@ mod async_call {
                 let notified = self.inner.notify.notified();
                 match self.tick() {
                     Some(d) => {
-                        let _ = tokio::time::timeout(d.max(Duration::from_millis(1)), notified).await;
+                        let _ =
+                            tokio::time::timeout(d.max(Duration::from_millis(1)), notified).await;
                     }
                     None => notified.await,
                 }

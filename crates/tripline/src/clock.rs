@@ -164,9 +164,7 @@ impl Default for TokioClock {
 #[cfg(feature = "tokio")]
 impl Clock for TokioClock {
     fn now(&self) -> u64 {
-        nanos(
-            tokio::time::Instant::now().saturating_duration_since(self.origin),
-        )
+        nanos(tokio::time::Instant::now().saturating_duration_since(self.origin))
     }
 }
 

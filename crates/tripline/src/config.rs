@@ -288,7 +288,12 @@ impl BreakerConfig {
         }
         dur("open.duration", self.open_duration, MS, WEEK)?;
         dur("open.jitter", self.open_jitter, Duration::ZERO, WEEK)?;
-        dur("open.max_retry_after", self.max_retry_after, Duration::ZERO, WEEK)?;
+        dur(
+            "open.max_retry_after",
+            self.max_retry_after,
+            Duration::ZERO,
+            WEEK,
+        )?;
         if let Some(b) = self.open_backoff {
             if !(b.multiplier.is_finite() && (1.0..=100.0).contains(&b.multiplier)) {
                 return Err(ConfigError::new(
@@ -307,7 +312,12 @@ impl BreakerConfig {
                     ),
                 ));
             }
-            dur("open.backoff.healthy_after", b.healthy_after, Duration::ZERO, WEEK)?;
+            dur(
+                "open.backoff.healthy_after",
+                b.healthy_after,
+                Duration::ZERO,
+                WEEK,
+            )?;
         }
         range("half_open.permitted_calls", self.half_open_calls, 1, 1000)?;
         if let Some(w) = self.half_open_max_wait {
@@ -353,7 +363,11 @@ fn percent(field: &'static str, v: f64) -> Result<(), ConfigError> {
 
 fn dur(field: &'static str, v: Duration, lo: Duration, hi: Duration) -> Result<(), ConfigError> {
     if v < lo || v > hi {
-        let lo_s = if lo.is_zero() { "0".to_string() } else { fmt_d(lo) };
+        let lo_s = if lo.is_zero() {
+            "0".to_string()
+        } else {
+            fmt_d(lo)
+        };
         return Err(ConfigError::new(
             field,
             fmt_d(v),
@@ -503,11 +517,23 @@ mod raw {
     #[derive(Serialize, Deserialize, Default)]
     #[serde(deny_unknown_fields)]
     pub(super) struct RawOpen {
-        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            with = "humantime_serde::option",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         duration: Option<Duration>,
-        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            with = "humantime_serde::option",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         jitter: Option<Duration>,
-        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            with = "humantime_serde::option",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         max_retry_after: Option<Duration>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         backoff: Option<RawBackoff>,
@@ -520,9 +546,17 @@ mod raw {
         permitted_calls: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<HalfOpenPolicy>,
-        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            with = "humantime_serde::option",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         max_wait: Option<Duration>,
-        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            with = "humantime_serde::option",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         probe_lease: Option<Duration>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         automatic_transition: Option<bool>,
@@ -539,7 +573,11 @@ mod raw {
         failure_rate_threshold: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slow_call_rate_threshold: Option<f64>,
-        #[serde(with = "humantime_serde::option", default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            with = "humantime_serde::option",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         slow_call_duration: Option<Duration>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         consecutive_failures: Option<u32>,

@@ -302,10 +302,7 @@ impl Hub {
         loop {
             let guard = match self.dispatching.try_lock() {
                 Ok(g) => g,
-                #[cfg(not(loom))]
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                #[cfg(loom)]
-                Err(loom::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(_) => return,
             };
             loop {
@@ -349,7 +346,10 @@ impl Hub {
             kind,
         };
         let listeners = lock(&self.listeners).clone();
-        for e in listeners.iter().filter(|e| e.calls && event.seq > e.from_seq) {
+        for e in listeners
+            .iter()
+            .filter(|e| e.calls && event.seq > e.from_seq)
+        {
             self.deliver(&*e.listener, &event);
         }
     }

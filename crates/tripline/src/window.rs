@@ -45,14 +45,15 @@ pub struct WindowSnapshot {
 }
 
 impl WindowSnapshot {
-    /// Calls the rules count: recorded plus overdue in-flight ones.
+    /// Calls the slow-call rule counts: recorded plus overdue in-flight ones.
     pub fn total(&self) -> u64 {
         self.calls + self.in_flight_slow
     }
 
-    /// Failure rate in percent of [`total`](Self::total) (0 when empty).
+    /// Failure rate in percent of recorded calls (0 when empty). In-flight calls have no
+    /// outcome yet, so they do not dilute it.
     pub fn failure_rate(&self) -> f64 {
-        pct(self.failures, self.total())
+        pct(self.failures, self.calls)
     }
 
     /// Slow-call rate in percent of [`total`](Self::total), in-flight overdue calls included.
@@ -62,7 +63,11 @@ impl WindowSnapshot {
 }
 
 fn pct(n: u64, d: u64) -> f64 {
-    if d == 0 { 0.0 } else { n as f64 * 100.0 / d as f64 }
+    if d == 0 {
+        0.0
+    } else {
+        n as f64 * 100.0 / d as f64
+    }
 }
 
 /// One outcome as the window sees it.
@@ -282,6 +287,10 @@ impl TimeWindow {
             }
         }
         snap
+    }
+
+    pub(crate) fn bucket_nanos(&self) -> u64 {
+        self.bucket_nanos
     }
 
     fn reset(&self) {

@@ -1,0 +1,400 @@
+//! Model-based property test: random sequences of acquire / record / abandon / advance /
+//! operator actions against a small sequential reference model of the rules. After every step
+//! the breaker and the model must agree on the decision, the recorded verdict, the state, the
+//! generation and the window; and the invariants hold: no forbidden edge, never more than K
+//! probes in flight, stale results never applied, abandoned permits never leak.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tripline::{
+    BreakerConfig, CircuitBreaker, EventKind, EventLog, HalfOpenPolicy, ManualClock, Outcome,
+    Permit, Reason, Recorded, State,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    Window {
+        generation: u64,
+    },
+    Probe {
+        generation: u64,
+        slot: usize,
+        token: u64,
+    },
+    Passthrough,
+}
+
+#[derive(Debug)]
+struct Model {
+    size: usize,
+    min: usize,
+    failure_ppm: u64,
+    open: u64,
+    k: u32,
+    policy: HalfOpenPolicy,
+    lease: u64,
+    consecutive_limit: Option<u64>,
+    now: u64,
+    state: State,
+    generation: u64,
+    window: VecDeque<bool>,
+    consecutive: u64,
+    open_until: u64,
+    leases: Vec<Option<(u64, u64)>>,
+    results: u32,
+    failures: u32,
+    successes: u32,
+    next_token: u64,
+}
+
+impl Model {
+    fn transition(&mut self, to: State) {
+        if self.state == State::HalfOpen || to == State::HalfOpen {
+            self.leases = vec![None; self.k as usize];
+            self.results = 0;
+            self.failures = 0;
+            self.successes = 0;
+        }
+        match to {
+            State::Open => self.open_until = self.now + self.open,
+            State::Closed | State::MetricsOnly => {
+                self.window.clear();
+                self.consecutive = 0;
+            }
+            _ => {}
+        }
+        self.state = to;
+        self.generation += 1;
+    }
+
+    fn acquire(&mut self) -> Option<Grant> {
+        loop {
+            match self.state {
+                State::Closed | State::MetricsOnly => {
+                    return Some(Grant::Window {
+                        generation: self.generation,
+                    });
+                }
+                State::Disabled => return Some(Grant::Passthrough),
+                State::ForcedOpen => return None,
+                State::Open => {
+                    if self.now < self.open_until {
+                        return None;
+                    }
+                    self.transition(State::HalfOpen);
+                }
+                State::HalfOpen => {
+                    for l in self.leases.iter_mut() {
+                        if l.is_some_and(|(_, d)| d <= self.now) {
+                            *l = None;
+                        }
+                    }
+                    let in_flight = self.leases.iter().filter(|l| l.is_some()).count() as u32;
+                    let settled = match self.policy {
+                        HalfOpenPolicy::AllProbes => self.results,
+                        _ => self.successes,
+                    };
+                    if in_flight + settled >= self.k {
+                        return None;
+                    }
+                    let slot = self.leases.iter().position(Option::is_none).unwrap();
+                    let token = self.next_token;
+                    self.next_token += 1;
+                    self.leases[slot] = Some((token, self.now + self.lease));
+                    return Some(Grant::Probe {
+                        generation: self.generation,
+                        slot,
+                        token,
+                    });
+                }
+            }
+        }
+    }
+
+    fn record(&mut self, grant: Grant, outcome: Outcome) -> Recorded {
+        match grant {
+            Grant::Passthrough => Recorded::Disabled,
+            Grant::Window { generation } => {
+                if generation != self.generation {
+                    return Recorded::Stale;
+                }
+                let failure = match outcome {
+                    Outcome::Ignored => return Recorded::Ignored,
+                    o => o == Outcome::Failure,
+                };
+                self.window.push_back(failure);
+                if self.window.len() > self.size {
+                    self.window.pop_front();
+                }
+                let mut trip = false;
+                if let Some(limit) = self.consecutive_limit {
+                    if failure {
+                        self.consecutive += 1;
+                        trip = self.consecutive >= limit;
+                    } else {
+                        self.consecutive = 0;
+                    }
+                }
+                let calls = self.window.len() as u64;
+                let fails = self.window.iter().filter(|f| **f).count() as u64;
+                trip |= calls >= self.min as u64 && fails * 1_000_000 >= self.failure_ppm * calls;
+                if trip && self.state == State::Closed {
+                    self.transition(State::Open);
+                }
+                Recorded::Counted
+            }
+            Grant::Probe {
+                generation,
+                slot,
+                token,
+            } => {
+                let lease_ok = self
+                    .leases
+                    .get(slot)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|(t, _)| t == token);
+                if generation != self.generation || self.state != State::HalfOpen || !lease_ok {
+                    return Recorded::Stale;
+                }
+                self.leases[slot] = None;
+                let failure = match outcome {
+                    Outcome::Ignored => return Recorded::Ignored,
+                    o => o == Outcome::Failure,
+                };
+                self.results += 1;
+                self.failures += u32::from(failure);
+                self.successes += u32::from(!failure);
+                let verdict = match self.policy {
+                    HalfOpenPolicy::AllProbes => {
+                        if u64::from(self.failures) * 1_000_000
+                            >= self.failure_ppm * u64::from(self.k)
+                        {
+                            Some(State::Open)
+                        } else if self.results >= self.k {
+                            Some(State::Closed)
+                        } else {
+                            None
+                        }
+                    }
+                    _ => {
+                        if failure {
+                            Some(State::Open)
+                        } else if self.successes >= self.k {
+                            Some(State::Closed)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                if let Some(to) = verdict {
+                    self.transition(to);
+                }
+                Recorded::Counted
+            }
+        }
+    }
+
+    fn abandon(&mut self, grant: Grant) {
+        if let Grant::Probe { slot, token, .. } = grant {
+            if let Some(l) = self.leases.get_mut(slot) {
+                if l.is_some_and(|(t, _)| t == token) {
+                    *l = None;
+                }
+            }
+        }
+    }
+
+    fn operator(&mut self, to: State) {
+        if self.state != to || to == State::Closed {
+            self.transition(to);
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire,
+    Record(usize, Outcome),
+    Abandon(usize),
+    Advance(u64),
+    Operator(State),
+    Tick,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => Just(Op::Acquire),
+        6 => (any::<usize>(), prop_oneof![
+            3 => Just(Outcome::Failure), 3 => Just(Outcome::Success), 1 => Just(Outcome::Ignored)
+        ]).prop_map(|(i, o)| Op::Record(i, o)),
+        1 => any::<usize>().prop_map(Op::Abandon),
+        3 => (0u64..20_000).prop_map(Op::Advance),
+        1 => prop_oneof![
+            Just(State::ForcedOpen), Just(State::Disabled), Just(State::MetricsOnly), Just(State::Closed)
+        ].prop_map(Op::Operator),
+        1 => Just(Op::Tick),
+    ]
+}
+
+proptest! {
+    // 256 cases by default; PROPTEST_CASES=20000 for a longer search.
+    #[test]
+    fn breaker_matches_the_reference_model(
+        size in 1u32..8,
+        min_frac in 1u32..=8,
+        threshold in prop_oneof![Just(50.0), Just(100.0), Just(34.0), 1.0f64..100.0],
+        open_ms in 1u64..30_000,
+        k in 1u32..4,
+        all_probes in any::<bool>(),
+        lease_ms in 1u64..40_000,
+        consecutive in proptest::option::of(1u32..5),
+        ops in proptest::collection::vec(op(), 1..150),
+    ) {
+        let min = min_frac.min(size);
+        let policy = if all_probes { HalfOpenPolicy::AllProbes } else { HalfOpenPolicy::Consecutive };
+        let mut builder = BreakerConfig::builder()
+            .count_window(size)
+            .minimum_calls(min)
+            .failure_rate_threshold(threshold)
+            .slow_call_duration(Duration::from_secs(7 * 24 * 3600))
+            .count_in_flight_as_slow(false)
+            .open_duration(Duration::from_millis(open_ms))
+            .half_open_calls(k)
+            .half_open_policy(policy)
+            .probe_lease(Duration::from_millis(lease_ms));
+        if let Some(c) = consecutive {
+            builder = builder.consecutive_failures(c);
+        }
+        let config = builder.build().unwrap();
+        let ms = 1_000_000;
+        let mut model = Model {
+            size: size as usize,
+            min: min as usize,
+            failure_ppm: ((threshold * 10_000.0).round() as u64).clamp(1, 1_000_000),
+            open: open_ms * ms,
+            k,
+            policy,
+            lease: lease_ms * ms,
+            consecutive_limit: consecutive.map(u64::from),
+            now: 0,
+            state: State::Closed,
+            generation: 0,
+            window: VecDeque::new(),
+            consecutive: 0,
+            open_until: 0,
+            leases: vec![None; k as usize],
+            results: 0,
+            failures: 0,
+            successes: 0,
+            next_token: 1,
+        };
+        let clock = ManualClock::new();
+        let breaker = CircuitBreaker::with_clock("model", config, clock.clone());
+        let log = EventLog::new();
+        breaker.subscribe(log.clone());
+        let mut held: Vec<(Permit<'_, ManualClock>, Grant)> = Vec::new();
+        let mut abandoned = 0u64;
+
+        for op in ops {
+            match op {
+                Op::Acquire => {
+                    let want = model.acquire();
+                    match (breaker.try_acquire(), want) {
+                        (Ok(p), Some(g)) => {
+                            prop_assert_eq!(p.is_probe(), matches!(g, Grant::Probe { .. }));
+                            held.push((p, g));
+                        }
+                        (Err(_), None) => {}
+                        (got, want) => prop_assert!(false, "acquire: breaker {:?}, model {:?}", got.map(|p| p.is_probe()), want),
+                    }
+                }
+                Op::Record(i, outcome) if !held.is_empty() => {
+                    let (p, g) = held.swap_remove(i % held.len());
+                    let before = breaker.metrics();
+                    let got = p.record(outcome);
+                    let want = model.record(g, outcome);
+                    prop_assert_eq!(got, want);
+                    if got == Recorded::Stale {
+                        let after = breaker.metrics();
+                        prop_assert_eq!(before.successful_calls + before.failed_calls,
+                                        after.successful_calls + after.failed_calls);
+                        prop_assert_eq!(before.window, after.window);
+                    }
+                }
+                Op::Abandon(i) if !held.is_empty() => {
+                    let (p, g) = held.swap_remove(i % held.len());
+                    drop(p);
+                    model.abandon(g);
+                    if g != Grant::Passthrough {
+                        abandoned += 1;
+                    }
+                }
+                Op::Advance(by) => {
+                    clock.advance(Duration::from_millis(by));
+                    model.now += by * ms;
+                }
+                Op::Operator(to) => {
+                    match to {
+                        State::ForcedOpen => breaker.force_open(),
+                        State::Disabled => breaker.disable(),
+                        State::MetricsOnly => breaker.metrics_only(),
+                        _ => breaker.reset(),
+                    }
+                    model.operator(to);
+                }
+                Op::Tick => {
+                    breaker.tick();
+                }
+                _ => {}
+            }
+            let m = breaker.metrics();
+            prop_assert_eq!(m.state, model.state);
+            prop_assert_eq!(m.generation, model.generation);
+            if matches!(model.state, State::Closed | State::MetricsOnly) {
+                prop_assert_eq!(m.window.calls, model.window.len() as u64);
+                prop_assert_eq!(m.window.failures, model.window.iter().filter(|f| **f).count() as u64);
+            }
+            prop_assert!(m.probes_in_flight <= k, "{} probes in flight", m.probes_in_flight);
+            // Probes whose result would still count: current generation, lease not reclaimed.
+            let live_probes = held
+                .iter()
+                .filter(|(_, g)| matches!(g, Grant::Probe { generation, slot, token }
+                    if *generation == model.generation
+                        && model.leases[*slot].is_some_and(|(t, _)| t == *token)))
+                .count();
+            prop_assert!(live_probes as u32 <= k);
+        }
+
+        // Abandoned permits never leak: drop everything, every slot comes back.
+        for (p, g) in held.drain(..) {
+            drop(p);
+            if g != Grant::Passthrough {
+                abandoned += 1;
+            }
+        }
+        let m = breaker.metrics();
+        prop_assert_eq!(m.probes_in_flight, 0);
+        prop_assert_eq!(m.abandoned_permits, abandoned);
+
+        // No forbidden edge; generations step by one; each transition starts where the last ended.
+        let mut prev = (State::Closed, 0u64);
+        for e in log.events() {
+            if let EventKind::Transition { from, to, generation, reason, .. } = e.kind {
+                prop_assert_eq!(from, prev.0);
+                prop_assert_eq!(generation, prev.1 + 1);
+                if reason != Reason::Operator {
+                    prop_assert!(
+                        matches!((from, to),
+                            (State::Closed, State::Open) | (State::Open, State::HalfOpen)
+                            | (State::HalfOpen, State::Closed) | (State::HalfOpen, State::Open)),
+                        "forbidden edge {from} -> {to} ({reason:?})"
+                    );
+                }
+                prev = (to, generation);
+            }
+        }
+    }
+}
