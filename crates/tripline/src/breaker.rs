@@ -773,6 +773,18 @@ impl<C: Clock> CircuitBreaker<C> {
         Ok(())
     }
 
+    /// Whether a registry may drop this breaker: Closed, nothing bad in its window, no call in
+    /// flight through it, and no handle held outside the registry (`holders` is how many
+    /// handles the caller itself holds).
+    pub(crate) fn evictable(&self, holders: usize) -> bool {
+        if Arc::strong_count(&self.inner) > holders || self.state() != State::Closed {
+            return false;
+        }
+        let inner = &*self.inner;
+        let snap = inner.snapshot(inner.clock.now());
+        snap.failures == 0 && snap.slow_calls == 0 && snap.in_flight_slow == 0
+    }
+
     /// Approximate bytes held by this breaker (the shared part plus the window's heap).
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Inner<C>>()

@@ -58,6 +58,11 @@
 //! * `serde` (default): configurations from TOML or JSON, durations written like `"250ms"`.
 //! * `tokio`: [`CircuitBreaker::call_async`] with the timeout inside the breaker, a fallback
 //!   helper, [`TokioClock`] for paused-time tests and `run_timer` for automatic transitions.
+//! * `metrics`: [`observe::BreakerMetrics`], breaker figures through the `metrics` facade.
+//! * `tracing`: [`observe::TracingListener`], transitions as `tracing` events.
+//!
+//! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
+//! bounded in memory and never evicting one that is not Closed.
 //!
 //! The [`conformance`] module holds the rules as data (step-by-step vectors) with a runner, so
 //! every store (in-process, Redis) is checked against the same expectations.
@@ -72,7 +77,9 @@ pub mod conformance;
 mod error;
 mod event;
 mod inflight;
+pub mod observe;
 mod outcome;
+pub mod registry;
 mod state;
 mod sync;
 mod window;

@@ -1,0 +1,830 @@
+//! Keyed breakers: one breaker per dependency and, where the dependency is partitioned, per
+//! endpoint, host, tenant, shard or region, so that one failing partition does not disable the
+//! healthy ones (seeds 001 and 003: a breaker aggregates outcomes into one verdict, and 10 % hot
+//! shards would otherwise short-circuit 100 % of the traffic).
+//!
+//! * Breakers are created on first use from a named configuration: the key's own, else its
+//!   dependency's, else `default`.
+//! * Lookups take no lock (a `papaya` concurrent map with lock-free reads).
+//! * Memory is bounded: at most `max_breakers`, and breakers idle for `idle_after` are dropped
+//!   by [`Registry::evict_idle`]. A breaker is never evicted while it is not Closed, while its
+//!   window holds failures or slow calls, while a call is in flight, or while anyone outside
+//!   the registry holds a handle to it: a missing breaker reads as a fresh Closed one, so
+//!   evicting an Open breaker would admit everything.
+//! * Operators steer breakers per key or per dependency, from code or from the configuration;
+//!   a dependency-wide override also applies to breakers created later. Every change is an
+//!   event on the breakers' listeners.
+//! * [`Registry::reload`] applies a new configuration, keeping each breaker's state and window
+//!   where the window shape is unchanged.
+//!
+//! Keys end up in logs, metrics labels and (with a shared store) a coordinator's keyspace:
+//! they must not carry sensitive data.
+//!
+//! ```
+//! use tripline::registry::{Key, Registry, RegistryConfig, ScopeKind};
+//!
+//! let registry = Registry::new(RegistryConfig::default())?;
+//! let acme = Key::scoped("payments", ScopeKind::Tenant, "acme")?;
+//! let breaker = registry.get(&acme)?;
+//! breaker.call(|| Ok::<_, ()>("charged")).unwrap();
+//! assert_eq!(acme.to_string(), "payments/tenant=acme");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::CircuitBreaker;
+use crate::clock::{Clock, MonotonicClock};
+use crate::config::BreakerConfig;
+use crate::error::ConfigError;
+use crate::event::Listener;
+use crate::state::State;
+
+/// What part of a dependency a keyed breaker covers.
+///
+/// ```
+/// use tripline::registry::ScopeKind;
+/// assert_eq!(ScopeKind::Shard.as_str(), "shard");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScopeKind {
+    /// One endpoint (route, RPC method) of the dependency.
+    Endpoint,
+    /// One host or instance.
+    Host,
+    /// One tenant or customer.
+    Tenant,
+    /// One shard or cell.
+    Shard,
+    /// One region or zone.
+    Region,
+}
+
+impl ScopeKind {
+    const ALL: [ScopeKind; 5] = [
+        ScopeKind::Endpoint,
+        ScopeKind::Host,
+        ScopeKind::Tenant,
+        ScopeKind::Shard,
+        ScopeKind::Region,
+    ];
+
+    /// The lowercase name used in keys (`tenant`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeKind::Endpoint => "endpoint",
+            ScopeKind::Host => "host",
+            ScopeKind::Tenant => "tenant",
+            ScopeKind::Shard => "shard",
+            ScopeKind::Region => "region",
+        }
+    }
+}
+
+/// A breaker's key: a dependency and an optional scope. Written `payments` or
+/// `payments/tenant=acme`.
+///
+/// ```
+/// use tripline::registry::{Key, ScopeKind};
+///
+/// let k: Key = "catalog/shard=17".parse()?;
+/// assert_eq!(k.dependency(), "catalog");
+/// assert_eq!(k.scope(), Some((ScopeKind::Shard, "17")));
+/// assert!(Key::new("").is_err());
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    dependency: Arc<str>,
+    scope: Option<(ScopeKind, Arc<str>)>,
+}
+
+fn check_name(field: &str, v: &str, max: usize) -> Result<(), ConfigError> {
+    let ok = !v.is_empty()
+        && v.len() <= max
+        && v.chars()
+            .all(|c| !c.is_control() && !c.is_whitespace() && !"/={}".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            format!("{v:?}"),
+            format!(
+                "1 to {max} bytes without whitespace, control characters, '/', '=', '{{' or '}}'"
+            ),
+        ))
+    }
+}
+
+impl Key {
+    /// The key of a whole dependency.
+    pub fn new(dependency: &str) -> Result<Self, ConfigError> {
+        check_name("key.dependency", dependency, 128)?;
+        Ok(Self {
+            dependency: dependency.into(),
+            scope: None,
+        })
+    }
+
+    /// The key of one part of a dependency.
+    pub fn scoped(dependency: &str, kind: ScopeKind, value: &str) -> Result<Self, ConfigError> {
+        check_name("key.dependency", dependency, 128)?;
+        check_name("key.scope", value, 256)?;
+        Ok(Self {
+            dependency: dependency.into(),
+            scope: Some((kind, value.into())),
+        })
+    }
+
+    /// The dependency.
+    pub fn dependency(&self) -> &str {
+        &self.dependency
+    }
+
+    /// The scope, if any.
+    pub fn scope(&self) -> Option<(ScopeKind, &str)> {
+        self.scope.as_ref().map(|(k, v)| (*k, &**v))
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.dependency)?;
+        if let Some((kind, v)) = &self.scope {
+            write!(f, "/{}={v}", kind.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({self})")
+    }
+}
+
+impl std::str::FromStr for Key {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s.split_once('/') {
+            None => Key::new(s),
+            Some((dep, scope)) => {
+                let Some((kind, value)) = scope.split_once('=') else {
+                    return Err(ConfigError::new(
+                        "key",
+                        format!("{s:?}"),
+                        "`dependency` or `dependency/kind=value`",
+                    ));
+                };
+                let kind = ScopeKind::ALL
+                    .into_iter()
+                    .find(|k| k.as_str() == kind)
+                    .ok_or_else(|| {
+                        ConfigError::new(
+                            "key.scope kind",
+                            format!("{kind:?}"),
+                            "one of endpoint, host, tenant, shard, region",
+                        )
+                    })?;
+                Key::scoped(dep, kind, value)
+            }
+        }
+    }
+}
+
+/// An operator's setting for a key or a whole dependency.
+///
+/// ```
+/// use tripline::registry::OperatorState;
+/// assert_eq!(OperatorState::default(), OperatorState::Auto);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum OperatorState {
+    /// No override: the rules decide (a breaker left in an operator state is reset to Closed).
+    #[default]
+    Auto,
+    /// Kill switch: reject everything.
+    ForcedOpen,
+    /// Permit everything, record nothing.
+    Disabled,
+    /// Shadow mode: record, report would-trip, never trip.
+    MetricsOnly,
+}
+
+/// Which breakers an operator action targets.
+///
+/// ```
+/// use tripline::registry::{Key, Selector};
+/// let one = Selector::Key(Key::new("payments")?);
+/// let all = Selector::Dependency("payments".into());
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Selector {
+    /// Exactly this key.
+    Key(Key),
+    /// Every key of this dependency, scoped or not, now and later.
+    Dependency(String),
+}
+
+/// A registry's configuration: named breaker configurations and which keys use them, bounds,
+/// and operator overrides. Loadable from TOML (feature `serde`):
+///
+/// ```toml
+/// max_breakers = 10000
+/// idle_after = "10m"
+///
+/// [configs.default]
+/// minimum_calls = 20
+///
+/// [configs.vendor]
+/// window = { kind = "count", size = 20 }
+/// minimum_calls = 10
+///
+/// [dependencies]
+/// exercise-catalog = "vendor"      # every key of the dependency
+///
+/// [keys]
+/// "payments/tenant=acme" = "vendor"  # one key
+///
+/// [operator]
+/// "recommendations" = "forced-open"  # a key or a whole dependency
+/// ```
+///
+/// ```
+/// use tripline::registry::RegistryConfig;
+/// use tripline::BreakerConfig;
+///
+/// let config = RegistryConfig::default()
+///     .with_config("vendor", BreakerConfig::builder().count_window(20).minimum_calls(10).build()?)
+///     .with_dependency("exercise-catalog", "vendor");
+/// assert!(config.validate().is_ok());
+/// let bad = RegistryConfig::default().with_dependency("x", "nope");
+/// assert_eq!(
+///     bad.validate().unwrap_err().to_string(),
+///     "dependencies.x must be a configuration name (one of: default), got \"nope\""
+/// );
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+pub struct RegistryConfig {
+    #[cfg_attr(feature = "serde", serde(default = "default_max"))]
+    max_breakers: usize,
+    #[cfg_attr(
+        feature = "serde",
+        serde(default = "default_idle", with = "humantime_serde")
+    )]
+    idle_after: Duration,
+    #[cfg_attr(feature = "serde", serde(default))]
+    configs: BTreeMap<String, BreakerConfig>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    dependencies: BTreeMap<String, String>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    keys: BTreeMap<String, String>,
+    #[cfg_attr(feature = "serde", serde(default))]
+    operator: BTreeMap<String, OperatorState>,
+}
+
+fn default_max() -> usize {
+    10_000
+}
+
+fn default_idle() -> Duration {
+    Duration::from_secs(600)
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            max_breakers: default_max(),
+            idle_after: default_idle(),
+            configs: BTreeMap::new(),
+            dependencies: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            operator: BTreeMap::new(),
+        }
+    }
+}
+
+impl RegistryConfig {
+    /// At most this many breakers (default 10 000).
+    pub fn with_max_breakers(mut self, n: usize) -> Self {
+        self.max_breakers = n;
+        self
+    }
+
+    /// Breakers unused this long may be evicted (default 10 minutes).
+    pub fn with_idle_after(mut self, d: Duration) -> Self {
+        self.idle_after = d;
+        self
+    }
+
+    /// Adds a named breaker configuration; `default` replaces the built-in default.
+    pub fn with_config(mut self, name: &str, config: BreakerConfig) -> Self {
+        self.configs.insert(name.to_string(), config);
+        self
+    }
+
+    /// Every key of `dependency` uses the configuration `name`.
+    pub fn with_dependency(mut self, dependency: &str, name: &str) -> Self {
+        self.dependencies
+            .insert(dependency.to_string(), name.to_string());
+        self
+    }
+
+    /// The key (written `dep` or `dep/kind=value`) uses the configuration `name`.
+    pub fn with_key(mut self, key: &str, name: &str) -> Self {
+        self.keys.insert(key.to_string(), name.to_string());
+        self
+    }
+
+    /// An operator override for a key or a whole dependency.
+    pub fn with_operator(mut self, selector: &str, state: OperatorState) -> Self {
+        self.operator.insert(selector.to_string(), state);
+        self
+    }
+
+    /// Parses a TOML document.
+    #[cfg(feature = "serde")]
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let c: Self = toml::from_str(text).map_err(|e| {
+            ConfigError::new(
+                "registry",
+                e.to_string().trim_end(),
+                "a valid registry configuration",
+            )
+        })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks bounds, names and references.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_breakers == 0 || self.max_breakers > 100_000_000 {
+            return Err(ConfigError::new(
+                "max_breakers",
+                self.max_breakers,
+                "in [1, 100000000]",
+            ));
+        }
+        if self.idle_after < Duration::from_millis(1) {
+            return Err(ConfigError::new(
+                "idle_after",
+                crate::config::fmt_d(self.idle_after),
+                "at least 1ms",
+            ));
+        }
+        for (name, c) in &self.configs {
+            check_name("configs", name, 128)?;
+            c.validate().map_err(|e| {
+                ConfigError::new(
+                    format!("configs.{name}.{}", e.field()),
+                    e.value(),
+                    e.allowed(),
+                )
+            })?;
+        }
+        let known = || {
+            let mut names: Vec<&str> = self.configs.keys().map(String::as_str).collect();
+            if !self.configs.contains_key("default") {
+                names.insert(0, "default");
+            }
+            names.join(", ")
+        };
+        let check_ref = |field: String, name: &str| {
+            if name == "default" || self.configs.contains_key(name) {
+                Ok(())
+            } else {
+                Err(ConfigError::new(
+                    field,
+                    format!("{name:?}"),
+                    format!("a configuration name (one of: {})", known()),
+                ))
+            }
+        };
+        for (dep, name) in &self.dependencies {
+            Key::new(dep)?;
+            check_ref(format!("dependencies.{dep}"), name)?;
+        }
+        for (key, name) in &self.keys {
+            key.parse::<Key>()?;
+            check_ref(format!("keys.{key}"), name)?;
+        }
+        for sel in self.operator.keys() {
+            sel.parse::<Key>()?;
+        }
+        Ok(())
+    }
+
+    fn config_for(&self, key: &Key) -> BreakerConfig {
+        let name = self
+            .keys
+            .get(&key.to_string())
+            .or_else(|| self.dependencies.get(key.dependency()))
+            .map_or("default", String::as_str);
+        self.configs
+            .get(name)
+            .or_else(|| self.configs.get("default"))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Why the registry refused a lookup.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The registry holds `max` breakers and none of them may be evicted (each is not Closed,
+    /// holds failures, or is in use).
+    #[error("breaker registry is full: {max} breakers, none evictable")]
+    Full {
+        /// The bound.
+        max: usize,
+    },
+}
+
+/// How many breakers of a dependency are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DependencySummary {
+    /// Breakers of the dependency.
+    pub breakers: usize,
+    /// In each state, indexed like [`State::ALL`].
+    pub by_state: [usize; 6],
+}
+
+impl DependencySummary {
+    /// Breakers in `state`.
+    pub fn in_state(&self, state: State) -> usize {
+        self.by_state[state as usize]
+    }
+}
+
+/// What a reload did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Breakers whose configuration changed in place (state and window kept).
+    pub reconfigured: Vec<Key>,
+    /// Closed breakers rebuilt because their window shape changed.
+    pub rebuilt: Vec<Key>,
+    /// Breakers whose window shape changed but which are not Closed: they keep the old
+    /// configuration until they close and the next reload rebuilds them.
+    pub deferred: Vec<Key>,
+}
+
+struct Entry<C: Clock> {
+    breaker: CircuitBreaker<C>,
+    config: Mutex<BreakerConfig>,
+    last_used: AtomicU64,
+    applied: Mutex<OperatorState>,
+    #[cfg(feature = "metrics")]
+    metrics: crate::observe::BreakerMetrics,
+}
+
+/// A bounded, lock-free-read registry of keyed breakers.
+pub struct Registry<C: Clock + Clone = MonotonicClock> {
+    map: papaya::HashMap<Key, Arc<Entry<C>>>,
+    config: RwLock<Arc<RegistryConfig>>,
+    overrides: RwLock<HashMap<String, OperatorState>>,
+    listeners: Mutex<Vec<Arc<dyn Listener>>>,
+    maintenance: Mutex<()>,
+    clock: C,
+}
+
+impl<C: Clock + Clone> fmt::Debug for Registry<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("breakers", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared(Arc<dyn Listener>);
+
+impl Listener for Shared {
+    fn on_event(&self, event: &crate::Event) {
+        self.0.on_event(event)
+    }
+    fn wants_call_events(&self) -> bool {
+        self.0.wants_call_events()
+    }
+}
+
+impl Registry<MonotonicClock> {
+    /// A registry on the production clock.
+    pub fn new(config: RegistryConfig) -> Result<Self, ConfigError> {
+        Self::with_clock(config, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock + Clone> Registry<C> {
+    /// A registry whose breakers read `clock`.
+    pub fn with_clock(config: RegistryConfig, clock: C) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let overrides = config.operator.clone().into_iter().collect();
+        Ok(Self {
+            map: papaya::HashMap::new(),
+            config: RwLock::new(Arc::new(config)),
+            overrides: RwLock::new(overrides),
+            listeners: Mutex::new(Vec::new()),
+            maintenance: Mutex::new(()),
+            clock,
+        })
+    }
+
+    /// Adds a listener to every breaker, existing and future.
+    pub fn subscribe(&self, listener: impl Listener) {
+        let listener: Arc<dyn Listener> = Arc::new(listener);
+        lock(&self.listeners).push(listener.clone());
+        for (_, e) in self.map.pin().iter() {
+            e.breaker.subscribe(Shared(listener.clone()));
+        }
+    }
+
+    /// Breakers held now.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the registry holds no breaker.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The breaker for `key`, created on first use. When the registry is full, idle and then
+    /// least recently used evictable breakers make room; if none may go, the lookup fails.
+    pub fn get(&self, key: &Key) -> Result<CircuitBreaker<C>, RegistryError> {
+        let now = self.clock.recent();
+        {
+            let map = self.map.pin();
+            if let Some(e) = map.get(key) {
+                touch(e, now);
+                return Ok(e.breaker.clone());
+            }
+        }
+        let max = read(&self.config).max_breakers;
+        if self.map.len() >= max {
+            self.make_room(max);
+            if self.map.len() >= max {
+                return Err(RegistryError::Full { max });
+            }
+        }
+        let map = self.map.pin();
+        let entry = map.get_or_insert_with(key.clone(), || self.create(key, now));
+        touch(entry, now);
+        Ok(entry.breaker.clone())
+    }
+
+    /// The breaker for `key` if it exists, without creating it or marking it used.
+    pub fn peek(&self, key: &Key) -> Option<CircuitBreaker<C>> {
+        self.map.pin().get(key).map(|e| e.breaker.clone())
+    }
+
+    fn create(&self, key: &Key, now: u64) -> Arc<Entry<C>> {
+        let config = read(&self.config).config_for(key);
+        let breaker =
+            CircuitBreaker::with_clock(key.to_string(), config.clone(), self.clock.clone());
+        #[cfg(feature = "tracing")]
+        breaker.subscribe(crate::observe::TracingListener);
+        for l in lock(&self.listeners).iter() {
+            breaker.subscribe(Shared(l.clone()));
+        }
+        let state = self.override_for(key);
+        apply(&breaker, OperatorState::Auto, state);
+        Arc::new(Entry {
+            #[cfg(feature = "metrics")]
+            metrics: crate::observe::BreakerMetrics::for_key(&breaker, key),
+            breaker,
+            config: Mutex::new(config),
+            last_used: AtomicU64::new(now),
+            applied: Mutex::new(state),
+        })
+    }
+
+    fn override_for(&self, key: &Key) -> OperatorState {
+        let o = read(&self.overrides);
+        o.get(&key.to_string())
+            .or_else(|| o.get(key.dependency()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn make_room(&self, max: usize) {
+        let _g = lock(&self.maintenance);
+        if self.map.len() < max {
+            return;
+        }
+        // Drop idle ones first, then the least recently used evictable ones down to 7/8.
+        self.evict_idle();
+        let target = max - max / 8;
+        let len = self.map.len();
+        if len < max {
+            return;
+        }
+        let map = self.map.pin();
+        let mut candidates: Vec<(u64, Key)> = map
+            .iter()
+            .filter(|(_, e)| e.breaker.evictable(1))
+            .map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone()))
+            .collect();
+        candidates.sort_unstable();
+        for (_, key) in candidates
+            .into_iter()
+            .take(len.saturating_sub(target).max(1))
+        {
+            let _ = map.remove_if(&key, |_, e| e.breaker.evictable(1));
+        }
+    }
+
+    /// Evicts breakers unused for `idle_after` that may go (Closed, clean, not in use).
+    /// Returns how many were evicted. Call it periodically, or let `get` call it when full.
+    pub fn evict_idle(&self) -> usize {
+        let idle = nanos(read(&self.config).idle_after);
+        let now = self.clock.now();
+        let map = self.map.pin();
+        let stale: Vec<Key> = map
+            .iter()
+            .filter(|(_, e)| now.saturating_sub(e.last_used.load(Ordering::Relaxed)) >= idle)
+            .map(|(k, _)| k.clone())
+            .collect();
+        stale
+            .iter()
+            .filter(|k| {
+                map.remove_if(*k, |_, e| {
+                    now.saturating_sub(e.last_used.load(Ordering::Relaxed)) >= idle
+                        && e.breaker.evictable(1)
+                })
+                .is_ok_and(|r| r.is_some())
+            })
+            .count()
+    }
+
+    /// Breakers per dependency, by state.
+    pub fn summary(&self) -> BTreeMap<String, DependencySummary> {
+        let mut out: BTreeMap<String, DependencySummary> = BTreeMap::new();
+        for (k, e) in self.map.pin().iter() {
+            let s = out.entry(k.dependency().to_string()).or_default();
+            s.breakers += 1;
+            s.by_state[e.breaker.state() as usize] += 1;
+        }
+        out
+    }
+
+    /// How many breakers of `dependency` are Open (or ForcedOpen).
+    pub fn open_count(&self, dependency: &str) -> usize {
+        self.summary().get(dependency).map_or(0, |s| {
+            s.in_state(State::Open) + s.in_state(State::ForcedOpen)
+        })
+    }
+
+    /// Sets an operator override: from now on the selected breakers (and, for a dependency,
+    /// those created later) are in `state`; [`OperatorState::Auto`] removes the override.
+    /// Returns how many existing breakers changed.
+    pub fn set_operator(&self, selector: &Selector, state: OperatorState) -> usize {
+        let name = match selector {
+            Selector::Key(k) => k.to_string(),
+            Selector::Dependency(d) => d.clone(),
+        };
+        {
+            let mut o = write(&self.overrides);
+            if state == OperatorState::Auto {
+                o.remove(&name);
+            } else {
+                o.insert(name, state);
+            }
+        }
+        self.apply_overrides(Some(selector))
+    }
+
+    /// Operator: back to Closed with a fresh window, for the selected breakers (overrides
+    /// stay as they are). Returns how many breakers were reset.
+    pub fn reset(&self, selector: &Selector) -> usize {
+        let mut n = 0;
+        for (k, e) in self.map.pin().iter() {
+            if selects(selector, k) {
+                e.breaker.reset();
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn apply_overrides(&self, only: Option<&Selector>) -> usize {
+        let mut n = 0;
+        for (k, e) in self.map.pin().iter() {
+            if only.is_some_and(|s| !selects(s, k)) {
+                continue;
+            }
+            let want = self.override_for(k);
+            let mut applied = lock(&e.applied);
+            if *applied != want {
+                apply(&e.breaker, *applied, want);
+                *applied = want;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Applies a new configuration to the live registry: bounds, named configurations and
+    /// operator overrides. Each breaker whose configuration changed is reconfigured in place
+    /// (state, generation and window kept); one whose window shape changed is rebuilt if it
+    /// is Closed, else deferred (see [`ReloadReport`]).
+    pub fn reload(&self, config: RegistryConfig) -> Result<ReloadReport, ConfigError> {
+        config.validate()?;
+        let _g = lock(&self.maintenance);
+        let config = Arc::new(config);
+        *write(&self.config) = config.clone();
+        *write(&self.overrides) = config.operator.clone().into_iter().collect();
+        let mut report = ReloadReport::default();
+        let map = self.map.pin();
+        for (k, e) in map.iter() {
+            let want = config.config_for(k);
+            let mut current = lock(&e.config);
+            if want == *current {
+                continue;
+            }
+            if want.window == current.window && want.stripes == current.stripes {
+                // Same shape and validated above, so this cannot fail.
+                if e.breaker.reconfigure(want.clone()).is_ok() {
+                    *current = want;
+                    report.reconfigured.push(k.clone());
+                }
+            } else if e.breaker.state() == State::Closed {
+                report.rebuilt.push(k.clone());
+            } else {
+                report.deferred.push(k.clone());
+            }
+        }
+        for k in &report.rebuilt {
+            let now = self.clock.recent();
+            map.insert(k.clone(), self.create(k, now));
+        }
+        drop(map);
+        self.apply_overrides(None);
+        Ok(report)
+    }
+
+    /// Pushes every breaker's current figures to the `metrics` recorder (feature `metrics`).
+    /// The metric handles were created once per breaker; call this on each scrape or on a
+    /// timer.
+    #[cfg(feature = "metrics")]
+    pub fn export_metrics(&self) {
+        for (_, e) in self.map.pin().iter() {
+            e.metrics.update(&e.breaker);
+        }
+    }
+}
+
+fn selects(selector: &Selector, key: &Key) -> bool {
+    match selector {
+        Selector::Key(k) => k == key,
+        Selector::Dependency(d) => key.dependency() == d,
+    }
+}
+
+fn apply<C: Clock>(breaker: &CircuitBreaker<C>, from: OperatorState, to: OperatorState) {
+    match to {
+        OperatorState::ForcedOpen => breaker.force_open(),
+        OperatorState::Disabled => breaker.disable(),
+        OperatorState::MetricsOnly => breaker.metrics_only(),
+        OperatorState::Auto => {
+            if from != OperatorState::Auto && breaker.state().is_operator_state() {
+                breaker.reset();
+            }
+        }
+    }
+}
+
+/// Marks an entry used; writes only when the coarse time moved (~1 s), so hot keys read-share
+/// their cache line.
+#[inline]
+fn touch<C: Clock>(e: &Entry<C>, now: u64) {
+    if now >> 30 != e.last_used.load(Ordering::Relaxed) >> 30 {
+        e.last_used.store(now, Ordering::Relaxed);
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
