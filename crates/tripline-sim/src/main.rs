@@ -1,0 +1,164 @@
+//! `tripline`: simulate an incident with and without circuit breakers.
+//!
+//! ```text
+//! tripline scenarios                     list the built-in scenarios
+//! tripline show <name>                   print a built-in scenario's TOML (a starting point)
+//! tripline simulate <name|file.toml> [--seed N] [--json] [--report FILE.html|FILE.svg]
+//! ```
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tripline_sim::{Scenario, builtin, chart, scenario::BUILTIN, simulate_with_progress};
+
+/// Simulate an incident with and without circuit breakers, on virtual time, with the real
+/// tripline breaker.
+#[derive(Debug, Parser)]
+#[command(name = "tripline", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the built-in scenarios.
+    Scenarios,
+    /// Print a built-in scenario's TOML, to start a scenario of your own from it.
+    Show {
+        /// The scenario's name.
+        name: String,
+    },
+    /// Run a scenario without and with protection and compare.
+    Simulate {
+        /// A built-in scenario's name or a scenario file (TOML).
+        scenario: String,
+        /// The random seed (default: the scenario's own).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Print the figures as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also write charts: an HTML page (table and charts), or an SVG when the name ends
+        /// in `.svg`.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<(), String> {
+    match command {
+        Command::Scenarios => {
+            let w = BUILTIN.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+            for (name, _) in BUILTIN {
+                let d = Scenario::load(name)
+                    .map(|s| s.description)
+                    .unwrap_or_else(|e| e.to_string());
+                println!("{name:w$}  {d}");
+            }
+            Ok(())
+        }
+        Command::Show { name } => match builtin(&name) {
+            Some(src) => {
+                print!("{src}");
+                Ok(())
+            }
+            None => Err(format!(
+                "unknown scenario {name:?}; the built-in ones are: {}",
+                BUILTIN
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        },
+        Command::Simulate {
+            scenario,
+            seed,
+            json,
+            report,
+        } => {
+            let s = Scenario::load(&scenario).map_err(|e| e.to_string())?;
+            let bar = progress_bar(tripline_sim::progress_total(&s));
+            let r = simulate_with_progress(&s, seed, &|ms| bar.tick(ms));
+            bar.finish();
+            if json {
+                println!("{}", r.to_json());
+            } else {
+                print!("{}", r.table());
+            }
+            if let Some(path) = report {
+                let is_svg = path
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+                let doc = if is_svg {
+                    chart::svg(&r)?
+                } else {
+                    chart::html(&r)?
+                };
+                std::fs::write(&path, doc)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                if !json {
+                    println!("\nreport written to {}", path.display());
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A progress bar on stderr, drawn only on a terminal and only once the run has taken more
+/// than a second.
+struct Bar {
+    bar: ProgressBar,
+    started: Instant,
+    shown: std::sync::atomic::AtomicBool,
+    terminal: bool,
+}
+
+impl Bar {
+    fn tick(&self, ms: u64) {
+        self.bar.inc(ms);
+        if self.terminal
+            && !self.shown.load(std::sync::atomic::Ordering::Relaxed)
+            && self.started.elapsed() > Duration::from_secs(1)
+        {
+            self.shown.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn progress_bar(total_ms: u64) -> Bar {
+    let bar = ProgressBar::with_draw_target(Some(total_ms), ProgressDrawTarget::hidden());
+    if let Ok(style) = ProgressStyle::with_template(
+        "simulating {bar:40} {percent:>3}% of virtual time, {eta} left",
+    ) {
+        bar.set_style(style);
+    }
+    Bar {
+        bar,
+        started: Instant::now(),
+        shown: std::sync::atomic::AtomicBool::new(false),
+        terminal: std::io::stderr().is_terminal(),
+    }
+}

@@ -1,0 +1,725 @@
+//! The figures of a simulation, as a table and as JSON.
+//!
+//! # JSON schema (`schema_version` 1)
+//!
+//! Times are seconds since the start of the run (`*_s`), latencies milliseconds (`*_ms`).
+//! A field that does not apply (no incident, a breaker that never tripped) is `null`.
+//!
+//! ```text
+//! {
+//!   "schema_version": 1,
+//!   "scenario": "fowler",                  name
+//!   "description": "...",                   one line
+//!   "seed": 4,                              the seed used
+//!   "duration_s": 60.0,                     arrivals stop here (the run then drains)
+//!   "dependency": "catalog",                its name
+//!   "replicas": 1, "workers_per_replica": 200,
+//!   "incident": { "start_s": 5.0, "end_s": 30.0 } | null,   first fault start, last fault end
+//!   "runs": [                               "without" first, then each protection in order
+//!     {
+//!       "label": "without" | "with" | ...,
+//!       "protected": false,
+//!       "breaker": null | { "scope": "dependency"|"shard", "sharing": "local"|"shared",
+//!                           "count": 12, "fallback": true },
+//!       "timeout_ms": 1000.0 | null,        per attempt
+//!       "attempts": 3,
+//!       "requests": 60,                     arrived
+//!       "succeeded": 35,                    answered with real data
+//!       "failed": 25,                       answered with an error after their attempts
+//!       "rejected_fast": 0,                 the breaker refused the call (fallbacks included)
+//!       "fallback_served": 0,               rejected and answered with the fallback
+//!       "rejected_while_healthy": 0,        rejected although no fault touched that request
+//!       "shed": 0,                          queue full or queue timeout
+//!       "dependency_calls": 60,             attempts that reached the dependency
+//!       "load_amplification": 1.0,          dependency_calls / requests
+//!       "pool_size": 200,                   workers per replica
+//!       "pool_peak": 1,                     most busy workers on one replica
+//!       "pool_full_s": 0,                   seconds in which some replica's pool was full
+//!       "pool_full_after_recovery_s": 0.0 | null,   from incident.end_s to the end of the
+//!                                           last second with a full pool (0: none after it)
+//!       "queue_peak": 0,                    most queued requests on one replica
+//!       "latency": {
+//!         "using_dependency": { "count", "p50_ms", "p99_ms", "max_ms", "baseline_p99_ms" },
+//!         "other":            { ... }       (null fields when no such requests)
+//!       },
+//!       "endpoints": [ { "name", "uses_dependency", "requests", "succeeded", "failed",
+//!                        "rejected", "fallback", "shed", "p50_ms", "p99_ms" } ],
+//!       "first_trip_s": 7.0 | null,         first closed→open at or after the incident start
+//!       "time_to_trip_s": 2.0 | null,       first_trip_s − incident.start_s
+//!       "all_closed_s": 37.0 | null,        first time at or after incident.end_s when every
+//!                                           breaker is closed (null: none tripped, or some
+//!                                           still not closed at the end)
+//!       "time_to_close_after_recovery_s": 7.0 | null,   all_closed_s − incident.end_s
+//!       "breakers_tripped": 1,              breakers that opened at least once
+//!       "transitions": [ { "at_s": 7.0, "replica": 0 | null, "shard": null | 3,
+//!                          "from": "closed", "to": "open", "reason": "consecutive-failures" } ]
+//!     }
+//!   ]
+//! }
+//! ```
+//!
+//! `replica` is `null` for a breaker shared by all replicas, `shard` is `null` for a breaker
+//! keyed by the dependency. Reasons: `failure-rate`, `slow-call-rate`, `consecutive-failures`,
+//! `open-elapsed`, `probes-succeeded`, `probes-failed`, `half-open-timeout`, `operator`.
+//! Percentiles are nearest-rank over every answered request (shed ones included, at the time
+//! they were shed), measured from arrival to answer. A new field may appear without a version
+//! change; a field's meaning never changes without one.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use tripline::State;
+
+use crate::engine::{Bin, Out, RunOutput, Sample};
+use crate::scenario::{Protection, Scenario, Scope, Sharing};
+
+/// The version of the JSON layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The result of simulating one scenario: one run per variant.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The JSON layout's version ([`SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// The scenario's name.
+    pub scenario: String,
+    /// Its description.
+    pub description: String,
+    /// The seed used.
+    pub seed: u64,
+    /// How long requests arrived, in seconds.
+    pub duration_s: f64,
+    /// The dependency's name.
+    pub dependency: String,
+    /// Replicas.
+    pub replicas: u32,
+    /// Workers per replica.
+    pub workers_per_replica: u32,
+    /// The incident window, if the scenario has faults.
+    pub incident: Option<Incident>,
+    /// The runs: "without" first, then each protection.
+    pub runs: Vec<RunReport>,
+}
+
+/// When the faults start and end.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Incident {
+    /// The earliest fault start, in seconds.
+    pub start_s: f64,
+    /// The latest fault end, in seconds.
+    pub end_s: f64,
+}
+
+/// The breaker set-up of a protected run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BreakerInfo {
+    /// What a breaker is keyed by.
+    pub scope: Scope,
+    /// Where its state lives.
+    pub sharing: Sharing,
+    /// How many breakers the run held.
+    pub count: u32,
+    /// Whether rejected calls were answered with a fallback.
+    pub fallback: bool,
+}
+
+/// Latency figures of a class of requests, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// Requests answered.
+    pub count: u64,
+    /// Median.
+    pub p50_ms: Option<f64>,
+    /// 99th percentile.
+    pub p99_ms: Option<f64>,
+    /// Slowest.
+    pub max_ms: Option<f64>,
+    /// 99th percentile of the requests answered before the incident began (the normal level).
+    pub baseline_p99_ms: Option<f64>,
+}
+
+/// Latency by class of endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct LatencyClasses {
+    /// Endpoints that call the dependency.
+    pub using_dependency: Latency,
+    /// Endpoints that never call it.
+    pub other: Latency,
+}
+
+/// Figures of one endpoint.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EndpointReport {
+    /// Its name.
+    pub name: String,
+    /// Whether it calls the dependency.
+    pub uses_dependency: bool,
+    /// Requests to it.
+    pub requests: u64,
+    /// Answered with real data.
+    pub succeeded: u64,
+    /// Answered with an error.
+    pub failed: u64,
+    /// Rejected by the breaker (fallbacks included).
+    pub rejected: u64,
+    /// Answered with the fallback.
+    pub fallback: u64,
+    /// Shed by the worker pool.
+    pub shed: u64,
+    /// Median latency.
+    pub p50_ms: Option<f64>,
+    /// 99th percentile latency.
+    pub p99_ms: Option<f64>,
+}
+
+/// A breaker transition.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TransitionReport {
+    /// When, in seconds.
+    pub at_s: f64,
+    /// The replica whose breaker moved (`None` for a shared breaker).
+    pub replica: Option<u32>,
+    /// The shard, for per-shard breakers.
+    pub shard: Option<u32>,
+    /// The old state.
+    pub from: State,
+    /// The new state.
+    pub to: State,
+    /// The rule that fired.
+    pub reason: &'static str,
+}
+
+/// Per-second series of a run, for charts (not part of the JSON).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Series {
+    /// The raw one-second bins.
+    pub bins: Vec<Bin>,
+    /// Latency percentiles per bin, in ms: (p50, p99) of requests using the dependency.
+    pub using_dependency: Vec<Option<(f64, f64)>>,
+    /// Latency percentiles per bin, in ms: (p50, p99) of the other requests.
+    pub other: Vec<Option<(f64, f64)>>,
+    /// Share of breakers open (or forced open) at the end of each bin, in [0, 1].
+    pub open: Vec<f64>,
+    /// Share of breakers half-open at the end of each bin, in [0, 1].
+    pub half_open: Vec<f64>,
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// "without", or the protection's label.
+    pub label: String,
+    /// Whether the run had breakers.
+    pub protected: bool,
+    /// The breaker set-up.
+    pub breaker: Option<BreakerInfo>,
+    /// Per-attempt timeout.
+    pub timeout_ms: Option<f64>,
+    /// Attempts per request.
+    pub attempts: u32,
+    /// Requests that arrived.
+    pub requests: u64,
+    /// Answered with real data.
+    pub succeeded: u64,
+    /// Answered with an error after their attempts.
+    pub failed: u64,
+    /// Rejected by the breaker (fallbacks included).
+    pub rejected_fast: u64,
+    /// Rejected and answered with the fallback.
+    pub fallback_served: u64,
+    /// Rejected although no fault touched the request at that moment.
+    pub rejected_while_healthy: u64,
+    /// Shed by a full queue or the queue timeout.
+    pub shed: u64,
+    /// Attempts that reached the dependency.
+    pub dependency_calls: u64,
+    /// `dependency_calls / requests`.
+    pub load_amplification: f64,
+    /// Workers per replica.
+    pub pool_size: u32,
+    /// Most busy workers on one replica.
+    pub pool_peak: u32,
+    /// Seconds in which some replica's pool was full.
+    pub pool_full_s: u32,
+    /// Seconds from the incident's end to the end of the last second in which some replica's
+    /// pool was full (0 when none was full after the end; `None` without an incident).
+    pub pool_full_after_recovery_s: Option<f64>,
+    /// Most queued requests on one replica.
+    pub queue_peak: u32,
+    /// Latency by class.
+    pub latency: LatencyClasses,
+    /// Figures per endpoint.
+    pub endpoints: Vec<EndpointReport>,
+    /// First closed→open at or after the incident start, in seconds.
+    pub first_trip_s: Option<f64>,
+    /// `first_trip_s` − incident start.
+    pub time_to_trip_s: Option<f64>,
+    /// First time at or after the incident end when every breaker is closed.
+    pub all_closed_s: Option<f64>,
+    /// `all_closed_s` − incident end.
+    pub time_to_close_after_recovery_s: Option<f64>,
+    /// Breakers that opened at least once.
+    pub breakers_tripped: u32,
+    /// Every transition, in order.
+    pub transitions: Vec<TransitionReport>,
+    /// Per-second series (for charts).
+    #[serde(skip)]
+    pub series: Series,
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn ms(us: u32) -> f64 {
+    f64::from(us) / 1000.0
+}
+
+/// Nearest-rank percentile of an unsorted slice (reordered in place).
+fn pct(v: &mut [u32], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    let (_, x, _) = v.select_nth_unstable(rank);
+    Some(ms(*x))
+}
+
+fn pct_sorted(v: &[u32], p: f64) -> f64 {
+    let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    ms(v[rank])
+}
+
+fn latency_of(
+    samples: &[Sample],
+    keep: impl Fn(&Sample) -> bool,
+    before_bin: Option<u32>,
+) -> Latency {
+    let mut v: Vec<u32> = samples
+        .iter()
+        .filter(|s| keep(s))
+        .map(|s| s.lat_us)
+        .collect();
+    let mut base: Vec<u32> = match before_bin {
+        Some(b) => samples
+            .iter()
+            .filter(|s| keep(s) && s.bin() < b)
+            .map(|s| s.lat_us)
+            .collect(),
+        None => Vec::new(),
+    };
+    Latency {
+        count: v.len() as u64,
+        max_ms: v.iter().max().map(|&x| ms(x)),
+        p50_ms: pct(&mut v, 0.50),
+        p99_ms: pct(&mut v, 0.99),
+        baseline_p99_ms: pct(&mut base, 0.99),
+    }
+}
+
+/// Per-bin (p50, p99) of the samples `keep` selects.
+fn per_bin(
+    samples: &[Sample],
+    keep: impl Fn(&Sample) -> bool,
+    bins: usize,
+) -> Vec<Option<(f64, f64)>> {
+    let mut keys: Vec<u64> = samples
+        .iter()
+        .filter(|s| keep(s))
+        .map(|s| (u64::from(s.bin()) << 32) | u64::from(s.lat_us))
+        .collect();
+    keys.sort_unstable();
+    let mut out = vec![None; bins];
+    let mut lat: Vec<u32> = Vec::new();
+    let mut i = 0;
+    while i < keys.len() {
+        let bin = (keys[i] >> 32) as usize;
+        lat.clear();
+        while i < keys.len() && (keys[i] >> 32) as usize == bin {
+            lat.push(keys[i] as u32);
+            i += 1;
+        }
+        if bin < bins {
+            out[bin] = Some((pct_sorted(&lat, 0.5), pct_sorted(&lat, 0.99)));
+        }
+    }
+    out
+}
+
+pub(crate) fn run_report(
+    scenario: &Scenario,
+    protection: Option<&Protection>,
+    o: RunOutput,
+) -> RunReport {
+    let incident = scenario.incident();
+    let before_bin = incident.map(|(s, _)| s.as_secs() as u32);
+    let uses: Vec<bool> = scenario
+        .endpoints
+        .iter()
+        .map(|e| e.uses_dependency)
+        .collect();
+    let using = |s: &Sample| uses[s.endpoint()];
+    let latency = LatencyClasses {
+        using_dependency: latency_of(&o.samples, using, before_bin),
+        other: latency_of(&o.samples, |s| !using(s), before_bin),
+    };
+    let endpoints = scenario
+        .endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let c = o.per_endpoint[i];
+            let mut v: Vec<u32> = o
+                .samples
+                .iter()
+                .filter(|s| s.endpoint() == i)
+                .map(|s| s.lat_us)
+                .collect();
+            EndpointReport {
+                name: e.name.clone(),
+                uses_dependency: e.uses_dependency,
+                requests: c.iter().sum(),
+                succeeded: c[Out::Succeeded as usize],
+                failed: c[Out::Failed as usize],
+                rejected: c[Out::Rejected as usize] + c[Out::Fallback as usize],
+                fallback: c[Out::Fallback as usize],
+                shed: c[Out::Shed as usize],
+                p50_ms: pct(&mut v, 0.5),
+                p99_ms: pct(&mut v, 0.99),
+            }
+        })
+        .collect();
+
+    // Breaker timeline.
+    let n = o.breakers as usize;
+    let keys = match protection {
+        Some(p) if p.scope == Scope::Shard => scenario.shards.map_or(1, |s| s.count),
+        _ => 1,
+    };
+    let shared = protection.is_some_and(|p| p.sharing == Sharing::Shared);
+    let transitions: Vec<TransitionReport> = o
+        .transitions
+        .iter()
+        .map(|t| TransitionReport {
+            at_s: secs(t.at),
+            replica: (!shared).then_some(t.breaker / keys),
+            shard: (keys > 1 || protection.is_some_and(|p| p.scope == Scope::Shard))
+                .then_some(t.breaker % keys),
+            from: t.from,
+            to: t.to,
+            reason: t.reason,
+        })
+        .collect();
+    let start = incident.map_or(0, |(s, _)| crate::dist::nanos(s));
+    let first_trip = o
+        .transitions
+        .iter()
+        .find(|t| t.at >= start && t.from == State::Closed && t.to == State::Open)
+        .map(|t| t.at);
+    let mut tripped = vec![false; n];
+    for t in &o.transitions {
+        if t.to == State::Open {
+            tripped[t.breaker as usize] = true;
+        }
+    }
+    let all_closed = match (incident, first_trip) {
+        (Some((_, end)), Some(_)) => all_closed_after(&o.transitions, n, crate::dist::nanos(end)),
+        _ => None,
+    };
+
+    // Series.
+    let bins = o.bins.len();
+    let mut open = vec![0.0; bins];
+    let mut half = vec![0.0; bins];
+    if n > 0 {
+        let mut state = vec![State::Closed; n];
+        let (mut n_open, mut n_half) = (0i64, 0i64);
+        let mut it = o.transitions.iter().peekable();
+        for b in 0..bins {
+            let end = (b as u64 + 1) * 1_000_000_000;
+            while let Some(t) = it.next_if(|t| t.at < end) {
+                let s = &mut state[t.breaker as usize];
+                match *s {
+                    State::Open | State::ForcedOpen => n_open -= 1,
+                    State::HalfOpen => n_half -= 1,
+                    _ => {}
+                }
+                *s = t.to;
+                match t.to {
+                    State::Open | State::ForcedOpen => n_open += 1,
+                    State::HalfOpen => n_half += 1,
+                    _ => {}
+                }
+            }
+            open[b] = n_open as f64 / n as f64;
+            half[b] = n_half as f64 / n as f64;
+        }
+    }
+    let series = Series {
+        using_dependency: per_bin(&o.samples, using, bins),
+        other: per_bin(&o.samples, |s| !using(s), bins),
+        bins: o.bins,
+        open,
+        half_open: half,
+    };
+
+    let c = o.counts;
+    let timeout = protection
+        .and_then(|p| p.timeout)
+        .or(scenario.client.timeout);
+    RunReport {
+        label: protection.map_or_else(|| "without".to_string(), |p| p.label.clone()),
+        protected: protection.is_some(),
+        breaker: protection.map(|p| BreakerInfo {
+            scope: p.scope,
+            sharing: p.sharing,
+            count: o.breakers,
+            fallback: p.fallback,
+        }),
+        timeout_ms: timeout.map(|t| t.as_secs_f64() * 1000.0),
+        attempts: protection
+            .and_then(|p| p.attempts)
+            .unwrap_or(scenario.client.attempts),
+        requests: o.requests,
+        succeeded: c[Out::Succeeded as usize],
+        failed: c[Out::Failed as usize],
+        rejected_fast: c[Out::Rejected as usize] + c[Out::Fallback as usize],
+        fallback_served: c[Out::Fallback as usize],
+        rejected_while_healthy: o.rejected_healthy,
+        shed: c[Out::Shed as usize],
+        dependency_calls: o.dependency_calls,
+        load_amplification: if o.requests == 0 {
+            0.0
+        } else {
+            o.dependency_calls as f64 / o.requests as f64
+        },
+        pool_size: scenario.service.workers,
+        pool_peak: o.pool_peak,
+        pool_full_s: series.bins.iter().filter(|b| b.pool_full).count() as u32,
+        pool_full_after_recovery_s: incident.map(|(_, end)| {
+            let last_full = series.bins.iter().rposition(|b| b.pool_full);
+            last_full.map_or(0.0, |b| ((b + 1) as f64 - end.as_secs_f64()).max(0.0))
+        }),
+        queue_peak: o.queue_peak,
+        latency,
+        endpoints,
+        first_trip_s: first_trip.map(secs),
+        time_to_trip_s: first_trip.map(|t| secs(t - start)),
+        all_closed_s: all_closed.map(secs),
+        time_to_close_after_recovery_s: match (all_closed, incident) {
+            (Some(a), Some((_, end))) => Some(secs(a.saturating_sub(crate::dist::nanos(end)))),
+            _ => None,
+        },
+        breakers_tripped: tripped.iter().filter(|&&t| t).count() as u32,
+        transitions,
+        series,
+    }
+}
+
+/// The first time at or after `end` when every breaker is closed, replaying the transitions.
+fn all_closed_after(transitions: &[crate::engine::Tr], n: usize, end: u64) -> Option<u64> {
+    let mut state = vec![State::Closed; n];
+    let mut not_closed = 0usize;
+    let mut apply = |t: &crate::engine::Tr, not_closed: &mut usize| {
+        let s = &mut state[t.breaker as usize];
+        match (*s == State::Closed, t.to == State::Closed) {
+            (true, false) => *not_closed += 1,
+            (false, true) => *not_closed -= 1,
+            _ => {}
+        }
+        *s = t.to;
+    };
+    let split = transitions.partition_point(|t| t.at <= end);
+    for t in &transitions[..split] {
+        apply(t, &mut not_closed);
+    }
+    if not_closed == 0 {
+        return Some(end);
+    }
+    for t in &transitions[split..] {
+        apply(t, &mut not_closed);
+        if not_closed == 0 {
+            return Some(t.at);
+        }
+    }
+    None
+}
+
+/// A latency for the table: "0.4 ms", "40 ms", "1.25 s".
+fn fmt_ms(v: Option<f64>) -> String {
+    match v {
+        None => "—".into(),
+        Some(x) if x < 1.0 => format!("{x:.1} ms"),
+        Some(x) if x < 1000.0 => format!("{x:.0} ms"),
+        Some(x) => format!("{:.2} s", x / 1000.0),
+    }
+}
+
+fn fmt_s(v: Option<f64>) -> String {
+    match v {
+        None => "—".into(),
+        Some(x) if x < 10.0 => format!("{x:.2} s"),
+        Some(x) => format!("{x:.1} s"),
+    }
+}
+
+impl Report {
+    /// The report as pretty-printed JSON (see the module docs for the schema).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// The side-by-side table (runs as columns), with the transitions of small runs.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{} — {}", self.scenario, self.description);
+        let incident = self.incident.map_or_else(
+            || "no faults".to_string(),
+            |i| format!("faults from {:.0} s to {:.0} s", i.start_s, i.end_s),
+        );
+        let _ = writeln!(
+            out,
+            "seed {} · {:.0} s of arrivals · {} replica(s) × {} workers · {}\n",
+            self.seed, self.duration_s, self.replicas, self.workers_per_replica, incident
+        );
+        let dep = &self.dependency;
+        let rows: Vec<(String, Vec<String>)> = vec![
+            ("requests".into(), self.col(|r| r.requests.to_string())),
+            ("succeeded".into(), self.col(|r| r.succeeded.to_string())),
+            (
+                "failed (errors, timeouts)".into(),
+                self.col(|r| r.failed.to_string()),
+            ),
+            (
+                "rejected fast by the breaker".into(),
+                self.col(|r| r.rejected_fast.to_string()),
+            ),
+            (
+                "  fallback served".into(),
+                self.col(|r| r.fallback_served.to_string()),
+            ),
+            (
+                "  rejected while healthy".into(),
+                self.col(|r| r.rejected_while_healthy.to_string()),
+            ),
+            (
+                "shed by the worker pool".into(),
+                self.col(|r| r.shed.to_string()),
+            ),
+            (
+                format!("calls that reached {dep}"),
+                self.col(|r| r.dependency_calls.to_string()),
+            ),
+            (
+                "load amplification (calls/request)".into(),
+                self.col(|r| format!("{:.2}×", r.load_amplification)),
+            ),
+            (
+                "worker-pool peak (one replica)".into(),
+                self.col(|r| format!("{}/{}", r.pool_peak, r.pool_size)),
+            ),
+            (
+                "seconds with a full pool".into(),
+                self.col(|r| r.pool_full_s.to_string()),
+            ),
+            (
+                "pool still full after recovery".into(),
+                self.col(|r| fmt_s(r.pool_full_after_recovery_s)),
+            ),
+            (
+                format!("p50 / p99, endpoints using {dep}"),
+                self.col(|r| {
+                    let l = r.latency.using_dependency;
+                    format!("{} / {}", fmt_ms(l.p50_ms), fmt_ms(l.p99_ms))
+                }),
+            ),
+            (
+                "p50 / p99, other endpoints".into(),
+                self.col(|r| {
+                    let l = r.latency.other;
+                    format!("{} / {}", fmt_ms(l.p50_ms), fmt_ms(l.p99_ms))
+                }),
+            ),
+            ("time to trip".into(), self.col(|r| fmt_s(r.time_to_trip_s))),
+            (
+                "time to close after recovery".into(),
+                self.col(|r| fmt_s(r.time_to_close_after_recovery_s)),
+            ),
+            (
+                "breaker transitions".into(),
+                self.col(|r| {
+                    if r.protected {
+                        r.transitions.len().to_string()
+                    } else {
+                        "—".into()
+                    }
+                }),
+            ),
+        ];
+        let w0 = rows
+            .iter()
+            .map(|(l, _)| l.chars().count())
+            .max()
+            .unwrap_or(0);
+        let widths: Vec<usize> = (0..self.runs.len())
+            .map(|i| {
+                rows.iter()
+                    .map(|(_, v)| v[i].chars().count())
+                    .chain([self.runs[i].label.chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let _ = write!(out, "{:w0$}", "");
+        for (r, w) in self.runs.iter().zip(&widths) {
+            let _ = write!(out, "   {:>w$}", r.label, w = *w);
+        }
+        out.push('\n');
+        for (label, vals) in &rows {
+            let pad = w0 - label.chars().count();
+            let _ = write!(out, "{label}{}", " ".repeat(pad));
+            for (v, w) in vals.iter().zip(&widths) {
+                let pad = w - v.chars().count();
+                let _ = write!(out, "   {}{v}", " ".repeat(pad));
+            }
+            out.push('\n');
+        }
+        for r in self.runs.iter().filter(|r| r.protected) {
+            if r.transitions.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\n{}: breaker transitions", r.label);
+            const SHOW: usize = 12;
+            for t in r.transitions.iter().take(SHOW) {
+                let who = match (t.replica, t.shard) {
+                    (Some(rp), Some(s)) if self.replicas > 1 => format!(" replica {rp} shard {s}"),
+                    (_, Some(s)) => format!(" shard {s}"),
+                    (Some(rp), None) if self.replicas > 1 => format!(" replica {rp}"),
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    out,
+                    "  t={:>9.3} s{who}: {} → {} ({})",
+                    t.at_s, t.from, t.to, t.reason
+                );
+            }
+            if r.transitions.len() > SHOW {
+                let _ = writeln!(
+                    out,
+                    "  … {} in all (--json lists every one)",
+                    r.transitions.len()
+                );
+            }
+        }
+        out
+    }
+
+    fn col(&self, f: impl Fn(&RunReport) -> String) -> Vec<String> {
+        self.runs.iter().map(f).collect()
+    }
+
+    /// The run with this label.
+    pub fn run(&self, label: &str) -> Option<&RunReport> {
+        self.runs.iter().find(|r| r.label == label)
+    }
+}

@@ -1,0 +1,866 @@
+//! The scenario model and its file format (TOML).
+//!
+//! A scenario describes a service (replicas, worker pools, endpoints), its callers (an
+//! arrival process), one dependency (latency, errors, a fault schedule, optionally a capacity)
+//! and the protections to compare (breakers, timeouts, retries, fallbacks). The crate README
+//! documents every field with a full example; [`Scenario::from_toml`] reads one and checks
+//! every value, and [`builtin`] returns the scenarios that ship with the crate.
+//!
+//! ```
+//! use tripline_sim::Scenario;
+//!
+//! let s = Scenario::from_toml(r#"
+//!     name = "tiny"
+//!     duration = "10s"
+//!     arrivals = { rate = 5.0 }
+//!     [[endpoints]]
+//!     name = "/card"
+//!     uses_dependency = true
+//!     [dependency]
+//!     latency = "20ms"
+//!     [[protection]]
+//!     breaker = { consecutive_failures = 3 }
+//! "#)?;
+//! assert_eq!(s.endpoints.len(), 1);
+//!
+//! let err = Scenario::from_toml("duration = \"10s\"\nspeed = 3\n").unwrap_err();
+//! assert!(err.to_string().contains("unknown field `speed`"));
+//! # Ok::<(), tripline_sim::ScenarioError>(())
+//! ```
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tripline::BreakerConfig;
+
+use crate::dist::{Dist, Rate, fmt_d};
+
+/// The most requests one run may simulate (rate × duration), so a typo cannot start a run
+/// that never ends or exhausts memory. All runs of a scenario together may simulate at most
+/// [`MAX_TOTAL_REQUESTS`].
+pub const MAX_REQUESTS: f64 = 20_000_000.0;
+/// The most requests all runs of a scenario may simulate together (they run in parallel).
+pub const MAX_TOTAL_REQUESTS: f64 = 50_000_000.0;
+/// The most requests one run may hold at once: replicas × (workers + queue_limit).
+pub const MAX_HELD: u64 = 4_000_000;
+/// The most window cells (count-window slots, or time-window buckets × stripes) all the
+/// breakers of one run may hold together.
+pub const MAX_WINDOW_CELLS: u64 = 20_000_000;
+/// The most breakers one run may hold (replicas × shards for per-shard local breakers).
+pub const MAX_BREAKERS: u64 = 100_000;
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A complete scenario.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// A short name (the file stem when read from a file without one).
+    #[serde(default)]
+    pub name: String,
+    /// One line saying what the scenario shows.
+    #[serde(default)]
+    pub description: String,
+    /// The default random seed (`--seed` overrides it).
+    #[serde(default)]
+    pub seed: u64,
+    /// How long requests arrive. The run then drains: requests in flight are answered.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+    /// The callers.
+    pub arrivals: Arrivals,
+    /// Replicas and their worker pools.
+    #[serde(default)]
+    pub service: Service,
+    /// The endpoints requests are spread over, by weight.
+    pub endpoints: Vec<Endpoint>,
+    /// Timeouts and retries of calls to the dependency.
+    #[serde(default)]
+    pub client: Client,
+    /// The dependency and its fault schedule.
+    pub dependency: Dependency,
+    /// Whether requests carry a shard key (for per-shard faults and breakers).
+    #[serde(default)]
+    pub shards: Option<Shards>,
+    /// The protected variants to compare with the unprotected run, in order.
+    #[serde(default)]
+    pub protection: Vec<Protection>,
+}
+
+/// How requests arrive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Process {
+    /// Evenly spaced, the first at time zero.
+    #[default]
+    Constant,
+    /// A Poisson process (exponential gaps).
+    Poisson,
+}
+
+/// The arrival process.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Arrivals {
+    /// `"constant"` (default) or `"poisson"`.
+    #[serde(default)]
+    pub process: Process,
+    /// Requests per second to the whole service (all replicas).
+    pub rate: f64,
+}
+
+/// How the load balancer picks a replica.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Balancer {
+    /// Each replica in turn.
+    #[default]
+    RoundRobin,
+    /// A replica drawn at random.
+    Random,
+}
+
+/// The service: replicas, each with a bounded worker pool and a FIFO queue in front of it.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// Replicas behind the load balancer (default 1).
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// `"round-robin"` (default) or `"random"`.
+    #[serde(default)]
+    pub load_balancer: Balancer,
+    /// Workers (threads, goroutines) per replica; a request holds one from the moment it
+    /// starts until it is answered (default 200).
+    #[serde(default = "two_hundred")]
+    pub workers: u32,
+    /// Requests that may wait for a worker, per replica; one more is shed at once
+    /// (default 10000; 0 means no queue).
+    #[serde(default = "ten_thousand")]
+    pub queue_limit: u32,
+    /// A request waiting longer than this for a worker is shed (default: waits as long as it
+    /// takes).
+    #[serde(default, with = "humantime_serde::option")]
+    pub queue_timeout: Option<Duration>,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            load_balancer: Balancer::RoundRobin,
+            workers: 200,
+            queue_limit: 10_000,
+            queue_timeout: None,
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+fn two_hundred() -> u32 {
+    200
+}
+fn ten_thousand() -> u32 {
+    10_000
+}
+fn one_f() -> f64 {
+    1.0
+}
+fn zero_dist() -> Dist {
+    Dist::Fixed(Duration::ZERO)
+}
+
+/// One endpoint of the service.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    /// Its name, such as `"/checkout"`.
+    pub name: String,
+    /// Its share of the requests, relative to the other weights (default 1).
+    #[serde(default = "one_f")]
+    pub weight: f64,
+    /// Whether it calls the dependency (default false).
+    #[serde(default)]
+    pub uses_dependency: bool,
+    /// Its own work, done while holding the worker, after the dependency answered (default 0).
+    #[serde(default = "zero_dist")]
+    pub work: Dist,
+}
+
+/// How the service calls the dependency.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Client {
+    /// Each attempt gives up after this and counts as a failure (default: no timeout).
+    #[serde(default, with = "humantime_serde::option")]
+    pub timeout: Option<Duration>,
+    /// Attempts per request, the first included (default 1: no retries).
+    #[serde(default = "one")]
+    pub attempts: u32,
+    /// The wait before each retry, holding the worker (default 0).
+    #[serde(default, with = "humantime_serde")]
+    pub backoff: Duration,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Self {
+            timeout: None,
+            attempts: 1,
+            backoff: Duration::ZERO,
+        }
+    }
+}
+
+/// The dependency.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dependency {
+    /// Its name (default `"dependency"`).
+    #[serde(default = "dep_name")]
+    pub name: String,
+    /// How long a successful call takes when healthy.
+    pub latency: Dist,
+    /// The share of calls that fail when healthy (default 0).
+    #[serde(default)]
+    pub error_rate: Rate,
+    /// How long a failing call takes when healthy (default: `latency`).
+    #[serde(default)]
+    pub error_latency: Option<Dist>,
+    /// Calls it serves at full speed at once; past it every new call is slowed in proportion
+    /// (latency × in-flight / capacity). Calls keep running at the dependency after the caller
+    /// timed out, so retries can overload it. Default: unlimited.
+    #[serde(default)]
+    pub capacity: Option<u32>,
+    /// Fault phases. At a given time and shard the first matching phase applies.
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+}
+
+fn dep_name() -> String {
+    "dependency".into()
+}
+
+/// A fault phase: from `from` (included) until `until` (excluded), the dependency behaves as
+/// described; unset fields keep the healthy behaviour.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// Start of the phase.
+    #[serde(with = "humantime_serde")]
+    pub from: Duration,
+    /// End of the phase (excluded).
+    #[serde(with = "humantime_serde")]
+    pub until: Duration,
+    /// The share of calls that fail.
+    #[serde(default)]
+    pub error_rate: Option<Rate>,
+    /// How long a successful call takes.
+    #[serde(default)]
+    pub latency: Option<Dist>,
+    /// How long a failing call takes (default: this phase's `latency` when set, else the
+    /// dependency's `error_latency`, else its `latency`).
+    #[serde(default)]
+    pub error_latency: Option<Dist>,
+    /// Only these shards are affected (default: all). Needs a `[shards]` table.
+    #[serde(default)]
+    pub shards: Option<Vec<u32>>,
+}
+
+/// Shard keys carried by requests, drawn uniformly.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shards {
+    /// How many shards.
+    pub count: u32,
+}
+
+/// What a breaker is keyed by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    /// One breaker for the dependency.
+    #[default]
+    Dependency,
+    /// One breaker per shard of the dependency.
+    Shard,
+}
+
+/// Where a breaker's state lives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sharing {
+    /// Each replica has its own breakers (in-process).
+    #[default]
+    Local,
+    /// All replicas share the same breakers (one window, one probe budget), as a shared store
+    /// would give them.
+    Shared,
+}
+
+/// A protected variant: the same service with breakers in front of the dependency.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Protection {
+    /// Its column title (default `"with"`).
+    #[serde(default = "with_label")]
+    pub label: String,
+    /// `"dependency"` (default) or `"shard"`.
+    #[serde(default)]
+    pub scope: Scope,
+    /// `"local"` (default) or `"shared"`.
+    #[serde(default)]
+    pub sharing: Sharing,
+    /// The per-attempt timeout in this variant, inside the breaker (default: `client.timeout`).
+    #[serde(default, with = "humantime_serde::option")]
+    pub timeout: Option<Duration>,
+    /// Attempts per request in this variant (default: `client.attempts`).
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    /// Whether a rejected call is answered with a fallback (a cached or default answer)
+    /// instead of an error (default false).
+    #[serde(default)]
+    pub fallback: bool,
+    /// The breaker configuration, in tripline's own format.
+    #[serde(default)]
+    pub breaker: BreakerConfig,
+}
+
+fn with_label() -> String {
+    "with".into()
+}
+
+/// Why a scenario could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The TOML did not parse, or a value had the wrong type or range. The message names the
+    /// line, the column, the field and what is allowed.
+    #[error("invalid scenario{}: {message}", origin.as_deref().map(|o| format!(" {o}")).unwrap_or_default())]
+    Parse {
+        /// The file, when read from one.
+        origin: Option<String>,
+        /// 1-based line of the offending value, when known.
+        line: Option<usize>,
+        /// The full message.
+        message: String,
+    },
+    /// A value is out of its range, or inconsistent with another.
+    #[error("{0}")]
+    Invalid(Box<InvalidValue>),
+    /// No built-in scenario has this name and no file has this path.
+    #[error("unknown scenario {name:?}: not a file, and not one of the built-in scenarios ({})", available.join(", "))]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The built-in names.
+        available: Vec<String>,
+    },
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// A value out of its range, or inconsistent with another: the field, the value, what is
+/// allowed, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid scenario{}{}: {field} {allowed}, got {value}{}",
+    origin.as_deref().map(|o| format!(" {o}")).unwrap_or_default(),
+    line.map(|l| format!(" at line {l}")).unwrap_or_default(),
+    snippet.as_deref().map(|s| format!("\n{s}")).unwrap_or_default())]
+pub struct InvalidValue {
+    /// The file, when read from one.
+    pub origin: Option<String>,
+    /// 1-based line, when found.
+    pub line: Option<usize>,
+    /// The field, dotted (`endpoints[1].weight`).
+    pub field: String,
+    /// The value it held.
+    pub value: String,
+    /// What is allowed ("must be > 0").
+    pub allowed: String,
+    /// The source line, formatted for display.
+    pub snippet: Option<String>,
+}
+
+impl ScenarioError {
+    /// The 1-based line of the offending value, when known.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ScenarioError::Parse { line, .. } => *line,
+            ScenarioError::Invalid(v) => v.line,
+            _ => None,
+        }
+    }
+
+    /// The offending field, when known.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ScenarioError::Invalid(v) => Some(&v.field),
+            _ => None,
+        }
+    }
+
+    fn with_origin(mut self, o: &str) -> Self {
+        match &mut self {
+            ScenarioError::Parse { origin, .. } => *origin = Some(o.to_string()),
+            ScenarioError::Invalid(v) => v.origin = Some(o.to_string()),
+            _ => {}
+        }
+        self
+    }
+}
+
+struct Bad {
+    field: String,
+    value: String,
+    allowed: String,
+}
+
+fn bad(field: impl Into<String>, value: impl fmt::Display, allowed: impl Into<String>) -> Bad {
+    Bad {
+        field: field.into(),
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
+}
+
+impl Scenario {
+    /// Reads and checks a scenario from TOML text.
+    pub fn from_toml(src: &str) -> Result<Self, ScenarioError> {
+        let scenario: Scenario = toml::from_str(src).map_err(|e| {
+            let line = e.span().map(|s| line_of(src, s.start));
+            let field = e.span().and_then(|s| key_at(src, s.start));
+            let mut message = e.to_string().trim_end().to_string();
+            if let Some(f) = field {
+                message.push_str(&format!("\n(field `{f}`)"));
+            }
+            ScenarioError::Parse {
+                origin: None,
+                line,
+                message,
+            }
+        })?;
+        scenario.validate().map_err(|b| {
+            let line = locate(src, &b.field);
+            ScenarioError::Invalid(Box::new(InvalidValue {
+                origin: None,
+                line,
+                snippet: line.and_then(|l| {
+                    src.lines()
+                        .nth(l - 1)
+                        .map(|t| format!("{l:>4} | {}", t.trim_end()))
+                }),
+                field: b.field,
+                value: b.value,
+                allowed: b.allowed,
+            }))
+        })?;
+        Ok(scenario)
+    }
+
+    /// Loads a built-in scenario by name, or a scenario file by path. A file without a `name`
+    /// is named after its stem.
+    ///
+    /// ```
+    /// use tripline_sim::{Scenario, ScenarioError};
+    /// assert_eq!(Scenario::load("fowler")?.name, "fowler");
+    /// let err = Scenario::load("fowlr").unwrap_err();
+    /// assert!(err.to_string().contains("fowler, fraud-checkout"));
+    /// # Ok::<(), ScenarioError>(())
+    /// ```
+    pub fn load(name_or_path: &str) -> Result<Self, ScenarioError> {
+        if let Some(src) = builtin(name_or_path) {
+            return Scenario::from_toml(src).map_err(|e| e.with_origin(name_or_path));
+        }
+        let path = Path::new(name_or_path);
+        if !path.is_file() {
+            return Err(ScenarioError::Unknown {
+                name: name_or_path.to_string(),
+                available: BUILTIN.iter().map(|(n, _)| n.to_string()).collect(),
+            });
+        }
+        let src = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: name_or_path.to_string(),
+            source,
+        })?;
+        let mut s = Scenario::from_toml(&src).map_err(|e| e.with_origin(name_or_path))?;
+        if s.name.is_empty() {
+            s.name = path
+                .file_stem()
+                .map(|x| x.to_string_lossy().into_owned())
+                .unwrap_or_default();
+        }
+        Ok(s)
+    }
+
+    /// The breakers one protected run holds.
+    pub fn breaker_count(&self, p: &Protection) -> u64 {
+        let replicas = match p.sharing {
+            Sharing::Local => u64::from(self.service.replicas),
+            Sharing::Shared => 1,
+        };
+        let keys = match p.scope {
+            Scope::Dependency => 1,
+            Scope::Shard => self.shards.map_or(1, |s| u64::from(s.count)),
+        };
+        replicas * keys
+    }
+
+    /// When the incident starts and ends: the earliest fault start and the latest fault end
+    /// (capped at the duration), or `None` without faults.
+    pub fn incident(&self) -> Option<(Duration, Duration)> {
+        let from = self.dependency.faults.iter().map(|f| f.from).min()?;
+        let until = self.dependency.faults.iter().map(|f| f.until).max()?;
+        Some((from, until))
+    }
+
+    /// Checks every value and every cross-field rule, naming the first bad field.
+    fn validate(&self) -> Result<(), Bad> {
+        let d = self.duration;
+        if d.is_zero() || d > WEEK {
+            return Err(bad("duration", fmt_d(d), "must be between 1ns and 7 days"));
+        }
+        let rate = self.arrivals.rate;
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1e7) {
+            return Err(bad(
+                "arrivals.rate",
+                rate,
+                "must be a number of requests per second in (0, 10000000]",
+            ));
+        }
+        if rate * d.as_secs_f64() > MAX_REQUESTS {
+            return Err(bad(
+                "arrivals.rate",
+                rate,
+                format!(
+                    "must keep rate × duration at most {MAX_REQUESTS:.0} requests per run (duration is {})",
+                    fmt_d(d)
+                ),
+            ));
+        }
+        let sv = &self.service;
+        range("service.replicas", sv.replicas, 1, 1000)?;
+        range("service.workers", sv.workers, 1, 1_000_000)?;
+        range("service.queue_limit", sv.queue_limit, 0, 10_000_000)?;
+        let held = u64::from(sv.replicas) * (u64::from(sv.workers) + u64::from(sv.queue_limit));
+        if held > MAX_HELD {
+            return Err(bad(
+                "service.queue_limit",
+                sv.queue_limit,
+                format!(
+                    "must keep replicas × (workers + queue_limit) at most {MAX_HELD} (requests held at once; it is {held})"
+                ),
+            ));
+        }
+        if let Some(t) = sv.queue_timeout {
+            pos_dur("service.queue_timeout", t)?;
+        }
+        if self.endpoints.is_empty() {
+            return Err(bad(
+                "endpoints",
+                "none",
+                "must list at least one endpoint ([[endpoints]] with a name)",
+            ));
+        }
+        if self.endpoints.len() > 64 {
+            return Err(bad(
+                "endpoints",
+                self.endpoints.len(),
+                "must list at most 64 endpoints",
+            ));
+        }
+        for (i, e) in self.endpoints.iter().enumerate() {
+            if e.name.trim().is_empty() {
+                return Err(bad(
+                    format!("endpoints[{i}].name"),
+                    "\"\"",
+                    "must not be empty",
+                ));
+            }
+            if self.endpoints[..i].iter().any(|o| o.name == e.name) {
+                return Err(bad(
+                    format!("endpoints[{i}].name"),
+                    format!("{:?}", e.name),
+                    "must be unique",
+                ));
+            }
+            if !(e.weight.is_finite() && e.weight > 0.0 && e.weight <= 1e9) {
+                return Err(bad(
+                    format!("endpoints[{i}].weight"),
+                    e.weight,
+                    "must be a number in (0, 1e9]",
+                ));
+            }
+        }
+        let c = &self.client;
+        if let Some(t) = c.timeout {
+            pos_dur("client.timeout", t)?;
+        }
+        range("client.attempts", c.attempts, 1, 10)?;
+        if c.backoff > Duration::from_secs(3600) {
+            return Err(bad(
+                "client.backoff",
+                fmt_d(c.backoff),
+                "must be at most 1h",
+            ));
+        }
+        let dep = &self.dependency;
+        if let Some(cap) = dep.capacity {
+            range("dependency.capacity", cap, 1, 10_000_000)?;
+        }
+        if let Some(s) = self.shards {
+            range("shards.count", s.count, 1, 100_000)?;
+        }
+        for (i, f) in dep.faults.iter().enumerate() {
+            if f.from >= f.until {
+                return Err(bad(
+                    format!("dependency.faults[{i}].until"),
+                    fmt_d(f.until),
+                    format!("must be after `from` ({})", fmt_d(f.from)),
+                ));
+            }
+            if f.until > WEEK * 2 {
+                return Err(bad(
+                    format!("dependency.faults[{i}].until"),
+                    fmt_d(f.until),
+                    "must be at most 14 days",
+                ));
+            }
+            if let Some(list) = &f.shards {
+                let Some(s) = self.shards else {
+                    return Err(bad(
+                        format!("dependency.faults[{i}].shards"),
+                        format!("{list:?}"),
+                        "needs a [shards] table with the shard count",
+                    ));
+                };
+                if let Some(x) = list.iter().find(|&&x| x >= s.count) {
+                    return Err(bad(
+                        format!("dependency.faults[{i}].shards"),
+                        x,
+                        format!("must list shard numbers below shards.count ({})", s.count),
+                    ));
+                }
+            }
+        }
+        if self.protection.len() > 8 {
+            return Err(bad(
+                "protection",
+                self.protection.len(),
+                "must list at most 8 variants",
+            ));
+        }
+        for (i, p) in self.protection.iter().enumerate() {
+            let label = p.label.trim();
+            if label.is_empty() || label.len() > 24 || label == "without" {
+                return Err(bad(
+                    format!("protection[{i}].label"),
+                    format!("{:?}", p.label),
+                    "must be 1 to 24 characters and not \"without\"",
+                ));
+            }
+            if self.protection[..i].iter().any(|o| o.label == p.label) {
+                return Err(bad(
+                    format!("protection[{i}].label"),
+                    format!("{:?}", p.label),
+                    "must be unique",
+                ));
+            }
+            if p.scope == Scope::Shard && self.shards.is_none() {
+                return Err(bad(
+                    format!("protection[{i}].scope"),
+                    "\"shard\"",
+                    "needs a [shards] table with the shard count",
+                ));
+            }
+            if let Some(t) = p.timeout {
+                pos_dur(&format!("protection[{i}].timeout"), t)?;
+            }
+            if let Some(a) = p.attempts {
+                range(&format!("protection[{i}].attempts"), a, 1, 10)?;
+            }
+            let n = self.breaker_count(p);
+            if n > MAX_BREAKERS {
+                return Err(bad(
+                    format!("protection[{i}].scope"),
+                    format!("{n} breakers"),
+                    format!("must need at most {MAX_BREAKERS} breakers (replicas × shards)"),
+                ));
+            }
+            let cells = match p.breaker.window() {
+                tripline::WindowConfig::Count { size } => u64::from(size),
+                tripline::WindowConfig::Time { length, bucket } => {
+                    let buckets = length.as_nanos() / bucket.as_nanos().max(1);
+                    u64::try_from(buckets).unwrap_or(u64::MAX) * u64::from(p.breaker.stripes())
+                }
+            };
+            if n.saturating_mul(cells) > MAX_WINDOW_CELLS {
+                return Err(bad(
+                    format!("protection[{i}].breaker.window"),
+                    format!("{cells} cells × {n} breakers"),
+                    format!(
+                        "must keep window cells × breakers at most {MAX_WINDOW_CELLS} (use a smaller window or fewer breakers)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn range(field: &str, v: u32, lo: u32, hi: u32) -> Result<(), Bad> {
+    if v < lo || v > hi {
+        return Err(bad(field, v, format!("must be in [{lo}, {hi}]")));
+    }
+    Ok(())
+}
+
+fn pos_dur(field: &str, v: Duration) -> Result<(), Bad> {
+    if v.is_zero() || v > Duration::from_secs(3600) {
+        return Err(bad(field, fmt_d(v), "must be between 1ns and 1h"));
+    }
+    Ok(())
+}
+
+fn line_of(src: &str, offset: usize) -> usize {
+    let end = offset.min(src.len());
+    src.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The key written on the line where `offset` falls, if the line is `key = value`.
+fn key_at(src: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(src.len());
+    let start = src[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = src[start..].lines().next()?;
+    let t = line.trim_start();
+    if t.starts_with('[') {
+        let name = t.trim_start_matches('[').split(']').next()?.trim();
+        return (!name.is_empty()).then(|| name.to_string());
+    }
+    let (key, _) = t.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty() && !key.contains(' ')).then(|| key.to_string())
+}
+
+/// Finds the line of a dotted field path (`dependency.faults[1].until`) in the source, best
+/// effort: it follows `[table]` and `[[array]]` headers and `key =` lines, and falls back to
+/// the table's header line.
+fn locate(src: &str, field: &str) -> Option<usize> {
+    // Split "a.b[2].c" into the table part "a.b" with index 2, and the key "c".
+    let (table, index, key) = match field.rfind(']') {
+        Some(close) => {
+            let open = field[..close].rfind('[')?;
+            let index: usize = field[open + 1..close].parse().ok()?;
+            let key = field[close + 1..].trim_start_matches('.');
+            (&field[..open], Some(index), key)
+        }
+        None => match field.rsplit_once('.') {
+            Some((t, k)) => (t, None, k),
+            None => ("", None, field),
+        },
+    };
+    let mut current = String::new();
+    let mut seen = 0usize;
+    let mut in_target = table.is_empty();
+    let mut header_line = None;
+    for (n, raw) in src.lines().enumerate() {
+        let t = raw.trim();
+        if let Some(h) = t.strip_prefix("[[") {
+            current = h.split("]]").next().unwrap_or("").trim().to_string();
+            in_target = false;
+            if current == table {
+                if Some(seen) == index {
+                    in_target = true;
+                    header_line = Some(n + 1);
+                }
+                seen += 1;
+            }
+            continue;
+        }
+        if let Some(h) = t.strip_prefix('[') {
+            current = h.split(']').next().unwrap_or("").trim().to_string();
+            in_target = index.is_none() && current == table;
+            if in_target {
+                header_line = Some(n + 1);
+            }
+            continue;
+        }
+        if in_target && !key.is_empty() {
+            if let Some((k, _)) = t.split_once('=') {
+                if k.trim() == key {
+                    return Some(n + 1);
+                }
+            }
+        }
+        // A dotted key or an inline table at the top level: `arrivals = { rate = 0 }`.
+        if current.is_empty() && !table.is_empty() && index.is_none() {
+            if let Some((k, _)) = t.split_once('=') {
+                if k.trim() == table || k.trim() == format!("{table}.{key}") {
+                    return Some(n + 1);
+                }
+            }
+        }
+    }
+    header_line
+}
+
+/// The scenarios that ship with the crate: (name, TOML source).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("fowler", include_str!("../scenarios/fowler.toml")),
+    (
+        "fraud-checkout",
+        include_str!("../scenarios/fraud-checkout.toml"),
+    ),
+    ("gymfolks", include_str!("../scenarios/gymfolks.toml")),
+    ("retry-storm", include_str!("../scenarios/retry-storm.toml")),
+    ("hot-shard", include_str!("../scenarios/hot-shard.toml")),
+];
+
+/// The TOML source of a built-in scenario.
+///
+/// ```
+/// assert!(tripline_sim::builtin("gymfolks").unwrap().contains("replicas = 12"));
+/// assert!(tripline_sim::builtin("nope").is_none());
+/// ```
+pub fn builtin(name: &str) -> Option<&'static str> {
+    BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_follows_tables_and_arrays() {
+        let src = "duration = \"1s\"\n[arrivals]\nrate = 0\n[[endpoints]]\nname = \"a\"\n[[endpoints]]\nname = \"b\"\nweight = -1\n[dependency]\nlatency = \"1ms\"\n[[dependency.faults]]\nfrom = \"2s\"\nuntil = \"1s\"\n";
+        assert_eq!(locate(src, "arrivals.rate"), Some(3));
+        assert_eq!(locate(src, "endpoints[1].weight"), Some(8));
+        assert_eq!(locate(src, "dependency.faults[0].until"), Some(13));
+        assert_eq!(locate(src, "duration"), Some(1));
+        assert_eq!(
+            locate("arrivals = { rate = 0 }\n", "arrivals.rate"),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn every_builtin_parses() {
+        for (name, src) in BUILTIN {
+            let s = Scenario::from_toml(src).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(&s.name, name);
+            assert!(!s.description.is_empty());
+        }
+    }
+}
