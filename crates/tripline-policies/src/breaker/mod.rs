@@ -1,0 +1,151 @@
+//! The circuit breaker as a tower layer.
+//!
+//! The breaker itself is the core's [`CircuitBreaker`]; this module
+//! only adapts it to tower. Each call asks the breaker for a permit; a refusal fails the call
+//! at once with the core's [`Rejected`] (downcastable from the `BoxError`), without calling the
+//! inner service; an admitted call's result is classified and recorded. A response future
+//! dropped before it completes abandons its permit, which frees a half-open probe slot and
+//! counts as neither success nor failure.
+//!
+//! Errors that come from local policies further in (a full bulkhead, the gate, the throttle)
+//! are recorded as ignored: they say nothing about the dependency, and counting them as
+//! failures would let a saturated bulkhead trip the breaker. A timeout further in
+//! ([`TimeoutLayer`](crate::timeout::TimeoutLayer)) is an error like any other, so it counts as
+//! a failure: that is why the timeout goes inside the breaker.
+//!
+//! # Cost
+//!
+//! The permit borrows the breaker, so it cannot be stored next to a clone of the breaker in a
+//! named future; until the core offers an owned permit, the response future is boxed: one
+//! allocation per call, on top of the inner service's. The inner service must be `Clone` (the
+//! ready one travels with the call, as in tower's `Buffer`), and `Send`.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use tower::{Layer, ServiceExt, service_fn};
+//! use tripline::{BreakerConfig, CircuitBreaker, Rejected, State};
+//! use tripline_policies::breaker::BreakerLayer;
+//!
+//! let breaker = CircuitBreaker::new("catalog", BreakerConfig::default());
+//! let svc = BreakerLayer::new(breaker.clone())
+//!     .layer(service_fn(|id: u32| async move { Ok::<_, std::io::Error>(id) }));
+//! assert_eq!(svc.clone().oneshot(7).await?, 7);
+//!
+//! breaker.force_open();
+//! let err = svc.oneshot(7).await.unwrap_err();
+//! let rejected = err.downcast_ref::<Rejected>().unwrap();
+//! assert_eq!(rejected.state(), State::ForcedOpen);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod error;
+pub mod future;
+mod layer;
+
+use std::task::{Context, Poll};
+
+use tower_service::Service;
+use tripline::{
+    CircuitBreaker, Classification, Classify, Clock, MonotonicClock, Outcome, ResultClassifier,
+};
+
+pub use error::Rejected;
+use future::ResponseFuture;
+pub use layer::BreakerLayer;
+
+use crate::BoxError;
+
+/// A service behind a [`CircuitBreaker`]. Made by [`BreakerLayer`].
+#[derive(Debug)]
+pub struct Breaker<S, C: Clock = MonotonicClock, K = ResultClassifier> {
+    inner: S,
+    breaker: CircuitBreaker<C>,
+    classifier: K,
+}
+
+impl<S: Clone, C: Clock, K: Clone> Clone for Breaker<S, C, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            breaker: self.breaker.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+impl<S, C: Clock, K> Breaker<S, C, K> {
+    /// `inner` behind `breaker`, its results classified by `classifier`.
+    pub const fn new(inner: S, breaker: CircuitBreaker<C>, classifier: K) -> Self {
+        Self {
+            inner,
+            breaker,
+            classifier,
+        }
+    }
+
+    /// The breaker.
+    pub fn breaker(&self) -> &CircuitBreaker<C> {
+        &self.breaker
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// The classification of a result for a breaker: local rejections from further in are
+/// ignored, anything else goes to `classifier`.
+pub(crate) fn classify<T, K: Classify<T, BoxError>>(
+    classifier: &K,
+    result: &Result<T, BoxError>,
+) -> Classification {
+    match result {
+        Err(e) if crate::is_local_rejection(&**e) => Classification::new(Outcome::Ignored),
+        _ => classifier.classify(result),
+    }
+}
+
+impl<S, C, K, Req> Service<Req> for Breaker<S, C, K>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    Req: Send + 'static,
+    C: Clock,
+    K: Classify<S::Response, BoxError> + Clone + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let breaker = self.breaker.clone();
+        let classifier = self.classifier.clone();
+        ResponseFuture::new(Box::pin(async move {
+            let permit = breaker.try_acquire()?;
+            let result = inner.call(req).await.map_err(Into::into);
+            let _ = permit.record_classified(classify(&classifier, &result));
+            result
+        }))
+    }
+}

@@ -1,0 +1,419 @@
+//! A bulkhead: bounded concurrency per dependency, with a bounded, timed wait.
+//!
+//! # Why a bulkhead next to a breaker?
+//!
+//! A breaker reacts to evidence, and evidence takes time: until the window holds enough slow
+//! or failed calls, every call to a dependency that has turned slow holds a task, a socket and
+//! a slot in some pool. A bulkhead caps that cost from the first call: one dependency can hold
+//! at most `max_concurrent` slots, so the rest of the process (the checkout page, when the
+//! recommendation widget hangs) keeps its own. It is the ship's bulkhead: a flooded
+//! compartment does not sink the ship.
+//!
+//! A call that finds every slot busy may wait, but only in a bounded queue (`max_waiting`) and
+//! only for a bounded time (`max_wait`); otherwise it is refused with a [`BulkheadFull`], a
+//! value distinct from the dependency's errors. Unbounded waiting would rebuild the very pile-up
+//! the bulkhead exists to prevent. The queue is first-come first-served (tokio's semaphore is
+//! fair).
+//!
+//! Defaults are resilience4j's: 25 concurrent calls and no waiting.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tripline_policies::bulkhead::{Bulkhead, BulkheadConfig};
+//!
+//! let bulkhead = Bulkhead::new(
+//!     BulkheadConfig::builder()
+//!         .max_concurrent(10)
+//!         .max_waiting(5)
+//!         .max_wait(Duration::from_millis(100))
+//!         .build()?,
+//! );
+//! let slots: Vec<_> = (0..10).map(|_| bulkhead.try_acquire().unwrap()).collect();
+//! let refused = bulkhead.acquire().await.unwrap_err(); // waited 100 ms for nothing
+//! assert!(refused.timed_out());
+//! drop(slots);
+//! let _slot = bulkhead.acquire().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod error;
+#[cfg(feature = "tower")]
+pub mod future;
+#[cfg(feature = "tower")]
+mod layer;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tripline::ConfigError;
+
+pub use error::BulkheadFull;
+#[cfg(feature = "tower")]
+pub use layer::BulkheadLayer;
+
+/// The largest `max_concurrent` and `max_waiting`.
+pub const MAX_SLOTS: u32 = 1_000_000;
+/// The longest `max_wait`.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// The limits of a [`Bulkhead`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BulkheadConfig {
+    max_concurrent: u32,
+    max_waiting: u32,
+    max_wait: Duration,
+}
+
+impl Default for BulkheadConfig {
+    /// 25 concurrent calls, no waiting (resilience4j's defaults).
+    fn default() -> Self {
+        Self {
+            max_concurrent: 25,
+            max_waiting: 0,
+            max_wait: Duration::ZERO,
+        }
+    }
+}
+
+impl BulkheadConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> BulkheadConfigBuilder {
+        BulkheadConfigBuilder(Self::default())
+    }
+
+    /// Calls in flight allowed.
+    pub fn max_concurrent(&self) -> u32 {
+        self.max_concurrent
+    }
+
+    /// Calls allowed to wait for a slot.
+    pub fn max_waiting(&self) -> u32 {
+        self.max_waiting
+    }
+
+    /// How long a call may wait for a slot.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+}
+
+/// Builds a [`BulkheadConfig`], checking every value.
+#[derive(Clone, Copy, Debug)]
+pub struct BulkheadConfigBuilder(BulkheadConfig);
+
+impl BulkheadConfigBuilder {
+    /// Calls in flight allowed, in `[1, 1000000]`. Default 25.
+    pub fn max_concurrent(mut self, n: u32) -> Self {
+        self.0.max_concurrent = n;
+        self
+    }
+
+    /// Calls allowed to wait for a slot, in `[0, 1000000]`. Default 0.
+    pub fn max_waiting(mut self, n: u32) -> Self {
+        self.0.max_waiting = n;
+        self
+    }
+
+    /// How long a call may wait for a slot: in `(0, 1h]` when `max_waiting` is positive.
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.0.max_wait = d;
+        self
+    }
+
+    /// The configuration.
+    ///
+    /// ```
+    /// use tripline_policies::bulkhead::BulkheadConfig;
+    ///
+    /// let err = BulkheadConfig::builder().max_waiting(5).build().unwrap_err();
+    /// assert_eq!(err.to_string(), "max_wait must be in (0ns, 3600s] when max_waiting > 0, got 0ns");
+    /// ```
+    pub fn build(self) -> Result<BulkheadConfig, ConfigError> {
+        let c = self.0;
+        if !(1..=MAX_SLOTS).contains(&c.max_concurrent) {
+            return Err(ConfigError::new(
+                "max_concurrent",
+                c.max_concurrent,
+                format!("in [1, {MAX_SLOTS}]"),
+            ));
+        }
+        if c.max_waiting > MAX_SLOTS {
+            return Err(ConfigError::new(
+                "max_waiting",
+                c.max_waiting,
+                format!("in [0, {MAX_SLOTS}]"),
+            ));
+        }
+        if c.max_wait > MAX_WAIT || (c.max_waiting > 0 && c.max_wait.is_zero()) {
+            let allowed = if c.max_waiting > 0 {
+                format!("in (0ns, {MAX_WAIT:?}] when max_waiting > 0")
+            } else {
+                format!("in [0ns, {MAX_WAIT:?}]")
+            };
+            return Err(ConfigError::new(
+                "max_wait",
+                format!("{:?}", c.max_wait),
+                allowed,
+            ));
+        }
+        Ok(c)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: BulkheadConfig,
+    semaphore: Arc<Semaphore>,
+    waiting: AtomicU32,
+    full: AtomicU64,
+    timed_out: AtomicU64,
+}
+
+/// A bulkhead shared by every call to one dependency. Cloning is cheap; clones share the
+/// slots. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Bulkhead {
+    inner: Arc<Inner>,
+}
+
+impl Default for Bulkhead {
+    /// A bulkhead with the default limits.
+    fn default() -> Self {
+        Self::new(BulkheadConfig::default())
+    }
+}
+
+/// Counts of the calls a bulkhead refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BulkheadRejections {
+    /// Refused at once: every slot busy and the queue full.
+    pub queue_full: u64,
+    /// Refused after waiting `max_wait` in the queue.
+    pub timed_out: u64,
+}
+
+pub(crate) enum Admission {
+    Now(BulkheadPermit),
+    Queued(Queued),
+    Full(BulkheadFull),
+}
+
+impl Bulkhead {
+    /// A bulkhead with the given limits.
+    pub fn new(config: BulkheadConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                semaphore: Arc::new(Semaphore::new(config.max_concurrent as usize)),
+                waiting: AtomicU32::new(0),
+                full: AtomicU64::new(0),
+                timed_out: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The limits.
+    pub fn config(&self) -> BulkheadConfig {
+        self.inner.config
+    }
+
+    /// Takes a slot if one is free now; never waits.
+    pub fn try_acquire(&self) -> Result<BulkheadPermit, BulkheadFull> {
+        match self.inner.semaphore.clone().try_acquire_owned() {
+            Ok(p) => Ok(BulkheadPermit(p)),
+            Err(_) => Err(self.full(None)),
+        }
+    }
+
+    /// Takes a slot, waiting for one (in the bounded queue, for at most `max_wait`) if all are
+    /// busy. Cancellation-safe: a dropped wait leaves the queue.
+    pub async fn acquire(&self) -> Result<BulkheadPermit, BulkheadFull> {
+        match self.admit() {
+            Admission::Now(p) => Ok(p),
+            Admission::Queued(q) => q.wait().await,
+            Admission::Full(e) => Err(e),
+        }
+    }
+
+    /// Takes a free slot, or a place in the queue, or refuses; never waits.
+    pub(crate) fn admit(&self) -> Admission {
+        if let Ok(p) = self.inner.semaphore.clone().try_acquire_owned() {
+            return Admission::Now(BulkheadPermit(p));
+        }
+        let i = &*self.inner;
+        let max = i.config.max_waiting;
+        let joined = i
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok();
+        if joined {
+            Admission::Queued(Queued {
+                bulkhead: self.clone(),
+            })
+        } else {
+            Admission::Full(self.full(None))
+        }
+    }
+
+    fn full(&self, waited: Option<Duration>) -> BulkheadFull {
+        let i = &*self.inner;
+        let counter = if waited.is_some() {
+            &i.timed_out
+        } else {
+            &i.full
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        BulkheadFull {
+            max_concurrent: i.config.max_concurrent,
+            max_waiting: i.config.max_waiting,
+            waited,
+        }
+    }
+
+    /// Slots free now.
+    pub fn available(&self) -> u32 {
+        self.inner.semaphore.available_permits() as u32
+    }
+
+    /// Calls in flight now.
+    pub fn in_flight(&self) -> u32 {
+        self.inner.config.max_concurrent - self.available()
+    }
+
+    /// Calls waiting for a slot now.
+    pub fn waiting(&self) -> u32 {
+        self.inner.waiting.load(Ordering::Acquire)
+    }
+
+    /// Calls refused so far.
+    pub fn rejections(&self) -> BulkheadRejections {
+        BulkheadRejections {
+            queue_full: self.inner.full.load(Ordering::Relaxed),
+            timed_out: self.inner.timed_out.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A place in the wait queue; leaving it (by getting a slot, timing out or being dropped)
+/// frees the place.
+pub(crate) struct Queued {
+    bulkhead: Bulkhead,
+}
+
+impl Queued {
+    pub(crate) async fn wait(self) -> Result<BulkheadPermit, BulkheadFull> {
+        let i = &*self.bulkhead.inner;
+        let max_wait = i.config.max_wait;
+        let acquired = tokio::time::timeout(max_wait, i.semaphore.clone().acquire_owned()).await;
+        match acquired {
+            Ok(Ok(p)) => Ok(BulkheadPermit(p)),
+            // The semaphore is never closed; treat it as a full queue if it ever is.
+            Ok(Err(_)) => Err(self.bulkhead.full(None)),
+            Err(_) => Err(self.bulkhead.full(Some(max_wait))),
+        }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.bulkhead.inner.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A slot in the bulkhead, given back when dropped.
+#[must_use = "the slot is released as soon as the permit is dropped"]
+#[derive(Debug)]
+pub struct BulkheadPermit(
+    #[expect(dead_code, reason = "held for its Drop, which frees the slot")] OwnedSemaphorePermit,
+);
+
+#[cfg(feature = "tower")]
+mod service {
+    use std::task::{Context, Poll};
+
+    use tower_service::Service;
+
+    use super::future::ResponseFuture;
+    use super::{Admission, Bulkhead};
+    use crate::BoxError;
+
+    /// A service behind a [`Bulkhead`]: each call holds a slot until its response is ready. A
+    /// call that finds a free slot calls the inner service at once; one that must wait does so
+    /// in the bulkhead's bounded queue, for at most `max_wait`, and then calls it; one that
+    /// finds the queue full, or waits in vain, fails with a
+    /// [`BulkheadFull`](super::BulkheadFull). Made by [`BulkheadLayer`](super::BulkheadLayer).
+    ///
+    /// Readiness is the inner service's. A waiting call keeps the inner service it was made
+    /// ready with (a clone is left in its place), so the service must be `Clone`. The wait's
+    /// future is boxed: calls that find a free slot allocate nothing, calls that queue allocate
+    /// once.
+    #[derive(Clone, Debug)]
+    pub struct BulkheadService<S> {
+        inner: S,
+        bulkhead: Bulkhead,
+    }
+
+    impl<S> BulkheadService<S> {
+        /// `inner` behind `bulkhead`.
+        pub const fn new(inner: S, bulkhead: Bulkhead) -> Self {
+            Self { inner, bulkhead }
+        }
+
+        /// The bulkhead.
+        pub fn bulkhead(&self) -> &Bulkhead {
+            &self.bulkhead
+        }
+
+        /// The inner service.
+        pub fn get_ref(&self) -> &S {
+            &self.inner
+        }
+
+        /// The inner service, mutably.
+        pub fn get_mut(&mut self) -> &mut S {
+            &mut self.inner
+        }
+
+        /// The inner service.
+        pub fn into_inner(self) -> S {
+            self.inner
+        }
+    }
+
+    impl<S, Req> Service<Req> for BulkheadService<S>
+    where
+        S: Service<Req> + Clone,
+        S::Error: Into<BoxError>,
+    {
+        type Response = S::Response;
+        type Error = BoxError;
+        type Future = ResponseFuture<S, Req>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            self.inner.poll_ready(cx).map_err(Into::into)
+        }
+
+        fn call(&mut self, req: Req) -> Self::Future {
+            match self.bulkhead.admit() {
+                Admission::Now(permit) => ResponseFuture::called(self.inner.call(req), permit),
+                Admission::Queued(q) => {
+                    let clone = self.inner.clone();
+                    let ready = std::mem::replace(&mut self.inner, clone);
+                    ResponseFuture::queued(Box::pin(q.wait()), ready, req)
+                }
+                Admission::Full(e) => ResponseFuture::full(e),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "tower")]
+pub use service::BulkheadService;

@@ -1,0 +1,126 @@
+//! HTTP: a response classifier for `http::Response` and a `Retry-After` reader.
+//!
+//! # What an HTTP answer says about the dependency
+//!
+//! | answer | outcome | why |
+//! |---|---|---|
+//! | no response (connection refused, reset, timed out) | failure | the dependency did not answer |
+//! | 5xx | failure | the dependency is sick |
+//! | 429 | failure | the dependency is overloaded and says so |
+//! | other 4xx | ignored | the request was wrong, not the dependency |
+//! | anything else | success | |
+//!
+//! A failure's `Retry-After` header, in delta-seconds or as an HTTP-date, becomes the
+//! classification's `retry_after`: if that result trips the breaker, the breaker stays open at
+//! least that long (up to its configured maximum), instead of probing a dependency that asked
+//! to be left alone.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tripline::{Classify, Outcome};
+//! use tripline_policies::http::HttpClassifier;
+//!
+//! let resp = http::Response::builder().status(503).header("retry-after", "30").body(()).unwrap();
+//! let c = HttpClassifier.classify(&Ok::<_, std::io::Error>(resp));
+//! assert_eq!(c.outcome, Outcome::Failure);
+//! assert_eq!(c.retry_after, Some(Duration::from_secs(30)));
+//!
+//! let not_found = http::Response::builder().status(404).body(()).unwrap();
+//! assert_eq!(HttpClassifier.classify(&Ok::<_, std::io::Error>(not_found)).outcome, Outcome::Ignored);
+//! ```
+
+use std::time::{Duration, SystemTime};
+
+use http::header::RETRY_AFTER;
+use http::{HeaderMap, Response};
+use tripline::{Classification, Classify, Outcome};
+
+/// Classifies `Result<http::Response<B>, E>`: an error, a 5xx or a 429 is a failure (with the
+/// `Retry-After` hint), another 4xx is ignored, anything else is a success. See the
+/// [module docs](self).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpClassifier;
+
+impl<B, E> Classify<Response<B>, E> for HttpClassifier {
+    fn classify(&self, result: &Result<Response<B>, E>) -> Classification {
+        match result {
+            Err(_) => Classification::new(Outcome::Failure),
+            Ok(resp) => {
+                let outcome = Outcome::from_http_status(resp.status().as_u16());
+                let retry_after = match outcome {
+                    Outcome::Failure => retry_after(resp.headers(), SystemTime::now()),
+                    _ => None,
+                };
+                Classification {
+                    outcome,
+                    retry_after,
+                }
+            }
+        }
+    }
+}
+
+/// The retry predicate for HTTP: errors (no response), 429, 500, 502, 503 and 504 are retried;
+/// other statuses are not (a 501 will not be implemented on the second try, a 400 will not
+/// become valid).
+///
+/// ```
+/// use tripline_policies::http::HttpRetryable;
+/// use tripline_policies::retry::Retryable;
+///
+/// let resp = |s: u16| Ok::<_, std::io::Error>(http::Response::builder().status(s).body(()).unwrap());
+/// assert!(HttpRetryable.is_retryable(&resp(503)));
+/// assert!(!HttpRetryable.is_retryable(&resp(501)));
+/// assert!(!HttpRetryable.is_retryable(&resp(404)));
+/// ```
+#[cfg(feature = "retry")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpRetryable;
+
+#[cfg(feature = "retry")]
+impl<B, E> crate::retry::Retryable<Response<B>, E> for HttpRetryable {
+    fn is_retryable(&self, result: &Result<Response<B>, E>) -> bool {
+        match result {
+            Err(_) => true,
+            Ok(resp) => matches!(resp.status().as_u16(), 429 | 500 | 502 | 503 | 504),
+        }
+    }
+}
+
+/// The `Retry-After` of `headers`, read at `now` (see [`parse_retry_after`]).
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use http::HeaderMap;
+/// use tripline_policies::http::retry_after;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("retry-after", "120".parse().unwrap());
+/// assert_eq!(retry_after(&headers, SystemTime::now()), Some(Duration::from_secs(120)));
+/// ```
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    parse_retry_after(headers.get(RETRY_AFTER)?.to_str().ok()?, now)
+}
+
+/// Parses a `Retry-After` value: delta-seconds (`"120"`), or an HTTP-date
+/// (`"Wed, 21 Oct 2015 07:28:00 GMT"`), read as the time from `now` until then (zero for a
+/// date already past). Anything else is no hint.
+///
+/// ```
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use tripline_policies::http::parse_retry_after;
+///
+/// let now = UNIX_EPOCH + Duration::from_secs(1_445_412_400); // 2015-10-21 07:26:40 UTC
+/// assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now), Some(Duration::from_secs(80)));
+/// assert_eq!(parse_retry_after(" 5 ", now), Some(Duration::from_secs(5)));
+/// assert_eq!(parse_retry_after("soon", now), None);
+/// assert_eq!(parse_retry_after("-1", now), None);
+/// ```
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}

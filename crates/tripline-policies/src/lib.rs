@@ -1,0 +1,241 @@
+//! # tripline-policies
+//!
+//! The policies around a [tripline] circuit breaker. A breaker alone is not enough:
+//! the timeout must sit inside it so that every admitted call settles, retries need a budget
+//! or they re-amplify what the breaker stopped, and bulkheads cap the blast radius while the
+//! breaker is still gathering evidence.
+//!
+//! | module | policy | refuses with |
+//! |---|---|---|
+//! | [`timeout`] | a timeout per attempt, innermost; its expiry is a failure for the breaker | [`Elapsed`](timeout::Elapsed) |
+//! | [`retry`] | retries with exponential backoff and jitter, a predicate, and [budgets](retry::budget) (ratio, token bucket, error rate) | — |
+//! | [`bulkhead`] | bounded concurrency with a bounded, timed wait | [`BulkheadFull`](bulkhead::BulkheadFull) |
+//! | [`gate`] | Envoy-style ceilings on requests, pending requests and retries; instant refusal | [`GateOverflow`](gate::GateOverflow) |
+//! | [`throttle`] | client-side adaptive throttling (Google SRE) | [`Throttled`](throttle::Throttled) |
+//! | [`pipeline`] | all of the above and a breaker, assembled in one order, with the timeout innermost | [`PipelineError`](pipeline::PipelineError) |
+//! | `breaker` | the core breaker as a tower layer | [`tripline::Rejected`] |
+//! | `http` | an HTTP response classifier and a `Retry-After` reader | — |
+//!
+//! Every policy is a cheap, cloneable handle on shared state: make one per dependency and
+//! share it between the tasks (and the tower services) that call that dependency. Every
+//! configuration is checked when it is built, and a bad value is an error naming the field,
+//! the value and what is allowed (`max_attempts must be in [1, 100], got 0`). Every policy
+//! that reads time takes an injected [`tripline::Clock`] or runs on tokio's timer, so tests run
+//! on paused or manual time.
+//!
+//! The default order of the [`pipeline`], from the outside in, is **retry → breaker → gate →
+//! bulkhead → throttle → timeout**: the retry outside the breaker, so a breaker that re-opens
+//! gets zero retries; the timeout innermost, whatever order the builder is called in.
+//!
+//! ```
+//! # #[cfg(feature = "pipeline")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use tripline::{BreakerConfig, CircuitBreaker, TokioClock};
+//! use tripline_policies::pipeline::Pipeline;
+//! use tripline_policies::retry::RetryPolicy;
+//! use tripline_policies::retry::budget::{ErrorRateBudget, RetryBudget, TpsBudget};
+//!
+//! // Retries: 10% of requests, and none while the error rate is above 10%.
+//! let budget = TpsBudget::builder().retry_ratio(0.1).build()?
+//!     .and(ErrorRateBudget::builder().threshold_percent(10.0).build()?);
+//! let pipeline = Pipeline::builder()
+//!     .retry(RetryPolicy::builder().budget(Arc::new(budget)).build()?)
+//!     .breaker(CircuitBreaker::with_clock("vendor", BreakerConfig::default(), TokioClock::new()))
+//!     .timeout(Duration::from_millis(2500))
+//!     .build()?;
+//! let answer = pipeline.call(|| async { Ok::<_, std::io::Error>(42) }).await?;
+//! assert_eq!(answer, 42);
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "pipeline"))]
+//! # fn main() {}
+//! ```
+//!
+//! ## tower
+//!
+//! With the `tower` feature each policy has a `Layer` and a `Service` in tower's layout (one
+//! module per middleware with its layer, its `ResponseFuture` and its errors); errors are
+//! `BoxError`s from which each refusal downcasts to its own type. A stack in the pipeline's
+//! order:
+//!
+//! ```
+//! # #[cfg(all(feature = "tower", feature = "pipeline"))]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use std::time::Duration;
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//! use tripline::{BreakerConfig, CircuitBreaker, TokioClock};
+//! use tripline_policies::breaker::BreakerLayer;
+//! use tripline_policies::gate::{Gate, GateLayer};
+//! use tripline_policies::retry::{RetryLayer, RetryPolicy};
+//! use tripline_policies::timeout::TimeoutLayer;
+//!
+//! let gate = Gate::default();
+//! let breaker = CircuitBreaker::with_clock("vendor", BreakerConfig::default(), TokioClock::new());
+//! let svc = ServiceBuilder::new()
+//!     .layer(RetryLayer::new(RetryPolicy::default()).gate(gate.clone()))
+//!     .layer(BreakerLayer::new(breaker))
+//!     .layer(GateLayer::new(gate))
+//!     .layer(TimeoutLayer::new(Duration::from_millis(2500))?)
+//!     .service(service_fn(|id: u32| async move { Ok::<_, std::io::Error>(id) }));
+//! assert_eq!(svc.oneshot(7).await?, 7);
+//! # Ok(())
+//! # }
+//! # #[cfg(not(all(feature = "tower", feature = "pipeline")))]
+//! # fn main() {}
+//! ```
+//!
+//! ## Features
+//!
+//! One feature per component, each usable alone: `retry`, `bulkhead`, `gate`, `throttle`,
+//! `timeout`; `pipeline` (default) enables all five and the pipeline. `tower` adds the layers
+//! of the enabled components and the breaker's; `http` adds the HTTP classifier.
+
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "tower")]
+pub mod breaker;
+#[cfg(feature = "bulkhead")]
+pub mod bulkhead;
+#[cfg(feature = "gate")]
+pub mod gate;
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "pipeline")]
+pub mod pipeline;
+#[cfg(feature = "retry")]
+pub mod retry;
+#[cfg(feature = "throttle")]
+pub mod throttle;
+#[cfg(feature = "timeout")]
+pub mod timeout;
+#[cfg(any(feature = "retry", feature = "throttle"))]
+mod window;
+
+/// The error type of the tower services: any error, boxed. Each refusal downcasts to its own
+/// type ([`tripline::Rejected`], `Elapsed`, `BulkheadFull`, `GateOverflow`, `Throttled`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Locks a mutex, ignoring poisoning: the state behind every lock in this crate is counters,
+/// valid after any panic.
+#[cfg(any(feature = "retry", feature = "throttle"))]
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Checks a bucketed window: `bucket` in `[1ms, window]`, `window` a whole number of buckets,
+/// at most 3600 of them. Returns the number of buckets.
+#[cfg(any(feature = "retry", feature = "throttle"))]
+pub(crate) fn check_window(
+    field: &str,
+    window: std::time::Duration,
+    bucket: std::time::Duration,
+) -> Result<u32, tripline::ConfigError> {
+    use std::time::Duration;
+    if bucket < Duration::from_millis(1) || bucket > window {
+        return Err(tripline::ConfigError::new(
+            format!("{field}.bucket"),
+            format!("{bucket:?}"),
+            format!("in [1ms, {field} = {window:?}]"),
+        ));
+    }
+    let n = window.as_nanos() / bucket.as_nanos();
+    if window.as_nanos() % bucket.as_nanos() != 0 || n > 3600 {
+        return Err(tripline::ConfigError::new(
+            field,
+            format!("{window:?}"),
+            format!("a whole number (1 to 3600) of buckets of {bucket:?}"),
+        ));
+    }
+    Ok(n as u32)
+}
+
+/// Whether `e`, or an error in its chain, is a refusal by a local policy: a breaker's
+/// rejection, a full bulkhead, the gate's overflow, the throttle. Such a call never reached the
+/// dependency: it is never retried, and a breaker records it as ignored.
+#[cfg(feature = "tower")]
+pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "bulkhead")]
+    fn bulkhead(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<bulkhead::BulkheadFull>()
+    }
+    #[cfg(not(feature = "bulkhead"))]
+    fn bulkhead(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    #[cfg(feature = "gate")]
+    fn gate(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<gate::GateOverflow>()
+    }
+    #[cfg(not(feature = "gate"))]
+    fn gate(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    #[cfg(feature = "throttle")]
+    fn throttle(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<throttle::Throttled>()
+    }
+    #[cfg(not(feature = "throttle"))]
+    fn throttle(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if e.is::<tripline::Rejected>() || bulkhead(e) || gate(e) || throttle(e) {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// Whether `e`, or an error in its chain, is a timeout's `Elapsed`.
+#[cfg(all(feature = "tower", feature = "retry"))]
+pub(crate) fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    #[cfg(feature = "timeout")]
+    {
+        let mut cur = Some(e);
+        while let Some(e) = cur {
+            if e.is::<timeout::Elapsed>() {
+                return true;
+            }
+            cur = e.source();
+        }
+    }
+    let _ = e;
+    false
+}
+
+/// The gate a tower retry takes its retry slots from (nothing without the `gate` feature).
+#[cfg(all(feature = "tower", feature = "retry", feature = "gate"))]
+pub(crate) type RetryGate = Option<gate::Gate>;
+#[cfg(all(feature = "tower", feature = "retry", not(feature = "gate")))]
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RetryGate;
+#[cfg(all(feature = "tower", feature = "retry", feature = "gate"))]
+pub(crate) const NO_RETRY_GATE: RetryGate = None;
+#[cfg(all(feature = "tower", feature = "retry", not(feature = "gate")))]
+pub(crate) const NO_RETRY_GATE: RetryGate = RetryGate;
+
+/// A retry's slot in the gate.
+#[cfg(all(feature = "tower", feature = "retry", feature = "gate"))]
+pub(crate) type RetrySlot = Option<gate::GateGuard>;
+#[cfg(all(feature = "tower", feature = "retry", not(feature = "gate")))]
+#[derive(Debug, Default)]
+pub(crate) struct RetrySlot;
+
+/// Takes a retry slot from the gate, if there is one; `Err` when its retry limit is reached.
+#[cfg(all(feature = "tower", feature = "retry", feature = "gate"))]
+pub(crate) fn retry_slot(gate: &RetryGate) -> Result<RetrySlot, ()> {
+    match gate {
+        None => Ok(None),
+        Some(g) => g.try_retry().map(Some).map_err(|_| ()),
+    }
+}
+#[cfg(all(feature = "tower", feature = "retry", not(feature = "gate")))]
+pub(crate) fn retry_slot(_: &RetryGate) -> Result<RetrySlot, ()> {
+    Ok(RetrySlot)
+}

@@ -1,0 +1,559 @@
+//! The pipeline: retry, breaker, gate, bulkhead, throttle and timeout, composed in the one
+//! order that keeps each of them honest.
+//!
+//! # The order
+//!
+//! From the outside in, the default order is:
+//!
+//! | stage | why here |
+//! |---|---|
+//! | **retry** | outside the breaker: every attempt asks the breaker, so once the breaker (re-)opens, the remaining retries are refused at once and never retried. A re-opened breaker gets zero retries. |
+//! | **breaker** | sees every attempt that could reach the dependency, and nothing else: local refusals further in are recorded as ignored. |
+//! | **gate** | refuses instantly (Envoy style) before anything waits; a call about to queue in the bulkhead holds a *pending* slot, then a *request* slot once it has its bulkhead slot; retries hold a *retry* slot. |
+//! | **bulkhead** | the only stage that waits, in a bounded queue for a bounded time; that wait is not part of the timeout. |
+//! | **throttle** | next to the wire, so its `requests` and `accepts` count exactly the attempts about to be sent and the backend's answers; a throttled attempt frees its bulkhead slot at once. |
+//! | **timeout** | innermost, always: it times the dependency call and nothing else, so every admitted attempt settles, its expiry is a failure for the breaker and the throttle, and a retry's timer is a per-attempt one. |
+//!
+//! The builder's methods may be called in any order: the stages are always assembled as
+//! above, and [`Pipeline::order`] says what was built. Every stage is optional.
+//!
+//! # The other order, deliberately
+//!
+//! [`PipelineBuilder::retry_inside_breaker`] moves the retry inside the breaker: the breaker
+//! admits the *call* once, the retries run within that one admission, and only the final
+//! result is recorded. The breaker then measures "calls that failed even after retrying",
+//! which suits a breaker guarding a caller's SLO rather than the dependency's health; but
+//! retries are no longer stopped by the breaker between attempts, so the retry budget is the
+//! only thing bounding them, and the breaker's slow-call measure includes the backoff delays.
+//! A call refused by the breaker is, as always, not retried.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use tripline::{BreakerConfig, CircuitBreaker, TokioClock};
+//! use tripline_policies::bulkhead::{Bulkhead, BulkheadConfig};
+//! use tripline_policies::pipeline::{Pipeline, PipelineError, Stage};
+//! use tripline_policies::retry::RetryPolicy;
+//! use tripline_policies::retry::budget::TpsBudget;
+//!
+//! let breaker = CircuitBreaker::with_clock("catalog", BreakerConfig::default(), TokioClock::new());
+//! let pipeline = Pipeline::builder()
+//!     .timeout(Duration::from_millis(2500)) // written first, still innermost
+//!     .bulkhead(Bulkhead::new(BulkheadConfig::builder().max_concurrent(20).build()?))
+//!     .breaker(breaker)
+//!     .retry(RetryPolicy::builder().budget(Arc::new(TpsBudget::default())).build()?)
+//!     .build()?;
+//! assert_eq!(pipeline.order(), [Stage::Retry, Stage::Breaker, Stage::Bulkhead, Stage::Timeout]);
+//!
+//! let card = pipeline.call(|| async { Ok::<_, std::io::Error>("full card") }).await?;
+//! assert_eq!(card, "full card");
+//!
+//! let slow = pipeline
+//!     .call(|| async {
+//!         tokio::time::sleep(Duration::from_secs(10)).await;
+//!         Ok::<_, std::io::Error>("late")
+//!     })
+//!     .await;
+//! assert!(matches!(slow, Err(PipelineError::Timeout(_))));
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod error;
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use tripline::{
+    CircuitBreaker, Classification, Classify, Clock, ConfigError, MonotonicClock, Outcome,
+    ResultClassifier,
+};
+
+use crate::bulkhead::{Admission, Bulkhead, BulkheadPermit};
+use crate::gate::{Gate, GateGuard};
+use crate::retry::budget::RetryCause;
+use crate::retry::policy::Verdict;
+use crate::retry::{RetryOnError, RetryPolicy, Retryable};
+use crate::throttle::Throttle;
+use crate::timeout::Elapsed;
+pub use error::PipelineError;
+
+/// Where the retry sits relative to the breaker. See the [module docs](self).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RetryPlacement {
+    /// Every attempt asks the breaker; a re-opened breaker gets zero retries. The default.
+    #[default]
+    OutsideBreaker,
+    /// The breaker admits the whole retried call once and records its final result.
+    InsideBreaker,
+}
+
+/// A stage of a pipeline, as listed by [`Pipeline::order`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// The retry loop.
+    Retry,
+    /// The circuit breaker.
+    Breaker,
+    /// The concurrency gate.
+    Gate,
+    /// The bulkhead.
+    Bulkhead,
+    /// The adaptive throttle.
+    Throttle,
+    /// The timeout.
+    Timeout,
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Stage::Retry => "retry",
+            Stage::Breaker => "breaker",
+            Stage::Gate => "gate",
+            Stage::Bulkhead => "bulkhead",
+            Stage::Throttle => "throttle",
+            Stage::Timeout => "timeout",
+        })
+    }
+}
+
+/// Resilience policies composed around calls to one dependency. See the [module docs](self).
+///
+/// `C` is the breaker's clock, `P` the retry predicate, `K` the classifier that turns a result
+/// into a breaker outcome (and a throttle accept). Cloning is cheap: every policy is shared.
+pub struct Pipeline<C: Clock = MonotonicClock, P = RetryOnError, K = ResultClassifier> {
+    retry: Option<RetryPolicy<P>>,
+    breaker: Option<CircuitBreaker<C>>,
+    gate: Option<Gate>,
+    bulkhead: Option<Bulkhead>,
+    throttle: Option<Throttle>,
+    timeout: Option<Duration>,
+    placement: RetryPlacement,
+    classifier: K,
+}
+
+impl<C: Clock, P: Clone, K: Clone> Clone for Pipeline<C, P, K> {
+    fn clone(&self) -> Self {
+        Self {
+            retry: self.retry.clone(),
+            breaker: self.breaker.clone(),
+            gate: self.gate.clone(),
+            bulkhead: self.bulkhead.clone(),
+            throttle: self.throttle.clone(),
+            timeout: self.timeout,
+            placement: self.placement,
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+impl<C: Clock, P, K> fmt::Debug for Pipeline<C, P, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("order", &self.order())
+            .field("retry", &self.retry)
+            .field("breaker", &self.breaker)
+            .field("gate", &self.gate)
+            .field("bulkhead", &self.bulkhead)
+            .field("throttle", &self.throttle)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// A builder with no stage.
+    pub fn builder() -> PipelineBuilder {
+        PipelineBuilder {
+            retry: None,
+            breaker: None,
+            gate: None,
+            bulkhead: None,
+            throttle: None,
+            timeout: None,
+            placement: RetryPlacement::OutsideBreaker,
+            classifier: ResultClassifier,
+        }
+    }
+}
+
+type Attempt<T, E> = Result<Result<T, E>, PipelineError<E>>;
+
+impl<C: Clock, P, K> Pipeline<C, P, K> {
+    /// The stages built, from the outside in.
+    pub fn order(&self) -> Vec<Stage> {
+        let retry = self.retry.is_some().then_some(Stage::Retry);
+        let breaker = self.breaker.is_some().then_some(Stage::Breaker);
+        let (first, second) = match self.placement {
+            RetryPlacement::OutsideBreaker => (retry, breaker),
+            RetryPlacement::InsideBreaker => (breaker, retry),
+        };
+        [
+            first,
+            second,
+            self.gate.is_some().then_some(Stage::Gate),
+            self.bulkhead.is_some().then_some(Stage::Bulkhead),
+            self.throttle.is_some().then_some(Stage::Throttle),
+            self.timeout.is_some().then_some(Stage::Timeout),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// The retry policy, if any.
+    pub fn retry(&self) -> Option<&RetryPolicy<P>> {
+        self.retry.as_ref()
+    }
+
+    /// The breaker, if any.
+    pub fn breaker(&self) -> Option<&CircuitBreaker<C>> {
+        self.breaker.as_ref()
+    }
+
+    /// The gate, if any.
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
+    }
+
+    /// The bulkhead, if any.
+    pub fn bulkhead(&self) -> Option<&Bulkhead> {
+        self.bulkhead.as_ref()
+    }
+
+    /// The throttle, if any.
+    pub fn throttle(&self) -> Option<&Throttle> {
+        self.throttle.as_ref()
+    }
+
+    /// The per-attempt timeout, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Where the retry sits relative to the breaker.
+    pub fn placement(&self) -> RetryPlacement {
+        self.placement
+    }
+
+    /// Runs the future `f` makes through every stage; `f` is called once per attempt, and not
+    /// at all when a local policy refuses the attempt. If the returned future is dropped
+    /// mid-call, every slot, permit and ticket is given back (the breaker counts the permit as
+    /// abandoned).
+    pub async fn call<T, E, F, Fut>(&self, mut f: F) -> Result<T, PipelineError<E>>
+    where
+        P: Retryable<T, E>,
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let attempt = match (self.placement, &self.breaker) {
+            (RetryPlacement::InsideBreaker, Some(breaker)) => {
+                let permit = breaker.try_acquire().map_err(PipelineError::Rejected)?;
+                let r = self.attempts(&mut f, false).await;
+                let _ = permit.record_classified(self.breaker_classification(&r));
+                r
+            }
+            _ => self.attempts(&mut f, true).await,
+        };
+        match attempt {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(PipelineError::Failed(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`call`](Self::call), handing any refusal, timeout or error to `fallback`, which
+    /// produces the caller's answer (a cached value, a default, a degraded page).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tripline::ConfigError> {
+    /// use tripline::{BreakerConfig, CircuitBreaker};
+    /// use tripline_policies::pipeline::Pipeline;
+    ///
+    /// let breaker = CircuitBreaker::new("recommendations", BreakerConfig::default());
+    /// let pipeline = Pipeline::builder().breaker(breaker.clone()).build()?;
+    /// breaker.force_open();
+    /// let picks = pipeline
+    ///     .call_or_else(
+    ///         || async { Ok::<_, std::io::Error>(vec!["personalised"]) },
+    ///         |_| async { vec!["bestsellers"] },
+    ///     )
+    ///     .await;
+    /// assert_eq!(picks, ["bestsellers"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn call_or_else<T, E, F, Fut, G, GFut>(&self, f: F, fallback: G) -> T
+    where
+        P: Retryable<T, E>,
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        G: FnOnce(PipelineError<E>) -> GFut,
+        GFut: Future<Output = T>,
+    {
+        match self.call(f).await {
+            Ok(v) => v,
+            Err(e) => fallback(e).await,
+        }
+    }
+
+    /// The retry loop (or a single attempt without a policy).
+    async fn attempts<T, E, F, Fut>(&self, f: &mut F, through_breaker: bool) -> Attempt<T, E>
+    where
+        P: Retryable<T, E>,
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let Some(policy) = &self.retry else {
+            return self.attempt(f, through_breaker).await;
+        };
+        let mut attempts = policy.start();
+        let mut retry_slot: Option<GateGuard> = None;
+        loop {
+            let r = self.attempt(f, through_breaker).await;
+            // The attempt is over: a retry's gate slot goes back.
+            drop(retry_slot.take());
+            let verdict = match &r {
+                Ok(result) => Verdict::of(policy.predicate(), result),
+                Err(PipelineError::Timeout(_)) => Verdict::Failure {
+                    cause: RetryCause::Timeout,
+                    retryable: policy.retries_timeouts(),
+                },
+                Err(_) => Verdict::Local,
+            };
+            let Some(delay) = attempts.next(policy, verdict) else {
+                return r;
+            };
+            if let Some(gate) = &self.gate {
+                match gate.try_retry() {
+                    Ok(slot) => retry_slot = Some(slot),
+                    Err(_) => {
+                        attempts.cancel(policy);
+                        return r;
+                    }
+                }
+            }
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// One attempt: the breaker (when asked), then the admitted stages.
+    async fn attempt<T, E, F, Fut>(&self, f: &mut F, through_breaker: bool) -> Attempt<T, E>
+    where
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let permit = match &self.breaker {
+            Some(b) if through_breaker => Some(b.try_acquire().map_err(PipelineError::Rejected)?),
+            _ => None,
+        };
+        let r = self.admitted(f).await;
+        if let Some(permit) = permit {
+            let _ = permit.record_classified(self.breaker_classification(&r));
+        }
+        r
+    }
+
+    /// The stages inside the breaker: gate and bulkhead, throttle, timeout.
+    async fn admitted<T, E, F, Fut>(&self, f: &mut F) -> Attempt<T, E>
+    where
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let _slots = self.admit().await?;
+        let ticket = match &self.throttle {
+            Some(t) => Some(t.try_acquire().map_err(PipelineError::Throttled)?),
+            None => None,
+        };
+        let r = match self.timeout {
+            Some(d) => tokio::time::timeout(d, f())
+                .await
+                .map_err(|_| PipelineError::Timeout(Elapsed::new(d))),
+            None => Ok(f().await),
+        };
+        if let Some(ticket) = ticket {
+            ticket.record(match &r {
+                Ok(result) => self.classifier.classify(result).outcome,
+                Err(_) => Outcome::Failure,
+            });
+        }
+        r
+    }
+
+    /// The gate's and the bulkhead's slots: a request slot at once when the bulkhead has a
+    /// free slot; a pending slot while waiting in its queue, turned into a request slot after.
+    async fn admit<E>(
+        &self,
+    ) -> Result<(Option<BulkheadPermit>, Option<GateGuard>), PipelineError<E>> {
+        let request = |gate: Option<&Gate>| {
+            gate.map(Gate::try_request)
+                .transpose()
+                .map_err(PipelineError::Overflow)
+        };
+        let Some(bulkhead) = &self.bulkhead else {
+            return Ok((None, request(self.gate.as_ref())?));
+        };
+        match bulkhead.admit() {
+            Admission::Now(permit) => Ok((Some(permit), request(self.gate.as_ref())?)),
+            Admission::Queued(queued) => {
+                let pending = self
+                    .gate
+                    .as_ref()
+                    .map(Gate::try_pending)
+                    .transpose()
+                    .map_err(PipelineError::Overflow)?;
+                let permit = queued.wait().await.map_err(PipelineError::BulkheadFull)?;
+                let guard = pending
+                    .map(GateGuard::activate)
+                    .transpose()
+                    .map_err(PipelineError::Overflow)?;
+                Ok((Some(permit), guard))
+            }
+            Admission::Full(e) => Err(PipelineError::BulkheadFull(e)),
+        }
+    }
+
+    /// What an attempt means to the breaker: the classifier's verdict on the dependency's
+    /// result, a failure for a timeout, nothing for a local refusal.
+    fn breaker_classification<T, E>(&self, r: &Attempt<T, E>) -> Classification
+    where
+        K: Classify<T, E>,
+    {
+        match r {
+            Ok(result) => self.classifier.classify(result),
+            Err(PipelineError::Timeout(_)) => Classification::new(Outcome::Failure),
+            Err(_) => Classification::new(Outcome::Ignored),
+        }
+    }
+}
+
+/// Builds a [`Pipeline`]. The methods may be called in any order; see the
+/// [module docs](self) for the order the stages are assembled in.
+#[derive(Debug)]
+pub struct PipelineBuilder<C: Clock = MonotonicClock, P = RetryOnError, K = ResultClassifier> {
+    retry: Option<RetryPolicy<P>>,
+    breaker: Option<CircuitBreaker<C>>,
+    gate: Option<Gate>,
+    bulkhead: Option<Bulkhead>,
+    throttle: Option<Throttle>,
+    timeout: Option<Duration>,
+    placement: RetryPlacement,
+    classifier: K,
+}
+
+impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
+    /// Retries with `policy`.
+    pub fn retry<P2>(self, policy: RetryPolicy<P2>) -> PipelineBuilder<C, P2, K> {
+        PipelineBuilder {
+            retry: Some(policy),
+            breaker: self.breaker,
+            gate: self.gate,
+            bulkhead: self.bulkhead,
+            throttle: self.throttle,
+            timeout: self.timeout,
+            placement: self.placement,
+            classifier: self.classifier,
+        }
+    }
+
+    /// Guards calls with `breaker`.
+    pub fn breaker<C2: Clock>(self, breaker: CircuitBreaker<C2>) -> PipelineBuilder<C2, P, K> {
+        PipelineBuilder {
+            retry: self.retry,
+            breaker: Some(breaker),
+            gate: self.gate,
+            bulkhead: self.bulkhead,
+            throttle: self.throttle,
+            timeout: self.timeout,
+            placement: self.placement,
+            classifier: self.classifier,
+        }
+    }
+
+    /// Classifies results with `classifier` (for the breaker, and for the throttle's accepts:
+    /// anything not a failure is accepted). Default: `Ok` succeeds, `Err` fails.
+    pub fn classifier<K2>(self, classifier: K2) -> PipelineBuilder<C, P, K2> {
+        PipelineBuilder {
+            retry: self.retry,
+            breaker: self.breaker,
+            gate: self.gate,
+            bulkhead: self.bulkhead,
+            throttle: self.throttle,
+            timeout: self.timeout,
+            placement: self.placement,
+            classifier,
+        }
+    }
+
+    /// Limits concurrency with `gate` (requests, pending, retries).
+    pub fn gate(mut self, gate: Gate) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Limits concurrency with `bulkhead`, with its bounded wait.
+    pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
+        self.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// Throttles attempts adaptively with `throttle`.
+    pub fn throttle(mut self, throttle: Throttle) -> Self {
+        self.throttle = Some(throttle);
+        self
+    }
+
+    /// Times each attempt out after `timeout`, in `(0, 1d]`; always the innermost stage.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Puts the retry inside the breaker, deliberately; see the [module docs](self).
+    pub fn retry_inside_breaker(mut self) -> Self {
+        self.placement = RetryPlacement::InsideBreaker;
+        self
+    }
+
+    /// Sets where the retry sits relative to the breaker.
+    pub fn placement(mut self, placement: RetryPlacement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// The pipeline.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline_policies::pipeline::Pipeline;
+    ///
+    /// let err = Pipeline::builder().timeout(Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.to_string(), "timeout must be in (0ns, 86400s], got 0ns");
+    /// ```
+    pub fn build(self) -> Result<Pipeline<C, P, K>, ConfigError> {
+        let timeout = self
+            .timeout
+            .map(|t| crate::timeout::check("timeout", t))
+            .transpose()?;
+        Ok(Pipeline {
+            retry: self.retry,
+            breaker: self.breaker,
+            gate: self.gate,
+            bulkhead: self.bulkhead,
+            throttle: self.throttle,
+            timeout,
+            placement: self.placement,
+            classifier: self.classifier,
+        })
+    }
+}

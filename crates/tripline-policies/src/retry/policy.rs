@@ -1,0 +1,501 @@
+//! The retry policy: attempts, backoff, budget, predicate.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand_pcg::Pcg64Mcg;
+use tripline::{ConfigError, Outcome};
+
+use super::backoff::{Backoff, Jitter};
+use super::budget::{RetryBudget, RetryCause};
+
+/// The most attempts a policy may allow.
+pub const MAX_ATTEMPTS: u32 = 100;
+
+/// Decides whether a result is worth retrying. Implemented for closures
+/// `Fn(&Result<T, E>) -> bool` and by [`RetryOnError`].
+///
+/// The predicate sees the dependency's own result: an `Ok` can be retryable (an HTTP 503 is a
+/// response), an `Err` can be final (a validation error will fail again). Whatever it says, a
+/// call refused by a local policy (an open breaker, a full bulkhead, the gate, the throttle) is
+/// never retried.
+///
+/// ```
+/// use tripline_policies::retry::Retryable;
+///
+/// let transient = |r: &Result<u16, std::io::Error>| match r {
+///     Ok(status) => matches!(status, 429 | 502 | 503 | 504),
+///     Err(e) => e.kind() != std::io::ErrorKind::InvalidInput,
+/// };
+/// assert!(transient.is_retryable(&Ok(503)));
+/// assert!(!transient.is_retryable(&Ok(404)));
+/// ```
+pub trait Retryable<T, E> {
+    /// Whether `result` should be retried.
+    fn is_retryable(&self, result: &Result<T, E>) -> bool;
+}
+
+impl<T, E, F> Retryable<T, E> for F
+where
+    F: Fn(&Result<T, E>) -> bool,
+{
+    fn is_retryable(&self, result: &Result<T, E>) -> bool {
+        self(result)
+    }
+}
+
+/// The default predicate: every `Err` is retryable, every `Ok` is final.
+///
+/// ```
+/// use tripline_policies::retry::{RetryOnError, Retryable};
+/// assert!(RetryOnError.is_retryable(&Err::<(), _>("reset")));
+/// assert!(!RetryOnError.is_retryable(&Ok::<_, ()>(1)));
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RetryOnError;
+
+impl<T, E> Retryable<T, E> for RetryOnError {
+    fn is_retryable(&self, result: &Result<T, E>) -> bool {
+        result.is_err()
+    }
+}
+
+/// Counters of a retry policy since it was built (shared by its clones).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryStats {
+    /// Requests started.
+    pub requests: u64,
+    /// Retries made.
+    pub retries: u64,
+    /// Retries the budget refused.
+    pub budget_exhausted: u64,
+    /// Retries refused because the concurrency gate's retry limit was reached.
+    pub gate_overflows: u64,
+    /// Requests that still failed after the last allowed attempt.
+    pub attempts_exhausted: u64,
+    /// Calls refused by a local policy (breaker, bulkhead, gate, throttle), never retried.
+    pub local_rejections: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    retries: AtomicU64,
+    budget_exhausted: AtomicU64,
+    gate_overflows: AtomicU64,
+    attempts_exhausted: AtomicU64,
+    local_rejections: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+struct Shared {
+    max_attempts: u32,
+    backoff: Backoff,
+    retry_timeouts: bool,
+    budget: Option<Arc<dyn RetryBudget>>,
+    rng: Mutex<Pcg64Mcg>,
+    counters: Counters,
+}
+
+/// When and how often to retry: a maximum number of attempts, a [`Backoff`] with jitter, an
+/// optional shared [`RetryBudget`], whether timeouts are retried, and a [`Retryable`]
+/// predicate. Cloning is cheap; clones share the budget, the random generator and the counters.
+///
+/// Defaults: 3 attempts (the AWS SDKs' standard mode), 100 ms doubling to 20 s with full
+/// jitter, timeouts retried, no budget, every `Err` retryable.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tripline_policies::retry::{Jitter, RetryPolicy};
+/// use tripline_policies::retry::budget::TokenBucketBudget;
+///
+/// let policy = RetryPolicy::builder()
+///     .max_attempts(4)
+///     .base_delay(Duration::from_millis(50))
+///     .max_delay(Duration::from_secs(2))
+///     .jitter(Jitter::Decorrelated)
+///     .budget(Arc::new(TokenBucketBudget::default()))
+///     .retry_if(|r: &Result<u16, std::io::Error>| !matches!(r, Ok(200..=499)))
+///     .seed(42)
+///     .build()?;
+/// assert_eq!(policy.max_attempts(), 4);
+///
+/// let err = RetryPolicy::builder().max_attempts(0).build().unwrap_err();
+/// assert_eq!(err.to_string(), "max_attempts must be in [1, 100], got 0");
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+pub struct RetryPolicy<P = RetryOnError> {
+    shared: Arc<Shared>,
+    predicate: P,
+}
+
+impl<P: Clone> Clone for RetryPolicy<P> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            predicate: self.predicate.clone(),
+        }
+    }
+}
+
+impl<P> std::fmt::Debug for RetryPolicy<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryPolicy")
+            .field("max_attempts", &self.shared.max_attempts)
+            .field("backoff", &self.shared.backoff)
+            .field("retry_timeouts", &self.shared.retry_timeouts)
+            .field("budget", &self.shared.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy::builder()
+            .build()
+            .expect("the defaults are valid")
+    }
+}
+
+impl RetryPolicy {
+    /// A builder with the defaults.
+    pub fn builder() -> RetryPolicyBuilder {
+        RetryPolicyBuilder {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(20),
+            jitter: Jitter::Full,
+            retry_timeouts: true,
+            budget: None,
+            seed: None,
+            predicate: RetryOnError,
+        }
+    }
+}
+
+impl<P> RetryPolicy<P> {
+    /// Attempts per request, the first included.
+    pub fn max_attempts(&self) -> u32 {
+        self.shared.max_attempts
+    }
+
+    /// The backoff between attempts.
+    pub fn backoff(&self) -> Backoff {
+        self.shared.backoff
+    }
+
+    /// Whether timeouts are retried.
+    pub fn retries_timeouts(&self) -> bool {
+        self.shared.retry_timeouts
+    }
+
+    /// The predicate.
+    pub fn predicate(&self) -> &P {
+        &self.predicate
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RetryStats {
+        let c = &self.shared.counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RetryStats {
+            requests: r(&c.requests),
+            retries: r(&c.retries),
+            budget_exhausted: r(&c.budget_exhausted),
+            gate_overflows: r(&c.gate_overflows),
+            attempts_exhausted: r(&c.attempts_exhausted),
+            local_rejections: r(&c.local_rejections),
+        }
+    }
+
+    /// Runs `f` until it succeeds, returns a result the predicate does not retry, or the
+    /// attempts or the budget run out; waits the backoff (on tokio's timer) between attempts.
+    /// Returns the last result.
+    ///
+    /// This is the bare retry loop: it knows nothing of the other policies, so it cannot tell a
+    /// breaker's rejection from any other error. To retry calls through a breaker, use the
+    /// [pipeline](crate::pipeline) (or the tower layers), which never retries a rejection.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), tripline::ConfigError> {
+    /// use tripline_policies::retry::RetryPolicy;
+    ///
+    /// let policy = RetryPolicy::builder().max_attempts(3).seed(9).build()?;
+    /// let mut calls = 0;
+    /// let r: Result<u32, &str> = policy
+    ///     .call(|| {
+    ///         calls += 1;
+    ///         let n = calls;
+    ///         async move { if n < 3 { Err("reset") } else { Ok(n) } }
+    ///     })
+    ///     .await;
+    /// assert_eq!(r, Ok(3));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn call<T, E, F, Fut>(&self, mut f: F) -> Result<T, E>
+    where
+        P: Retryable<T, E>,
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let mut attempts = self.start();
+        loop {
+            let result = f().await;
+            let verdict = Verdict::of(&self.predicate, &result);
+            match attempts.next(self, verdict) {
+                None => return result,
+                Some(delay) => tokio::time::sleep(delay).await,
+            }
+        }
+    }
+
+    /// Starts a request: tells the budget, and returns the state of its attempts.
+    pub(crate) fn start(&self) -> Attempts {
+        bump(&self.shared.counters.requests);
+        if let Some(b) = &self.shared.budget {
+            b.on_request();
+        }
+        Attempts {
+            made: 1,
+            previous_delay: self.shared.backoff.base(),
+            cause: None,
+        }
+    }
+}
+
+/// What an attempt's result means for the retry loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The call ended well.
+    Success,
+    /// A result the predicate does not retry.
+    Final,
+    /// A failure worth retrying (`retryable` false when it may not be: a timeout with timeouts
+    /// not retried).
+    Failure { cause: RetryCause, retryable: bool },
+    /// Refused by a local policy: never retried, not reported to the budget.
+    #[cfg_attr(
+        not(any(feature = "tower", feature = "pipeline")),
+        expect(
+            dead_code,
+            reason = "local refusals exist only with the tower layers or the pipeline"
+        )
+    )]
+    Local,
+}
+
+impl Verdict {
+    /// The verdict on a dependency's result, by the predicate.
+    pub(crate) fn of<T, E, P: Retryable<T, E>>(predicate: &P, result: &Result<T, E>) -> Self {
+        if predicate.is_retryable(result) {
+            Verdict::Failure {
+                cause: RetryCause::Error,
+                retryable: true,
+            }
+        } else if result.is_ok() {
+            Verdict::Success
+        } else {
+            Verdict::Final
+        }
+    }
+}
+
+/// The state of one request's attempts.
+#[derive(Debug)]
+pub(crate) struct Attempts {
+    made: u32,
+    previous_delay: Duration,
+    cause: Option<RetryCause>,
+}
+
+impl Attempts {
+    /// Whether another attempt may follow the ones made (so a copy of the request is worth
+    /// making).
+    #[cfg_attr(
+        not(feature = "tower"),
+        expect(dead_code, reason = "used by the tower layer")
+    )]
+    pub(crate) fn may_retry<P>(&self, policy: &RetryPolicy<P>) -> bool {
+        self.made < policy.shared.max_attempts
+    }
+
+    /// Reports an attempt's result to the budget and the counters, without deciding anything:
+    /// for a request that cannot be retried (no copy of it could be made).
+    pub(crate) fn report<P>(&self, policy: &RetryPolicy<P>, verdict: Verdict) {
+        let s = &*policy.shared;
+        let outcome = match verdict {
+            Verdict::Success => Outcome::Success,
+            Verdict::Final => Outcome::Ignored,
+            Verdict::Failure { .. } => Outcome::Failure,
+            Verdict::Local => {
+                bump(&s.counters.local_rejections);
+                return;
+            }
+        };
+        if let Some(b) = &s.budget {
+            b.on_outcome(outcome, self.cause);
+        }
+    }
+
+    /// After an attempt: reports it (see [`report`](Self::report)) and decides. `Some(delay)`
+    /// means retry after `delay`; the budget has been charged (see [`Attempts::cancel`]).
+    pub(crate) fn next<P>(
+        &mut self,
+        policy: &RetryPolicy<P>,
+        verdict: Verdict,
+    ) -> Option<Duration> {
+        self.report(policy, verdict);
+        let s = &*policy.shared;
+        let Verdict::Failure {
+            cause,
+            retryable: true,
+        } = verdict
+        else {
+            return None;
+        };
+        if self.made >= s.max_attempts {
+            bump(&s.counters.attempts_exhausted);
+            return None;
+        }
+        if let Some(b) = &s.budget {
+            if !b.withdraw(cause) {
+                bump(&s.counters.budget_exhausted);
+                return None;
+            }
+        }
+        let delay = {
+            let mut rng = crate::lock(&s.rng);
+            s.backoff
+                .delay(self.made - 1, self.previous_delay, &mut *rng)
+        };
+        self.previous_delay = delay;
+        self.made += 1;
+        self.cause = Some(cause);
+        bump(&s.counters.retries);
+        Some(delay)
+    }
+
+    /// Takes back the retry [`next`](Self::next) granted: another limit (the gate's retry
+    /// limit) refused it. Refunds the budget.
+    #[cfg_attr(
+        not(any(feature = "tower", feature = "pipeline")),
+        expect(dead_code, reason = "used by the tower layer and the pipeline")
+    )]
+    pub(crate) fn cancel<P>(&mut self, policy: &RetryPolicy<P>) {
+        let s = &*policy.shared;
+        if let Some(cause) = self.cause {
+            if let Some(b) = &s.budget {
+                b.refund(cause);
+            }
+            s.counters.retries.fetch_sub(1, Ordering::Relaxed);
+            bump(&s.counters.gate_overflows);
+        }
+    }
+}
+
+/// Builds a [`RetryPolicy`], checking every value.
+#[derive(Debug)]
+pub struct RetryPolicyBuilder<P = RetryOnError> {
+    max_attempts: u32,
+    base_delay: Duration,
+    max_delay: Duration,
+    jitter: Jitter,
+    retry_timeouts: bool,
+    budget: Option<Arc<dyn RetryBudget>>,
+    seed: Option<u64>,
+    predicate: P,
+}
+
+impl<P> RetryPolicyBuilder<P> {
+    /// Attempts per request, the first included, in `[1, 100]`. Default 3.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The first backoff's ceiling, in `(0, 1h]`. Default 100 ms.
+    pub fn base_delay(mut self, d: Duration) -> Self {
+        self.base_delay = d;
+        self
+    }
+
+    /// The largest backoff, in `[base_delay, 1d]`. Default 20 s.
+    pub fn max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d;
+        self
+    }
+
+    /// The jitter. Default [`Jitter::Full`].
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Whether a timeout is retried (charged as a timeout by the budget). Default true.
+    pub fn retry_timeouts(mut self, yes: bool) -> Self {
+        self.retry_timeouts = yes;
+        self
+    }
+
+    /// A budget shared with the other policies that call the same dependency.
+    pub fn budget<B: RetryBudget>(mut self, budget: Arc<B>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Seeds the jitter's random generator, for reproducible delays. Default: from the OS.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The predicate deciding which results are retried.
+    pub fn retry_if<Q>(self, predicate: Q) -> RetryPolicyBuilder<Q> {
+        RetryPolicyBuilder {
+            max_attempts: self.max_attempts,
+            base_delay: self.base_delay,
+            max_delay: self.max_delay,
+            jitter: self.jitter,
+            retry_timeouts: self.retry_timeouts,
+            budget: self.budget,
+            seed: self.seed,
+            predicate,
+        }
+    }
+
+    /// The policy.
+    pub fn build(self) -> Result<RetryPolicy<P>, ConfigError> {
+        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return Err(ConfigError::new(
+                "max_attempts",
+                self.max_attempts,
+                format!("in [1, {MAX_ATTEMPTS}]"),
+            ));
+        }
+        let backoff = Backoff::new(self.base_delay, self.max_delay, self.jitter)?;
+        let rng = match self.seed {
+            Some(s) => Pcg64Mcg::seed_from_u64(s),
+            None => Pcg64Mcg::from_os_rng(),
+        };
+        Ok(RetryPolicy {
+            shared: Arc::new(Shared {
+                max_attempts: self.max_attempts,
+                backoff,
+                retry_timeouts: self.retry_timeouts,
+                budget: self.budget,
+                rng: Mutex::new(rng),
+                counters: Counters::default(),
+            }),
+            predicate: self.predicate,
+        })
+    }
+}

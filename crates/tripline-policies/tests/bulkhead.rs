@@ -1,0 +1,167 @@
+//! Bulkhead: the concurrency cap, the bounded queue, the wait's timeout on paused time, and
+//! the tower service.
+#![cfg(feature = "bulkhead")]
+
+mod support;
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tripline_policies::bulkhead::{Bulkhead, BulkheadConfig};
+
+fn bulkhead(max_concurrent: u32, max_waiting: u32, max_wait_ms: u64) -> Bulkhead {
+    Bulkhead::new(
+        BulkheadConfig::builder()
+            .max_concurrent(max_concurrent)
+            .max_waiting(max_waiting)
+            .max_wait(Duration::from_millis(max_wait_ms))
+            .build()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn caps_concurrency_and_refuses_at_once_without_a_queue() {
+    let b = bulkhead(2, 0, 0);
+    let s1 = b.try_acquire().unwrap();
+    let _s2 = b.try_acquire().unwrap();
+    let full = b.try_acquire().unwrap_err();
+    assert!(!full.timed_out());
+    assert_eq!((b.in_flight(), b.available()), (2, 0));
+    drop(s1);
+    assert_eq!(b.available(), 1);
+    let _s3 = b.try_acquire().unwrap();
+    assert_eq!(b.rejections().queue_full, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wait_times_out_after_max_wait() {
+    let b = bulkhead(1, 4, 250);
+    let _held = b.try_acquire().unwrap();
+    let start = Instant::now();
+    let err = b.acquire().await.unwrap_err();
+    assert!(err.timed_out());
+    assert_eq!(err.waited(), Some(Duration::from_millis(250)));
+    assert_eq!(start.elapsed(), Duration::from_millis(250));
+    assert_eq!(b.waiting(), 0);
+    assert_eq!(b.rejections().timed_out, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_gets_the_slot_when_it_frees() {
+    let b = bulkhead(1, 4, 1000);
+    let held = b.try_acquire().unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let start = Instant::now();
+            let _slot = b.acquire().await.unwrap();
+            start.elapsed()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.waiting(), 1);
+    drop(held);
+    assert_eq!(waiter.await.unwrap(), Duration::from_millis(300));
+    assert_eq!(b.waiting(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_queue_is_bounded() {
+    let b = bulkhead(1, 1, 1000);
+    let _held = b.try_acquire().unwrap();
+    let first = tokio::spawn({
+        let b = b.clone();
+        async move { b.acquire().await.map(drop) }
+    });
+    tokio::task::yield_now().await;
+    assert_eq!(b.waiting(), 1);
+    // The queue is full: refused at once, without waiting.
+    let start = Instant::now();
+    let err = b.acquire().await.unwrap_err();
+    assert!(!err.timed_out());
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert!(first.await.unwrap().is_err(), "the queued one times out");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_wait_leaves_the_queue() {
+    let b = bulkhead(1, 1, 1000);
+    let _held = b.try_acquire().unwrap();
+    let r = tokio::time::timeout(Duration::from_millis(10), b.acquire()).await;
+    assert!(r.is_err());
+    assert_eq!(b.waiting(), 0);
+}
+
+#[test]
+fn bad_configuration_is_rejected() {
+    let cases = [
+        (
+            BulkheadConfig::builder()
+                .max_concurrent(0)
+                .build()
+                .unwrap_err(),
+            "max_concurrent must be in [1, 1000000], got 0",
+        ),
+        (
+            BulkheadConfig::builder()
+                .max_waiting(5)
+                .build()
+                .unwrap_err(),
+            "max_wait must be in (0ns, 3600s] when max_waiting > 0, got 0ns",
+        ),
+        (
+            BulkheadConfig::builder()
+                .max_wait(Duration::from_secs(7200))
+                .build()
+                .unwrap_err(),
+            "max_wait must be in [0ns, 3600s], got 7200s",
+        ),
+    ];
+    for (err, msg) in cases {
+        assert_eq!(err.to_string(), msg);
+    }
+}
+
+#[cfg(feature = "tower")]
+mod tower_service {
+    use super::*;
+    use tower::{Layer, ServiceExt, service_fn};
+    use tripline_policies::bulkhead::{BulkheadFull, BulkheadLayer};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_goes_out_when_a_slot_frees() {
+        let b = bulkhead(1, 1, 1000);
+        let calls = support::Calls::default();
+        let svc = BulkheadLayer::new(b.clone()).layer(service_fn({
+            let calls = calls.clone();
+            move |ms: u64| {
+                calls.bump();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, support::Boom>(ms)
+                }
+            }
+        }));
+        let first = tokio::spawn(svc.clone().oneshot(400));
+        tokio::task::yield_now().await;
+        assert_eq!(b.in_flight(), 1);
+        let start = Instant::now();
+        let second = svc.clone().oneshot(100).await.unwrap();
+        assert_eq!(second, 100);
+        // Waited for the first call's 400 ms, then ran 100 ms.
+        assert_eq!(start.elapsed(), Duration::from_millis(500));
+        assert_eq!(first.await.unwrap().unwrap(), 400);
+        assert_eq!((calls.get(), b.in_flight()), (2, 0));
+
+        // Queue full: refused without calling the inner service.
+        let _held = b.try_acquire().unwrap();
+        let queued = tokio::spawn(svc.clone().oneshot(1));
+        tokio::task::yield_now().await;
+        let err = svc.clone().oneshot(1).await.unwrap_err();
+        assert!(!err.downcast_ref::<BulkheadFull>().unwrap().timed_out());
+        let err = queued.await.unwrap().unwrap_err();
+        assert!(err.downcast_ref::<BulkheadFull>().unwrap().timed_out());
+        assert_eq!(calls.get(), 2);
+    }
+}
