@@ -223,6 +223,15 @@ enum Kind {
     Passthrough,
 }
 
+/// What a permit is: its generation, start time and kind. Shared by [`Permit`] and
+/// [`OwnedPermit`].
+#[derive(Clone, Copy, Debug)]
+struct Ticket {
+    generation: u64,
+    started: u64,
+    kind: Kind,
+}
+
 /// The right to make one call. Record its outcome with [`Permit::record`]; a permit dropped
 /// without a result (a cancelled future, a panic) is counted as abandoned and gives back its
 /// half-open probe slot, never counting as a success or a failure.
@@ -237,67 +246,99 @@ enum Kind {
 #[must_use = "record the call's outcome, or the permit counts as abandoned"]
 pub struct Permit<'a, C: Clock = MonotonicClock> {
     inner: &'a Inner<C>,
-    generation: u64,
-    started: u64,
-    kind: Kind,
+    ticket: Ticket,
     done: bool,
+}
+
+/// A [`Permit`] that owns a handle to its breaker, so it can live in a `'static` future or a
+/// struct beside the breaker (tower's `ResponseFuture`). Costs one reference-count increment
+/// more than a [`Permit`]; no allocation.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, Outcome};
+///
+/// let breaker = CircuitBreaker::new("db", BreakerConfig::default());
+/// let permit = breaker.try_acquire_owned().unwrap();
+/// let handle = std::thread::spawn(move || permit.record(Outcome::Success));
+/// assert!(handle.join().unwrap().counted());
+/// ```
+#[must_use = "record the call's outcome, or the permit counts as abandoned"]
+pub struct OwnedPermit<C: Clock = MonotonicClock> {
+    inner: Arc<Inner<C>>,
+    ticket: Ticket,
+    done: bool,
+}
+
+macro_rules! permit_methods {
+    () => {
+        /// Records the call's outcome.
+        pub fn record(self, outcome: Outcome) -> Recorded {
+            self.record_classified(Classification::new(outcome))
+        }
+
+        /// Records a classification, with its optional `Retry-After` hint.
+        pub fn record_classified(mut self, c: Classification) -> Recorded {
+            self.done = true;
+            self.inner.settle(self.ticket, c)
+        }
+
+        /// The generation this permit was granted in.
+        pub fn generation(&self) -> u64 {
+            self.ticket.generation
+        }
+
+        /// Whether this is a half-open probe.
+        pub fn is_probe(&self) -> bool {
+            matches!(self.ticket.kind, Kind::Probe { .. })
+        }
+
+        /// Time since the permit was granted, on the breaker's clock.
+        pub fn elapsed(&self) -> Duration {
+            Duration::from_nanos(self.inner.clock.now().saturating_sub(self.ticket.started))
+        }
+    };
+}
+
+impl<C: Clock> Permit<'_, C> {
+    permit_methods!();
+}
+
+impl<C: Clock> OwnedPermit<C> {
+    permit_methods!();
 }
 
 impl<C: Clock> std::fmt::Debug for Permit<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
             .field("breaker", &self.inner.name)
-            .field("generation", &self.generation)
+            .field("generation", &self.ticket.generation)
             .field("probe", &self.is_probe())
             .finish()
     }
 }
 
-impl<C: Clock> Permit<'_, C> {
-    /// Records the call's outcome.
-    pub fn record(self, outcome: Outcome) -> Recorded {
-        self.record_classified(Classification::new(outcome))
-    }
-
-    /// Records a classification, with its optional `Retry-After` hint.
-    pub fn record_classified(mut self, c: Classification) -> Recorded {
-        self.done = true;
-        let inner = self.inner;
-        match self.kind {
-            Kind::Passthrough => Recorded::Disabled,
-            Kind::Window { cohort } => {
-                if cohort != NO_COHORT {
-                    inner.inflight.exit(cohort);
-                }
-                let now = inner.clock.now();
-                inner.record_window(self.generation, now.saturating_sub(self.started), now, c)
-            }
-            Kind::Probe { slot, token } => {
-                inner.record_probe(self.generation, slot, token, self.started, c)
-            }
-        }
-    }
-
-    /// The generation this permit was granted in.
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// Whether this is a half-open probe.
-    pub fn is_probe(&self) -> bool {
-        matches!(self.kind, Kind::Probe { .. })
-    }
-
-    /// Time since the permit was granted, on the breaker's clock.
-    pub fn elapsed(&self) -> Duration {
-        Duration::from_nanos(self.inner.clock.now().saturating_sub(self.started))
+impl<C: Clock> std::fmt::Debug for OwnedPermit<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedPermit")
+            .field("breaker", &self.inner.name)
+            .field("generation", &self.ticket.generation)
+            .field("probe", &self.is_probe())
+            .finish()
     }
 }
 
 impl<C: Clock> Drop for Permit<'_, C> {
     fn drop(&mut self) {
         if !self.done {
-            self.inner.abandon(self.generation, self.kind);
+            self.inner.abandon(self.ticket.generation, self.ticket.kind);
+        }
+    }
+}
+
+impl<C: Clock> Drop for OwnedPermit<C> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.inner.abandon(self.ticket.generation, self.ticket.kind);
         }
     }
 }
@@ -445,58 +486,26 @@ impl<C: Clock> CircuitBreaker<C> {
     /// Asks to make one call. In Closed this is a few atomic operations; in Open a rejection;
     /// in HalfOpen a probe slot if one is free. An open breaker whose wait has elapsed moves to
     /// HalfOpen here (lazily), unless a timer already did.
+    #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_, C>, Rejected> {
-        let inner = &*self.inner;
-        loop {
-            let word = Word(inner.word.load(Ordering::Acquire));
-            match word.state() {
-                State::Closed | State::MetricsOnly => {
-                    let now = inner.clock.now();
-                    let mut cohort = NO_COHORT;
-                    if inner.hot.in_flight.load(Ordering::Relaxed) {
-                        if word.state() == State::Closed
-                            && now >= inner.next_inflight_check.load(Ordering::Relaxed)
-                            && inner.check_in_flight(word, now)
-                        {
-                            continue;
-                        }
-                        cohort = inner.inflight.enter(now);
-                    }
-                    return Ok(Permit {
-                        inner,
-                        generation: word.generation(),
-                        started: now,
-                        kind: Kind::Window { cohort },
-                        done: false,
-                    });
-                }
-                State::Open => {
-                    let now = inner.clock.recent();
-                    let until = inner.open_until.load(Ordering::Acquire);
-                    if now < until {
-                        return Err(inner.reject(State::Open, Some(until - now), now));
-                    }
-                    inner.open_to_half_open(word, inner.clock.now());
-                }
-                State::HalfOpen => {
-                    if let Some(r) = inner.claim_probe(word) {
-                        return r;
-                    }
-                }
-                State::Disabled => {
-                    return Ok(Permit {
-                        inner,
-                        generation: word.generation(),
-                        started: 0,
-                        kind: Kind::Passthrough,
-                        done: false,
-                    });
-                }
-                State::ForcedOpen => {
-                    return Err(inner.reject(State::ForcedOpen, None, inner.clock.recent()));
-                }
-            }
-        }
+        let ticket = self.inner.acquire()?;
+        Ok(Permit {
+            inner: &self.inner,
+            ticket,
+            done: false,
+        })
+    }
+
+    /// [`try_acquire`](Self::try_acquire), returning a permit that owns a handle to the
+    /// breaker (for `'static` futures and tower services).
+    #[inline]
+    pub fn try_acquire_owned(&self) -> Result<OwnedPermit<C>, Rejected> {
+        let ticket = self.inner.acquire()?;
+        Ok(OwnedPermit {
+            inner: self.inner.clone(),
+            ticket,
+            done: false,
+        })
     }
 
     /// Runs `f` through the breaker: `Ok` is a success, `Err` a failure.
@@ -795,6 +804,74 @@ impl<C: Clock> CircuitBreaker<C> {
 }
 
 impl<C: Clock> Inner<C> {
+    /// Records a permit's result.
+    fn settle(&self, t: Ticket, c: Classification) -> Recorded {
+        match t.kind {
+            Kind::Passthrough => Recorded::Disabled,
+            Kind::Window { cohort } => {
+                if cohort != NO_COHORT {
+                    self.inflight.exit(cohort);
+                }
+                let now = self.clock.now();
+                self.record_window(t.generation, now.saturating_sub(t.started), now, c)
+            }
+            Kind::Probe { slot, token } => {
+                self.record_probe(t.generation, slot, token, t.started, c)
+            }
+        }
+    }
+
+    #[inline]
+    fn acquire(&self) -> Result<Ticket, Rejected> {
+        let inner = self;
+        loop {
+            let word = Word(inner.word.load(Ordering::Acquire));
+            match word.state() {
+                State::Closed | State::MetricsOnly => {
+                    let now = inner.clock.now();
+                    let mut cohort = NO_COHORT;
+                    if inner.hot.in_flight.load(Ordering::Relaxed) {
+                        if word.state() == State::Closed
+                            && now >= inner.next_inflight_check.load(Ordering::Relaxed)
+                            && inner.check_in_flight(word, now)
+                        {
+                            continue;
+                        }
+                        cohort = inner.inflight.enter(now);
+                    }
+                    return Ok(Ticket {
+                        generation: word.generation(),
+                        started: now,
+                        kind: Kind::Window { cohort },
+                    });
+                }
+                State::Open => {
+                    let now = inner.clock.recent();
+                    let until = inner.open_until.load(Ordering::Acquire);
+                    if now < until {
+                        return Err(inner.reject(State::Open, Some(until - now), now));
+                    }
+                    inner.open_to_half_open(word, inner.clock.now());
+                }
+                State::HalfOpen => {
+                    if let Some(r) = inner.claim_probe(word) {
+                        return r;
+                    }
+                }
+                State::Disabled => {
+                    return Ok(Ticket {
+                        generation: word.generation(),
+                        started: 0,
+                        kind: Kind::Passthrough,
+                    });
+                }
+                State::ForcedOpen => {
+                    return Err(inner.reject(State::ForcedOpen, None, inner.clock.recent()));
+                }
+            }
+        }
+    }
+
     fn snapshot(&self, now: u64) -> WindowSnapshot {
         let mut snap = self.window.snapshot(now);
         if self.hot.in_flight.load(Ordering::Relaxed) {
@@ -1028,7 +1105,7 @@ impl<C: Clock> Inner<C> {
     }
 
     /// Claims a probe slot. `None`: the state moved; look again.
-    fn claim_probe(&self, word: Word) -> Option<Result<Permit<'_, C>, Rejected>> {
+    fn claim_probe(&self, word: Word) -> Option<Result<Ticket, Rejected>> {
         let now = self.clock.now();
         let mut core = lock(&self.core);
         if Word(self.word.load(Ordering::Acquire)) != word {
@@ -1070,15 +1147,13 @@ impl<C: Clock> Inner<C> {
                 core.next_token += 1;
                 let deadline = now.saturating_add(nanos(core.config.probe_lease));
                 core.round.leases[slot] = Some(Lease { token, deadline });
-                return Some(Ok(Permit {
-                    inner: self,
+                return Some(Ok(Ticket {
                     generation: word.generation(),
                     started: now,
                     kind: Kind::Probe {
                         slot: slot as u32,
                         token,
                     },
-                    done: false,
                 }));
             }
         }

@@ -84,7 +84,7 @@ mod state;
 mod sync;
 mod window;
 
-pub use breaker::{CircuitBreaker, Metrics, Permit, Recorded};
+pub use breaker::{CircuitBreaker, Metrics, OwnedPermit, Permit, Recorded};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};

@@ -34,6 +34,15 @@ fn hot_paths_do_not_allocate() {
             }
         });
         assert_eq!(n, 0, "closed acquire + record allocated");
+        let n = allocations(|| {
+            for _ in 0..10_000 {
+                let _ = breaker
+                    .try_acquire_owned()
+                    .unwrap()
+                    .record(Outcome::Success);
+            }
+        });
+        assert_eq!(n, 0, "owned acquire + record allocated");
         breaker.force_open();
         let _ = breaker.try_acquire();
         let n = allocations(|| {

@@ -445,3 +445,25 @@ fn the_slow_rule_trips_on_slow_successes() {
         (2, 2, 0)
     );
 }
+
+#[test]
+fn owned_permits_follow_the_same_rules() {
+    let (b, clock) = quick(
+        BreakerConfig::builder()
+            .open_duration(10 * S)
+            .half_open_calls(1),
+    );
+    let stale = b.try_acquire_owned().unwrap();
+    fail(&b, 2);
+    assert_eq!(stale.record(Outcome::Success), Recorded::Stale);
+    clock.advance(10 * S);
+    let probe = b.try_acquire_owned().unwrap();
+    assert!(probe.is_probe());
+    assert!(b.try_acquire_owned().is_err());
+    drop(probe); // abandoned: the slot comes back
+    assert_eq!(b.metrics().abandoned_permits, 1);
+    let probe = b.try_acquire_owned().unwrap();
+    let handle = std::thread::spawn(move || probe.record(Outcome::Success));
+    assert_eq!(handle.join().unwrap(), Recorded::Counted);
+    assert_eq!(b.state(), State::Closed);
+}
