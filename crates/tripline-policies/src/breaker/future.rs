@@ -5,32 +5,73 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use pin_project_lite::pin_project;
+use tripline::{Classify, Clock, OwnedPermit, Rejected};
+
 use crate::BoxError;
 
-type Boxed<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
-
-/// The response of a [`Breaker`](super::Breaker): the permit, the inner call and the recording
-/// of its result. Dropping it mid-call abandons the permit.
-pub struct ResponseFuture<T> {
-    inner: Boxed<T>,
-}
-
-impl<T> ResponseFuture<T> {
-    pub(crate) fn new(inner: Boxed<T>) -> Self {
-        Self { inner }
+pin_project! {
+    /// The response of a [`Breaker`](super::Breaker): the inner call and the permit whose
+    /// result it records, or the breaker's rejection. Dropping it mid-call abandons the permit.
+    /// Nothing is allocated per call.
+    pub struct ResponseFuture<F, C: Clock, K> {
+        #[pin]
+        inner: Option<F>,
+        permit: Option<OwnedPermit<C>>,
+        rejected: Option<Rejected>,
+        classifier: K,
     }
 }
 
-impl<T> fmt::Debug for ResponseFuture<T> {
+impl<F, C: Clock, K> ResponseFuture<F, C, K> {
+    pub(crate) fn called(inner: F, permit: OwnedPermit<C>, classifier: K) -> Self {
+        Self {
+            inner: Some(inner),
+            permit: Some(permit),
+            rejected: None,
+            classifier,
+        }
+    }
+
+    pub(crate) fn rejected(rejected: Rejected, classifier: K) -> Self {
+        Self {
+            inner: None,
+            permit: None,
+            rejected: Some(rejected),
+            classifier,
+        }
+    }
+}
+
+impl<F, C: Clock, K> fmt::Debug for ResponseFuture<F, C, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+        f.debug_struct("ResponseFuture")
+            .field("rejected", &self.rejected)
+            .finish_non_exhaustive()
     }
 }
 
-impl<T> Future for ResponseFuture<T> {
+impl<F, T, E, C, K> Future for ResponseFuture<F, C, K>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+    C: Clock,
+    K: Classify<T, BoxError>,
+{
     type Output = Result<T, BoxError>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Some(rejected) = this.rejected.take() {
+            return Poll::Ready(Err(rejected.into()));
+        }
+        let Some(inner) = this.inner.as_pin_mut() else {
+            panic!("ResponseFuture polled after completion");
+        };
+        let result = std::task::ready!(inner.poll(cx)).map_err(Into::into);
+        if let Some(permit) = this.permit.take() {
+            let _ = permit.record_classified(super::classify(this.classifier, &result));
+        }
+        Poll::Ready(result)
     }
 }

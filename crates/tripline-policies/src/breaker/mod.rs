@@ -15,10 +15,9 @@
 //!
 //! # Cost
 //!
-//! The permit borrows the breaker, so it cannot be stored next to a clone of the breaker in a
-//! named future; until the core offers an owned permit, the response future is boxed: one
-//! allocation per call, on top of the inner service's. The inner service must be `Clone` (the
-//! ready one travels with the call, as in tower's `Buffer`), and `Send`.
+//! The permit is acquired in `call` (an [`OwnedPermit`](tripline::OwnedPermit), one
+//! reference-count increment) and travels in an unboxed response future: no allocation per
+//! call beyond the inner service's own, and no `Clone` or `Send` bound on the inner service.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -120,32 +119,25 @@ pub(crate) fn classify<T, K: Classify<T, BoxError>>(
 
 impl<S, C, K, Req> Service<Req> for Breaker<S, C, K>
 where
-    S: Service<Req> + Clone + Send + 'static,
+    S: Service<Req>,
     S::Error: Into<BoxError>,
-    S::Future: Send + 'static,
-    S::Response: Send + 'static,
-    Req: Send + 'static,
     C: Clock,
-    K: Classify<S::Response, BoxError> + Clone + Send + 'static,
+    K: Classify<S::Response, BoxError> + Clone,
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Response>;
+    type Future = ResponseFuture<S::Future, C, K>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let breaker = self.breaker.clone();
-        let classifier = self.classifier.clone();
-        ResponseFuture::new(Box::pin(async move {
-            let permit = breaker.try_acquire()?;
-            let result = inner.call(req).await.map_err(Into::into);
-            let _ = permit.record_classified(classify(&classifier, &result));
-            result
-        }))
+        match self.breaker.try_acquire_owned() {
+            Ok(permit) => {
+                ResponseFuture::called(self.inner.call(req), permit, self.classifier.clone())
+            }
+            Err(rejected) => ResponseFuture::rejected(rejected, self.classifier.clone()),
+        }
     }
 }
