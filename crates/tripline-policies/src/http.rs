@@ -45,18 +45,22 @@ impl<B, E> Classify<Response<B>, E> for HttpClassifier {
     fn classify(&self, result: &Result<Response<B>, E>) -> Classification {
         match result {
             Err(_) => Classification::new(Outcome::Failure),
-            Ok(resp) => {
-                let outcome = Outcome::from_http_status(resp.status().as_u16());
-                let retry_after = match outcome {
-                    Outcome::Failure => retry_after(resp.headers(), SystemTime::now()),
-                    _ => None,
-                };
-                Classification {
-                    outcome,
-                    retry_after,
-                }
-            }
+            Ok(resp) => classify_response(resp.status().as_u16(), resp.headers()),
         }
+    }
+}
+
+/// The classification of a response with `status` and `headers`: the status decides, and a
+/// failure keeps its `Retry-After` hint, read now.
+pub(crate) fn classify_response(status: u16, headers: &HeaderMap) -> Classification {
+    let outcome = Outcome::from_http_status(status);
+    let retry_after = match outcome {
+        Outcome::Failure => retry_after(headers, SystemTime::now()),
+        _ => None,
+    };
+    Classification {
+        outcome,
+        retry_after,
     }
 }
 

@@ -15,6 +15,7 @@
 //! | [`pipeline`] | all of the above and a breaker, assembled in one order, with the timeout innermost | [`PipelineError`](pipeline::PipelineError) |
 //! | `breaker` | the core breaker as a tower layer | [`tripline::Rejected`] |
 //! | `http` | an HTTP response classifier and a `Retry-After` reader | — |
+//! | `reqwest` | a `reqwest-middleware` middleware with a breaker (one, or one per host), and a classifier for reqwest's results | [`tripline::Rejected`] |
 //!
 //! Every policy is a cheap, cloneable handle on shared state: make one per dependency and
 //! share it between the tasks (and the tower services) that call that dependency. Every
@@ -92,7 +93,8 @@
 //!
 //! One feature per component, each usable alone: `retry`, `bulkhead`, `gate`, `throttle`,
 //! `timeout`; `pipeline` (default) enables all five and the pipeline. `tower` adds the layers
-//! of the enabled components and the breaker's; `http` adds the HTTP classifier.
+//! of the enabled components and the breaker's; `http` adds the HTTP classifier; `reqwest`
+//! adds the `reqwest-middleware` integration (and `http`).
 
 #![forbid(unsafe_code)]
 
@@ -106,6 +108,8 @@ pub mod gate;
 pub mod http;
 #[cfg(feature = "pipeline")]
 pub mod pipeline;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 #[cfg(feature = "retry")]
 pub mod retry;
 #[cfg(feature = "throttle")]
@@ -156,7 +160,7 @@ pub(crate) fn check_window(
 /// Whether `e`, or an error in its chain, is a refusal by a local policy: a breaker's
 /// rejection, a full bulkhead, the gate's overflow, the throttle. Such a call never reached the
 /// dependency: it is never retried, and a breaker records it as ignored.
-#[cfg(feature = "tower")]
+#[cfg(any(feature = "tower", feature = "reqwest"))]
 pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool {
     #[cfg(feature = "bulkhead")]
     fn bulkhead(e: &(dyn std::error::Error + 'static)) -> bool {

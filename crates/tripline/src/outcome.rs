@@ -82,7 +82,9 @@ impl Classification {
     }
 
     /// Classifies an HTTP status with the value of its `Retry-After` header, read as
-    /// delta-seconds (an unparseable value is no hint). The hint is kept only on failures.
+    /// delta-seconds (an unparseable value, or the HTTP-date form, is no hint: the core has no
+    /// wall clock to compare a date with; `tripline_policies::http` reads both forms). The hint
+    /// is kept only on failures.
     pub fn http(status: u16, retry_after: Option<&str>) -> Self {
         let outcome = Outcome::from_http_status(status);
         let retry_after = match outcome {

@@ -1,0 +1,408 @@
+//! reqwest: a [`reqwest_middleware`] middleware that runs each request through a breaker, and
+//! a classifier for reqwest's results.
+//!
+//! [`BreakerMiddleware`] asks its [`CircuitBreaker`] for a permit before the request goes on
+//! down the middleware chain. A refusal fails the request at once, without sending it, with
+//! `reqwest_middleware::Error::Middleware` wrapping the core's [`Rejected`]; [`rejection`]
+//! finds it (so does `anyhow::Error::downcast_ref`). An admitted request's result is
+//! classified by [`ReqwestClassifier`] and recorded:
+//!
+//! | result | outcome |
+//! |---|---|
+//! | no response: connection refused or reset, timed out, too many redirects | failure |
+//! | 5xx, 429 | failure, with its `Retry-After` (delta-seconds or HTTP-date) as the open wait's hint |
+//! | other 4xx | ignored: the request was wrong, not the dependency |
+//! | anything else | success |
+//! | a request reqwest could not build | ignored: it was never sent |
+//! | a refusal by a local policy further down the chain (another breaker, a bulkhead, a gate, a throttle) | ignored |
+//!
+//! If the request's future is dropped before it completes (the caller gave up, a `select!`
+//! took another branch), the permit is abandoned: it frees a half-open probe slot and counts
+//! as neither a success nor a failure.
+//!
+//! # Where it goes in the chain
+//!
+//! Middlewares run in the order they are attached, the last one next to the wire. Attach a
+//! retry middleware *before* the breaker, so that every attempt asks the breaker and a breaker
+//! that opens stops the retries; and set the timeout on the reqwest `Client` (or per request),
+//! which acts inside the whole chain, so an expired request is a failure for the breaker.
+//!
+//! [`HostBreakerMiddleware`] does the same with one breaker per host, taken from a
+//! [`Registry`]: one failing replica does not cut the client off from the healthy ones.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tripline::{BreakerConfig, CircuitBreaker, State};
+//! use tripline_policies::reqwest::{BreakerMiddleware, rejection};
+//!
+//! let breaker = CircuitBreaker::new("prices", BreakerConfig::default());
+//! let reqwest = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
+//! let client = reqwest_middleware::ClientBuilder::new(reqwest)
+//!     .with(BreakerMiddleware::new(breaker.clone()))
+//!     .build();
+//!
+//! breaker.force_open();
+//! let err = client.get("http://127.0.0.1:9/price").send().await.unwrap_err();
+//! let rejected = rejection(&err).expect("refused by the breaker, never sent");
+//! assert_eq!(rejected.state(), State::ForcedOpen);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{Middleware, Next};
+use tripline::registry::{Key, Registry, ScopeKind};
+use tripline::{
+    CircuitBreaker, Classification, Classify, Clock, ConfigError, MonotonicClock, Outcome, Rejected,
+};
+
+/// Classifies reqwest's results for a breaker. See the [module docs](self) for the table.
+///
+/// It classifies both `Result<Response, reqwest::Error>` (a plain `Client`, for instance
+/// inside a [`Pipeline`](crate::pipeline::Pipeline) given
+/// [`.classifier(ReqwestClassifier)`](crate::pipeline::PipelineBuilder::classifier)) and
+/// `Result<Response, reqwest_middleware::Error>` (inside a middleware chain).
+///
+/// ```
+/// use tripline::{Classify, Outcome};
+/// use tripline_policies::reqwest::ReqwestClassifier;
+///
+/// let resp = |status: u16, retry_after: &str| -> Result<reqwest::Response, reqwest::Error> {
+///     let r = http::Response::builder().status(status).header("retry-after", retry_after);
+///     Ok(r.body("").unwrap().into())
+/// };
+/// let c = ReqwestClassifier.classify(&resp(503, "30"));
+/// assert_eq!(c.outcome, Outcome::Failure);
+/// assert_eq!(c.retry_after, Some(std::time::Duration::from_secs(30)));
+/// assert_eq!(ReqwestClassifier.classify(&resp(404, "30")).outcome, Outcome::Ignored);
+/// assert_eq!(ReqwestClassifier.classify(&resp(200, "30")).outcome, Outcome::Success);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReqwestClassifier;
+
+impl ReqwestClassifier {
+    fn response(resp: &Response) -> Classification {
+        crate::http::classify_response(resp.status().as_u16(), resp.headers())
+    }
+
+    fn error(e: &reqwest::Error) -> Classification {
+        if e.is_builder() {
+            // Never sent: says nothing about the dependency.
+            return Classification::new(Outcome::Ignored);
+        }
+        match e.status() {
+            // `error_for_status`: the status decides, as for a response.
+            Some(status) => Classification::new(Outcome::from_http_status(status.as_u16())),
+            None => Classification::new(Outcome::Failure),
+        }
+    }
+
+    fn middleware_error(e: &anyhow::Error) -> Classification {
+        for cause in e.chain() {
+            if crate::is_local_rejection(cause) {
+                return Classification::new(Outcome::Ignored);
+            }
+            if let Some(e) = cause.downcast_ref::<reqwest::Error>() {
+                return Self::error(e);
+            }
+        }
+        Classification::new(Outcome::Failure)
+    }
+}
+
+impl Classify<Response, reqwest::Error> for ReqwestClassifier {
+    fn classify(&self, result: &Result<Response, reqwest::Error>) -> Classification {
+        match result {
+            Ok(resp) => Self::response(resp),
+            Err(e) => Self::error(e),
+        }
+    }
+}
+
+impl Classify<Response, reqwest_middleware::Error> for ReqwestClassifier {
+    fn classify(&self, result: &Result<Response, reqwest_middleware::Error>) -> Classification {
+        match result {
+            Ok(resp) => Self::response(resp),
+            Err(reqwest_middleware::Error::Reqwest(e)) => Self::error(e),
+            Err(reqwest_middleware::Error::Middleware(e)) => Self::middleware_error(e),
+        }
+    }
+}
+
+/// The breaker's refusal inside `err`, if a breaker refused the request (so it was never sent).
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker};
+/// use tripline_policies::reqwest::rejection;
+///
+/// let breaker = CircuitBreaker::new("prices", BreakerConfig::default());
+/// breaker.force_open();
+/// let err = reqwest_middleware::Error::middleware(breaker.try_acquire().unwrap_err());
+/// assert_eq!(rejection(&err).unwrap().breaker(), "prices");
+///
+/// let other = reqwest_middleware::Error::Middleware(anyhow::anyhow!("no token"));
+/// assert!(rejection(&other).is_none());
+/// ```
+pub fn rejection(err: &reqwest_middleware::Error) -> Option<&Rejected> {
+    match err {
+        reqwest_middleware::Error::Middleware(e) => e.chain().find_map(|c| c.downcast_ref()),
+        reqwest_middleware::Error::Reqwest(_) => None,
+    }
+}
+
+/// Runs the request through `breaker`: refused at once while it is open, else sent on and its
+/// result classified and recorded. A dropped future abandons the permit.
+async fn guarded<C, K>(
+    breaker: &CircuitBreaker<C>,
+    classifier: &K,
+    req: Request,
+    extensions: &mut Extensions,
+    next: Next<'_>,
+) -> reqwest_middleware::Result<Response>
+where
+    C: Clock,
+    K: Classify<Response, reqwest_middleware::Error>,
+{
+    let permit = breaker
+        .try_acquire_owned()
+        .map_err(reqwest_middleware::Error::middleware)?;
+    let result = next.run(req, extensions).await;
+    let classification = match &result {
+        Err(reqwest_middleware::Error::Middleware(e))
+            if e.chain().any(crate::is_local_rejection) =>
+        {
+            Classification::new(Outcome::Ignored)
+        }
+        _ => classifier.classify(&result),
+    };
+    let _ = permit.record_classified(classification);
+    result
+}
+
+/// A [`reqwest_middleware::Middleware`] that runs every request through one
+/// [`CircuitBreaker`]. See the [module docs](self).
+///
+/// `K` classifies each result ([`ReqwestClassifier`] unless [`classifier`](Self::classifier)
+/// sets another); refusals by local policies further down the chain are always ignored.
+pub struct BreakerMiddleware<C: Clock = MonotonicClock, K = ReqwestClassifier> {
+    breaker: CircuitBreaker<C>,
+    classifier: K,
+}
+
+impl<C: Clock, K: Clone> Clone for BreakerMiddleware<C, K> {
+    fn clone(&self) -> Self {
+        Self {
+            breaker: self.breaker.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+impl<C: Clock, K> fmt::Debug for BreakerMiddleware<C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerMiddleware")
+            .field("breaker", &self.breaker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock> BreakerMiddleware<C> {
+    /// A middleware for `breaker`, classifying with [`ReqwestClassifier`].
+    pub const fn new(breaker: CircuitBreaker<C>) -> Self {
+        Self {
+            breaker,
+            classifier: ReqwestClassifier,
+        }
+    }
+}
+
+impl<C: Clock, K> BreakerMiddleware<C, K> {
+    /// The same middleware with another classifier.
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker, Classification, Classify, Outcome};
+    /// use tripline_policies::reqwest::{BreakerMiddleware, ReqwestClassifier};
+    ///
+    /// // This dependency answers 404 when it has lost its data: a failure.
+    /// let breaker = CircuitBreaker::new("store", BreakerConfig::default());
+    /// let middleware = BreakerMiddleware::new(breaker).classifier(
+    ///     |r: &Result<reqwest::Response, reqwest_middleware::Error>| match r {
+    ///         Ok(resp) if resp.status() == 404 => Classification::new(Outcome::Failure),
+    ///         _ => ReqwestClassifier.classify(r),
+    ///     },
+    /// );
+    /// # let _ = middleware;
+    /// ```
+    pub fn classifier<K2>(self, classifier: K2) -> BreakerMiddleware<C, K2> {
+        BreakerMiddleware {
+            breaker: self.breaker,
+            classifier,
+        }
+    }
+
+    /// The breaker.
+    pub fn breaker(&self) -> &CircuitBreaker<C> {
+        &self.breaker
+    }
+}
+
+#[async_trait::async_trait]
+impl<C, K> Middleware for BreakerMiddleware<C, K>
+where
+    C: Clock,
+    K: Classify<Response, reqwest_middleware::Error> + Send + Sync + 'static,
+{
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        guarded(&self.breaker, &self.classifier, req, extensions, next).await
+    }
+}
+
+/// A [`reqwest_middleware::Middleware`] with one breaker per host, taken from a [`Registry`]
+/// under the key `dependency/host=HOST` (`HOST:PORT` when the URL names a port that is not
+/// its scheme's default). Otherwise it behaves as [`BreakerMiddleware`].
+///
+/// A request the registry cannot give a breaker for fails without being sent, with
+/// `reqwest_middleware::Error::Middleware` wrapping the reason: a [`ConfigError`] for a URL
+/// without a host (or a host that cannot be a key), a
+/// [`RegistryError`](tripline::registry::RegistryError) when the registry is full.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use tripline::registry::{Key, Registry, RegistryConfig, ScopeKind};
+/// use tripline_policies::reqwest::{HostBreakerMiddleware, rejection};
+///
+/// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(HostBreakerMiddleware::new("prices", registry.clone())?)
+///     .build();
+///
+/// registry.get(&Key::scoped("prices", ScopeKind::Host, "127.0.0.1:9")?)?.force_open();
+/// let err = client.get("http://127.0.0.1:9/price").send().await.unwrap_err();
+/// assert_eq!(rejection(&err).unwrap().breaker(), "prices/host=127.0.0.1:9");
+///
+/// let err = HostBreakerMiddleware::new("prices api", registry).unwrap_err();
+/// assert_eq!(err.field(), "key.dependency");
+/// # Ok(())
+/// # }
+/// ```
+pub struct HostBreakerMiddleware<C: Clock + Clone = MonotonicClock, K = ReqwestClassifier> {
+    registry: Arc<Registry<C>>,
+    dependency: Key,
+    classifier: K,
+}
+
+impl<C: Clock + Clone, K: Clone> Clone for HostBreakerMiddleware<C, K> {
+    fn clone(&self) -> Self {
+        Self {
+            registry: self.registry.clone(),
+            dependency: self.dependency.clone(),
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+impl<C: Clock + Clone, K> fmt::Debug for HostBreakerMiddleware<C, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostBreakerMiddleware")
+            .field("dependency", &self.dependency)
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock + Clone> HostBreakerMiddleware<C> {
+    /// A middleware taking the breakers of `dependency`'s hosts from `registry`, classifying
+    /// with [`ReqwestClassifier`]. Fails if `dependency` cannot be a key's dependency (empty,
+    /// longer than 128 bytes, or holding whitespace, control characters, `/`, `=`, `{`, `}`).
+    pub fn new(dependency: &str, registry: Arc<Registry<C>>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            registry,
+            dependency: Key::new(dependency)?,
+            classifier: ReqwestClassifier,
+        })
+    }
+}
+
+impl<C: Clock + Clone, K> HostBreakerMiddleware<C, K> {
+    /// The same middleware with another classifier.
+    pub fn classifier<K2>(self, classifier: K2) -> HostBreakerMiddleware<C, K2> {
+        HostBreakerMiddleware {
+            registry: self.registry,
+            dependency: self.dependency,
+            classifier,
+        }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Arc<Registry<C>> {
+        &self.registry
+    }
+
+    /// The key of the breaker for `url`'s host.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_policies::reqwest::HostBreakerMiddleware;
+    ///
+    /// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+    /// let m = HostBreakerMiddleware::new("prices", registry)?;
+    /// let key = |u: &str| m.key_for(&reqwest::Url::parse(u).unwrap()).map(|k| k.to_string());
+    /// assert_eq!(key("https://eu.prices.example/v1")?, "prices/host=eu.prices.example");
+    /// assert_eq!(key("http://10.0.0.7:8080/v1")?, "prices/host=10.0.0.7:8080");
+    /// // No host, no breaker: a clear error rather than a shared catch-all breaker.
+    /// let err = m.key_for(&reqwest::Url::parse("file:///tmp/prices")?).unwrap_err();
+    /// assert_eq!(err.field(), "request.url.host");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_for(&self, url: &reqwest::Url) -> Result<Key, ConfigError> {
+        let Some(host) = url.host_str() else {
+            return Err(ConfigError::new(
+                "request.url.host",
+                "none",
+                format!("a host, for a breaker per host of '{}'", self.dependency),
+            ));
+        };
+        let dependency = self.dependency.dependency();
+        match url.port() {
+            Some(port) => Key::scoped(dependency, ScopeKind::Host, &format!("{host}:{port}")),
+            None => Key::scoped(dependency, ScopeKind::Host, host),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<C, K> Middleware for HostBreakerMiddleware<C, K>
+where
+    C: Clock + Clone,
+    K: Classify<Response, reqwest_middleware::Error> + Send + Sync + 'static,
+{
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let key = self
+            .key_for(req.url())
+            .map_err(reqwest_middleware::Error::middleware)?;
+        let breaker = self
+            .registry
+            .get(&key)
+            .map_err(reqwest_middleware::Error::middleware)?;
+        guarded(&breaker, &self.classifier, req, extensions, next).await
+    }
+}
