@@ -150,7 +150,8 @@ impl Round {
 #[derive(Debug)]
 struct Core {
     config: BreakerConfig,
-    rng: Pcg64Mcg,
+    /// Jitter generator, seeded from the OS on first use unless the configuration seeds it.
+    rng: Option<Pcg64Mcg>,
     /// Backoff level: how many times the open wait has grown.
     level: u32,
     ever_opened: bool,
@@ -418,10 +419,7 @@ impl<C: Clock> CircuitBreaker<C> {
                 config.stripes,
             )),
         };
-        let rng = match config.seed {
-            Some(s) => Pcg64Mcg::seed_from_u64(s),
-            None => Pcg64Mcg::from_os_rng(),
-        };
+        let rng = config.seed.map(Pcg64Mcg::seed_from_u64);
         let inflight = InFlight::new(nanos(config.slow_call_duration));
         let inner = Inner {
             name: name.into(),
@@ -437,7 +435,8 @@ impl<C: Clock> CircuitBreaker<C> {
             would_trip: AtomicBool::new(false),
             counters: Counters::default(),
             core: Mutex::new(Core {
-                round: Round::new(config.half_open_calls),
+                // Probe leases are made on entering HalfOpen.
+                round: Round::new(0),
                 config,
                 rng,
                 level: 0,
@@ -762,21 +761,29 @@ impl<C: Clock> CircuitBreaker<C> {
                 ),
             ));
         }
-        if config.half_open_calls != core.config.half_open_calls {
+        let word = Word(inner.word.load(Ordering::Acquire));
+        if word.state() == State::HalfOpen {
             core.round
                 .leases
                 .resize(config.half_open_calls as usize, None);
         }
         inner.hot.set(&config);
         core.config = config;
-        let word = Word(inner.word.load(Ordering::Acquire));
+        let now = inner.clock.now();
         inner.hub.queue(
-            inner.clock.now(),
+            now,
             &inner.name,
             EventKind::Reconfigured {
                 generation: word.generation(),
             },
         );
+        // Lower thresholds may condemn the window as it stands: evaluate it now rather than
+        // wait for the next failure.
+        if word.state() == State::Closed {
+            if let Some((reason, snap)) = inner.trip_reason(now, None, true) {
+                inner.transition(&mut core, word, State::Open, reason, snap, now, None);
+            }
+        }
         drop(core);
         inner.hub.dispatch();
         Ok(())
@@ -866,7 +873,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(inner.reject(State::ForcedOpen, None, inner.clock.recent()));
+                    return Err(inner.reject(State::ForcedOpen, None, 0));
                 }
             }
         }
@@ -946,12 +953,13 @@ impl<C: Clock> Inner<C> {
     }
 
     /// Whether a good result should evaluate the rules: it can trip only by bringing the window
-    /// to the minimum calls, or (time window) after old buckets expired. Count-window snapshots
-    /// are O(1), so always; time windows at most once per bucket.
+    /// to the minimum calls (a count window still filling), or, for a time window, after old
+    /// buckets expired (checked at most once per bucket).
     #[inline]
     fn evaluate_on_success(&self, now: u64) -> bool {
         match &self.window {
-            Window::Count(_) => true,
+            // A full ring: the success replaced an outcome, which cannot raise either rate.
+            Window::Count(w) => w.filling(),
             Window::Time(w) => {
                 let due = self.next_success_eval.load(Ordering::Relaxed);
                 now >= due
@@ -1319,7 +1327,8 @@ impl<C: Clock> Inner<C> {
         }
         let jitter = nanos(c.open_jitter);
         if jitter > 0 {
-            wait = wait.saturating_add(core.rng.random_range(0..=jitter));
+            let rng = core.rng.get_or_insert_with(Pcg64Mcg::from_os_rng);
+            wait = wait.saturating_add(rng.random_range(0..=jitter));
         }
         if let Some(hint) = retry_after {
             wait = wait.max(nanos(hint.min(c.max_retry_after)));
@@ -1381,8 +1390,10 @@ impl<C: Clock> Inner<C> {
             }
             State::Disabled | State::ForcedOpen => {}
         }
-        if from.state() == State::HalfOpen || to == State::HalfOpen {
+        if to == State::HalfOpen {
             core.round = Round::new(core.config.half_open_calls);
+        } else if from.state() == State::HalfOpen {
+            core.round = Round::new(0);
         }
         self.word.store(new.0, Ordering::Release);
         core.transitions += 1;

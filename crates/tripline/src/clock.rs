@@ -33,8 +33,10 @@ pub trait Clock: Send + Sync + 'static {
 
 /// The production clock: `quanta`'s TSC-based monotonic clock.
 ///
+/// [`Clock::now`] reads the time-stamp counter through a held `quanta::Clock` and scales the
+/// delta from the origin, with no thread-local lookup and no `Duration` conversion.
 /// [`Clock::recent`] reads quanta's coarse clock, which costs about a nanosecond when a
-/// `quanta::Upkeep` thread is running and falls back to a precise reading otherwise.
+/// `quanta::Upkeep` thread is running, and falls back to [`Clock::now`] when none is.
 ///
 /// ```
 /// use tripline::{Clock, MonotonicClock};
@@ -42,17 +44,53 @@ pub trait Clock: Send + Sync + 'static {
 /// let clock = MonotonicClock::new();
 /// let a = clock.now();
 /// assert!(clock.now() >= a);
+/// assert!(clock.recent() <= clock.now() + 1_000_000_000);
 /// ```
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct MonotonicClock {
+    clock: quanta::Clock,
+    origin_raw: u64,
     origin: quanta::Instant,
+    coarse: bool,
 }
+
+/// The process-wide upkeep thread behind [`MonotonicClock::coarse`]; it runs while the process
+/// does.
+static UPKEEP: std::sync::OnceLock<Option<quanta::Handle>> = std::sync::OnceLock::new();
 
 impl MonotonicClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let origin_raw = clock.raw();
+        let origin = clock.scaled(origin_raw);
         Self {
-            origin: quanta::Instant::now(),
+            clock,
+            origin_raw,
+            origin,
+            coarse: false,
+        }
+    }
+
+    /// A clock whose every reading is quanta's coarse time, refreshed each millisecond by one
+    /// process-wide background thread (started by the first call). A reading then costs about
+    /// a nanosecond instead of a time-stamp-counter read, but call durations are measured to
+    /// the millisecond: fine for slow-call thresholds of 100 ms and more, wrong for a
+    /// sub-millisecond one. If the thread cannot be started, readings fall back to the precise
+    /// clock.
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker, MonotonicClock};
+    /// let breaker = CircuitBreaker::with_clock("db", BreakerConfig::default(), MonotonicClock::coarse());
+    /// breaker.call(|| Ok::<_, ()>(())).unwrap();
+    /// ```
+    pub fn coarse() -> Self {
+        let running = UPKEEP
+            .get_or_init(|| quanta::Upkeep::new(Duration::from_millis(1)).start().ok())
+            .is_some();
+        Self {
+            coarse: running,
+            ..Self::new()
         }
     }
 }
@@ -70,12 +108,34 @@ fn nanos(d: Duration) -> u64 {
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
-        nanos(quanta::Instant::now().saturating_duration_since(self.origin))
+        if self.coarse {
+            // Never mixed with precise readings, so it never goes backwards; 0 until the first
+            // tick after the origin.
+            let r = self.clock.recent();
+            return if r < self.origin {
+                0
+            } else {
+                nanos(r.duration_since(self.origin))
+            };
+        }
+        self.precise()
     }
 
     #[inline]
     fn recent(&self) -> u64 {
-        nanos(quanta::Instant::recent().saturating_duration_since(self.origin))
+        let r = self.clock.recent();
+        if r < self.origin {
+            // No upkeep thread (quanta reports 0), or its last tick predates this clock.
+            return self.precise();
+        }
+        nanos(r.duration_since(self.origin))
+    }
+}
+
+impl MonotonicClock {
+    #[inline]
+    fn precise(&self) -> u64 {
+        self.clock.delta_as_nanos(self.origin_raw, self.clock.raw())
     }
 }
 

@@ -97,10 +97,46 @@ impl ScopeKind {
 /// assert!(Key::new("").is_err());
 /// # Ok::<(), tripline::ConfigError>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone)]
 pub struct Key {
     dependency: Arc<str>,
     scope: Option<(ScopeKind, Arc<str>)>,
+    /// The key's hash, computed once with a per-process random seed: a lookup hashes 8 bytes
+    /// instead of the key's strings, and crafted tenant names cannot aim at one bucket.
+    hash: u64,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.dependency == other.dependency && self.scope == other.scope
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.dependency, &self.scope).cmp(&(&other.dependency, &other.scope))
+    }
+}
+
+fn key_hash(dependency: &str, scope: Option<(ScopeKind, &str)>) -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    SEED.get_or_init(std::hash::RandomState::new)
+        .hash_one((dependency, scope))
 }
 
 fn check_name(field: &str, v: &str, max: usize) -> Result<(), ConfigError> {
@@ -128,6 +164,7 @@ impl Key {
         Ok(Self {
             dependency: dependency.into(),
             scope: None,
+            hash: key_hash(dependency, None),
         })
     }
 
@@ -138,6 +175,7 @@ impl Key {
         Ok(Self {
             dependency: dependency.into(),
             scope: Some((kind, value.into())),
+            hash: key_hash(dependency, Some((kind, value))),
         })
     }
 

@@ -148,6 +148,12 @@ impl CountWindow {
         set_bit(&self.bits[self.words + word], mask, s.slow, &self.slow);
     }
 
+    /// Whether the ring has not yet been filled (every record so far is still in it).
+    #[inline]
+    pub(crate) fn filling(&self) -> bool {
+        self.seq.load(Ordering::Relaxed) <= self.size
+    }
+
     fn snapshot(&self) -> WindowSnapshot {
         let calls = self.seq.load(Ordering::Relaxed).min(self.size);
         WindowSnapshot {

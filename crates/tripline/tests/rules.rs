@@ -283,17 +283,27 @@ fn reconfiguration_keeps_state_and_window() {
     b.call(|| Ok::<_, ()>(())).unwrap();
     assert_eq!(b.state(), State::Closed); // 50% < 75%
     let generation = b.generation();
-    b.reconfigure(
+    let at = |t: f64| {
         config
             .to_builder()
-            .failure_rate_threshold(50.0)
+            .failure_rate_threshold(t)
             .build()
-            .unwrap(),
-    )
-    .unwrap();
+            .unwrap()
+    };
+    b.reconfigure(at(60.0)).unwrap();
+    assert_eq!(b.state(), State::Closed); // 50% < 60%
     assert_eq!(b.generation(), generation);
     assert_eq!(b.metrics().window.calls, 4);
-    fail(&b, 1); // 3 of 5 = 60% >= 50%
+    fail(&b, 1); // 3 of 5 = 60% >= 60%
+    assert_eq!(b.state(), State::Open);
+
+    // A lower threshold that condemns the window as it stands trips at once.
+    b.reset();
+    fail(&b, 2);
+    b.call(|| Ok::<_, ()>(())).unwrap();
+    b.call(|| Ok::<_, ()>(())).unwrap();
+    assert_eq!(b.state(), State::Closed); // 50% < 60%
+    b.reconfigure(at(50.0)).unwrap();
     assert_eq!(b.state(), State::Open);
 }
 
