@@ -2,7 +2,7 @@
 //! every millisecond, as a service that wants the cheapest rejections would run (divan).
 //! The closed count window is repeated as a control (it reads the precise clock, so the
 //! upkeep thread should not change it), next to the same breaker on a coarse clock
-//! (`subjects::CoarseClock`), which shows what the closed path would cost if it read
+//! (`MonotonicClock::coarse()`), which shows what the closed path would cost if it read
 //! `recent()` instead of `now()`.
 //!
 //! `cargo bench -p tripline-bench --bench hot_path_upkeep`

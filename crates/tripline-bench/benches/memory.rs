@@ -93,6 +93,11 @@ fn per_call(name: &str, calls: u64, mut op: impl FnMut()) {
     println!("| {name} | {allocs:.3} | {bytes:.1} |");
 }
 
+/// The allocation table's header, for a section that reports per-call figures.
+fn per_call_header_once() {
+    println!("\n| path | allocations/call | bytes/call |\n|---|---|---|");
+}
+
 /// Bytes and allocations per instance when `count` values from `make` are alive at once.
 fn per_instance<T>(name: &str, count: usize, make: impl Fn() -> T, note: &str) -> f64 {
     let mut held: Vec<T> = Vec::with_capacity(count);
@@ -314,6 +319,43 @@ fn main() {
         per_call("failsafe open: rejection", calls, || {
             ops::failsafe_reject(&cb)
         });
+    }
+
+    println!("\n## Keyed breakers (`tripline::registry`)\n");
+    {
+        use tripline::registry::{Key, Registry, RegistryConfig, ScopeKind};
+        let keys_n = if bench { 100_000 } else { 1_000 };
+        let keys: Vec<Key> = (0..keys_n)
+            .map(|i| Key::scoped("catalog", ScopeKind::Tenant, &format!("t{i}")).unwrap())
+            .collect();
+        let config = RegistryConfig::default()
+            .with_config("default", subjects::count_config(true))
+            .with_max_breakers(keys_n * 2);
+        let registry = Registry::new(config).unwrap();
+        let before = counts();
+        for k in &keys {
+            drop(registry.get(k).unwrap());
+        }
+        let after = counts();
+        println!(
+            "{keys_n} idle keys: {:.0} heap bytes per key (breaker with a count window of 100, key, map entry), {:.1} allocations per key",
+            (after.live - before.live) as f64 / keys_n as f64,
+            (after.allocs - before.allocs) as f64 / keys_n as f64,
+        );
+        let mut i = 0usize;
+        per_call_header_once();
+        per_call(
+            "registry lookup + acquire + record (existing key)",
+            calls,
+            || {
+                i = (i + 7919) % keys_n;
+                let b = registry.get(&keys[i]).unwrap();
+                let _ = b
+                    .try_acquire()
+                    .map(|p| p.record(tripline::Outcome::Success));
+            },
+        );
+        drop(black_box(registry));
     }
 
     println!("\n## Bytes per breaker ({instances} breakers alive at once)\n");

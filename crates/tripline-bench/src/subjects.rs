@@ -158,37 +158,6 @@ pub fn failsafe_cycling() -> impl failsafe::CircuitBreaker + Send + Sync {
         .build()
 }
 
-/// A [`Clock`] on quanta's coarse time (`quanta::Instant::recent`), which is one atomic load
-/// while a `quanta::Upkeep` thread (or `quanta::set_recent`) keeps it fresh, at the upkeep
-/// interval's resolution. Not what tripline ships: it shows what the hot paths would cost if
-/// they read the coarse clock instead of the precise one.
-#[derive(Clone, Copy, Debug)]
-pub struct CoarseClock {
-    origin: quanta::Instant,
-}
-
-impl CoarseClock {
-    /// A coarse clock whose origin is now.
-    pub fn new() -> Self {
-        Self {
-            origin: quanta::Instant::now(),
-        }
-    }
-}
-
-impl Default for CoarseClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for CoarseClock {
-    #[inline]
-    fn now(&self) -> u64 {
-        nanos(quanta::Instant::recent().saturating_duration_since(self.origin))
-    }
-}
-
 /// A [`Clock`] that holds its own `quanta::Clock` and reads the TSC through it, skipping the
 /// thread-local mock-clock lookup that `quanta::Instant::now` makes on every call. Not what
 /// tripline ships: it shows what that lookup costs on the closed path.
@@ -220,13 +189,10 @@ impl Clock for HeldQuantaClock {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// [`tripline_count`] on a [`CoarseClock`].
-pub fn tripline_count_coarse(in_flight: bool) -> CircuitBreaker<CoarseClock> {
-    CircuitBreaker::with_clock("bench", count_config(in_flight), CoarseClock::new())
+/// [`tripline_count`] on [`MonotonicClock::coarse`] (millisecond call durations, one atomic
+/// load per reading; starts quanta's upkeep thread).
+pub fn tripline_count_coarse(in_flight: bool) -> CircuitBreaker<MonotonicClock> {
+    CircuitBreaker::with_clock("bench", count_config(in_flight), MonotonicClock::coarse())
 }
 
 /// [`tripline_count`] on a [`HeldQuantaClock`].
