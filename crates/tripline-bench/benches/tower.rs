@@ -58,7 +58,8 @@ fn ok_service() -> impl Service<u32, Response = u32, Error = std::io::Error, Fut
     service_fn(|x: u32| async move { Ok::<_, std::io::Error>(x) })
 }
 
-fn failing_service() -> impl Service<u32, Response = u32, Error = std::io::Error, Future: Send> + Clone {
+fn failing_service()
+-> impl Service<u32, Response = u32, Error = std::io::Error, Future: Send> + Clone {
     service_fn(|_: u32| async move { Err::<u32, _>(std::io::Error::other("503")) })
 }
 
