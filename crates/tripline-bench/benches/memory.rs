@@ -27,7 +27,10 @@ static FREED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
 // counters are plain relaxed atomics that never allocate.
-#[allow(unsafe_code)]
+#[expect(
+    unsafe_code,
+    reason = "GlobalAlloc is an unsafe trait; every method forwards to System"
+)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);

@@ -159,7 +159,7 @@ enum Why {
     Timeout,
     Unreachable,
     /// Shown in failure messages.
-    Other(#[allow(dead_code)] String),
+    Other(#[expect(dead_code, reason = "kept for the Debug output of a failed assertion")] String),
 }
 
 impl Got {

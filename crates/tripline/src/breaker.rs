@@ -1338,7 +1338,10 @@ impl<C: Clock> Inner<C> {
 
     /// Performs a transition. Caller holds the core lock and has checked that the state word
     /// is still `from`; lock-free paths never write the word, so it cannot move meanwhile.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a transition takes its whole decision: from, to, why, the window and when"
+    )]
     fn transition(
         &self,
         core: &mut Core,

@@ -1,6 +1,10 @@
 //! Shared helpers: breakers on tokio's paused clock, a random generator whose draw the test
 //! sets, and a counted mock service.
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "each test binary uses a different part of the shared helpers"
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
