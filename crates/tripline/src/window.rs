@@ -118,6 +118,9 @@ impl Window {
 #[derive(Debug)]
 pub(crate) struct CountWindow {
     size: u64,
+    /// `u64::MAX / size + 1`: the multiplier of Lemire's fastmod, so the slot of a record is
+    /// two multiplications instead of a 64-bit division.
+    fastmod: u64,
     words: usize,
     seq: AtomicU64,
     /// `words` failure words followed by `words` slow words.
@@ -131,6 +134,8 @@ impl CountWindow {
         let words = (size as usize).div_ceil(64);
         Self {
             size: u64::from(size),
+            // Wraps to 0 for size 1, which yields the right remainder, 0.
+            fastmod: (u64::MAX / u64::from(size.max(1))).wrapping_add(1),
             words,
             seq: AtomicU64::new(0),
             bits: (0..words * 2).map(|_| AtomicU64::new(0)).collect(),
@@ -139,9 +144,18 @@ impl CountWindow {
         }
     }
 
+    /// `seq mod size` on the low 32 bits of `seq` (Lemire, Kaser and Kurz, "Faster remainder by
+    /// direct computation", 2019). Where the low bits wrap, once every 2^32 records, one slot
+    /// index repeats; the running totals stay exact, as they follow the bits.
+    #[inline]
+    fn slot(&self, seq: u64) -> u64 {
+        let low = self.fastmod.wrapping_mul(u64::from(seq as u32));
+        ((u128::from(low) * u128::from(self.size)) >> 64) as u64
+    }
+
     #[inline]
     fn record(&self, s: Sample) {
-        let idx = self.seq.fetch_add(1, Ordering::Relaxed) % self.size;
+        let idx = self.slot(self.seq.fetch_add(1, Ordering::Relaxed));
         let word = (idx / 64) as usize;
         let mask = 1u64 << (idx % 64);
         set_bit(&self.bits[word], mask, s.failure, &self.failures);
@@ -338,6 +352,20 @@ mod tests {
         assert_eq!((s.calls, s.failures, s.slow_calls), (3, 0, 1));
         w.reset();
         assert_eq!(w.snapshot(), WindowSnapshot::default());
+    }
+
+    #[test]
+    fn fastmod_matches_the_remainder() {
+        for size in [1u32, 2, 3, 7, 64, 100, 130, 1000, 999_983, 1_000_000] {
+            let w = CountWindow::new(size);
+            for seq in (0..5000u64).chain([u64::from(u32::MAX) - 3, 1 << 31, 123_456_789]) {
+                assert_eq!(
+                    w.slot(seq),
+                    u64::from(seq as u32) % u64::from(size),
+                    "{seq} % {size}"
+                );
+            }
+        }
     }
 
     #[test]
