@@ -15,7 +15,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, MonotonicClock, nanos};
 use crate::config::{BreakerConfig, HalfOpenPolicy, WindowConfig};
 use crate::error::{BreakerName, CallError, ConfigError, Rejected};
 use crate::event::{EventKind, Listener, Reason};
@@ -181,10 +181,6 @@ pub(crate) struct Inner<C> {
     hub: Hub,
     #[cfg(feature = "tokio")]
     notify: tokio::sync::Notify,
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// What happened to a recorded result.
@@ -830,21 +826,20 @@ impl<C: Clock> Inner<C> {
 
     #[inline]
     fn acquire(&self) -> Result<Ticket, Rejected> {
-        let inner = self;
         loop {
-            let word = Word(inner.word.load(Ordering::Acquire));
+            let word = Word(self.word.load(Ordering::Acquire));
             match word.state() {
                 State::Closed | State::MetricsOnly => {
-                    let now = inner.clock.now();
+                    let now = self.clock.now();
                     let mut cohort = NO_COHORT;
-                    if inner.hot.in_flight.load(Ordering::Relaxed) {
+                    if self.hot.in_flight.load(Ordering::Relaxed) {
                         if word.state() == State::Closed
-                            && now >= inner.next_inflight_check.load(Ordering::Relaxed)
-                            && inner.check_in_flight(word, now)
+                            && now >= self.next_inflight_check.load(Ordering::Relaxed)
+                            && self.check_in_flight(word, now)
                         {
                             continue;
                         }
-                        cohort = inner.inflight.enter(now);
+                        cohort = self.inflight.enter(now);
                     }
                     return Ok(Ticket {
                         generation: word.generation(),
@@ -853,15 +848,15 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::Open => {
-                    let now = inner.clock.recent();
-                    let until = inner.open_until.load(Ordering::Acquire);
+                    let now = self.clock.recent();
+                    let until = self.open_until.load(Ordering::Acquire);
                     if now < until {
-                        return Err(inner.reject(State::Open, Some(until - now), now));
+                        return Err(self.reject(State::Open, Some(until - now), now));
                     }
-                    inner.open_to_half_open(word, inner.clock.now());
+                    self.open_to_half_open(word, self.clock.now());
                 }
                 State::HalfOpen => {
-                    if let Some(r) = inner.claim_probe(word) {
+                    if let Some(r) = self.claim_probe(word) {
                         return r;
                     }
                 }
@@ -873,7 +868,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(inner.reject(State::ForcedOpen, None, 0));
+                    return Err(self.reject(State::ForcedOpen, None, 0));
                 }
             }
         }

@@ -101,7 +101,8 @@ impl Default for MonotonicClock {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
+/// A duration in nanoseconds, saturating at `u64::MAX` (about 584 years).
+pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

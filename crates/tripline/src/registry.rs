@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::CircuitBreaker;
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{Clock, MonotonicClock, nanos};
 use crate::config::BreakerConfig;
 use crate::error::ConfigError;
 use crate::event::Listener;
@@ -849,10 +849,6 @@ fn touch<C: Clock>(e: &Entry<C>, now: u64) {
     if now >> 30 != e.last_used.load(Ordering::Relaxed) >> 30 {
         e.last_used.store(now, Ordering::Relaxed);
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
