@@ -328,12 +328,28 @@ impl BreakerConfig {
         Ok(())
     }
 
-    /// Thresholds as parts per million, the integer form the rules compare in.
-    pub(crate) fn failure_ppm(&self) -> u64 {
+    /// The failure-rate threshold in parts per million, the integer form the rules compare in
+    /// (`failures * 1_000_000 >= ppm * calls`). Other hosts of the rules (the Redis store) use
+    /// the same integers, so they decide exactly alike.
+    ///
+    /// ```
+    /// use tripline::BreakerConfig;
+    ///
+    /// let c = BreakerConfig::builder().failure_rate_threshold(33.3).build().unwrap();
+    /// assert_eq!(c.failure_ppm(), 333_000);
+    /// ```
+    pub fn failure_ppm(&self) -> u64 {
         ppm(self.failure_rate_threshold)
     }
 
-    pub(crate) fn slow_ppm(&self) -> u64 {
+    /// The slow-call-rate threshold in parts per million; see [`BreakerConfig::failure_ppm`].
+    ///
+    /// ```
+    /// use tripline::BreakerConfig;
+    ///
+    /// assert_eq!(BreakerConfig::default().slow_ppm(), 1_000_000);
+    /// ```
+    pub fn slow_ppm(&self) -> u64 {
         ppm(self.slow_call_rate_threshold)
     }
 }

@@ -1,0 +1,354 @@
+//! How a shared breaker talks to Redis, and what it does when Redis is slow or down.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use tripline::{BreakerConfig, ConfigError, WindowConfig};
+
+/// Where the script's clock comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeSource {
+    /// Redis `TIME`, read inside the script, so replicas with skewed clocks agree. The default.
+    #[default]
+    Redis,
+    /// The replica's own clock (the breaker's [`tripline::Clock`]). For tests and simulations
+    /// driving a manual clock; in production every replica would need the same clock.
+    Local,
+}
+
+/// What a replica decides when Redis cannot be reached in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fallback {
+    /// Decide with the replica's local shadow breaker, which sees this replica's outcomes all
+    /// along. The default.
+    #[default]
+    Local,
+    /// Reject every call until Redis answers again (fail closed).
+    Reject,
+}
+
+/// Buffering of outcomes while Closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batching {
+    /// The longest an outcome waits in the buffer (the added reaction delay). Default 10 ms.
+    #[serde(with = "humantime_serde", default = "default_flush_every")]
+    pub flush_every: Duration,
+    /// A buffer this full is sent at once. Default 256.
+    #[serde(default = "default_max_batch")]
+    pub max_batch: u32,
+}
+
+fn default_flush_every() -> Duration {
+    Duration::from_millis(10)
+}
+
+fn default_max_batch() -> u32 {
+    256
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Self {
+            flush_every: default_flush_every(),
+            max_batch: default_max_batch(),
+        }
+    }
+}
+
+/// The quorum rule: the shared breaker trips only when failures come from at least
+/// `replicas` distinct replicas, each with a failure in the last `within`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quorum {
+    /// Distinct failing replicas needed (2 or more).
+    pub replicas: u32,
+    /// How recent a replica's last failure must be to count.
+    #[serde(with = "humantime_serde")]
+    pub within: Duration,
+}
+
+/// The shared store's settings (the breaker's own rules are a [`BreakerConfig`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use tripline_redis::{Batching, SharedConfig};
+///
+/// let c = SharedConfig::builder()
+///     .key_prefix("shop")
+///     .redis_timeout(Duration::from_millis(20))
+///     .batching(Batching::default())
+///     .build()
+///     .unwrap();
+/// assert_eq!(c.redis_timeout(), Duration::from_millis(20));
+///
+/// let err = SharedConfig::builder().redis_timeout(Duration::ZERO).build().unwrap_err();
+/// assert_eq!(err.to_string(), "redis_timeout must be in [1ms, 10s], got 0s");
+/// ```
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharedConfig {
+    pub(crate) key_prefix: String,
+    #[serde(with = "humantime_serde")]
+    pub(crate) redis_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub(crate) view_ttl: Duration,
+    pub(crate) fallback: Fallback,
+    pub(crate) batching: Option<Batching>,
+    pub(crate) quorum: Option<Quorum>,
+    pub(crate) replica_id: Option<String>,
+    pub(crate) time_source: TimeSource,
+    #[serde(with = "humantime_serde")]
+    pub(crate) idle_ttl: Duration,
+    pub(crate) redis_breaker: Option<BreakerConfig>,
+}
+
+impl Default for SharedConfig {
+    fn default() -> Self {
+        Self {
+            key_prefix: "tripline".into(),
+            redis_timeout: Duration::from_millis(25),
+            view_ttl: Duration::from_millis(100),
+            fallback: Fallback::Local,
+            batching: None,
+            quorum: None,
+            replica_id: None,
+            time_source: TimeSource::Redis,
+            idle_ttl: Duration::from_secs(24 * 3600),
+            redis_breaker: None,
+        }
+    }
+}
+
+/// Builds a [`SharedConfig`].
+#[derive(Clone, Debug)]
+pub struct SharedConfigBuilder {
+    config: SharedConfig,
+}
+
+impl SharedConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> SharedConfigBuilder {
+        SharedConfigBuilder {
+            config: Self::default(),
+        }
+    }
+
+    /// The prefix of every key (default `tripline`).
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The most a caller waits for Redis on one call (default 25 ms).
+    pub fn redis_timeout(&self) -> Duration {
+        self.redis_timeout
+    }
+
+    /// How long a replica may decide from the state Redis last told it (default 100 ms; zero
+    /// asks Redis on every acquire).
+    pub fn view_ttl(&self) -> Duration {
+        self.view_ttl
+    }
+
+    /// What happens while Redis is unreachable.
+    pub fn fallback(&self) -> Fallback {
+        self.fallback
+    }
+
+    /// Buffering of outcomes while Closed, if on.
+    pub fn batching(&self) -> Option<Batching> {
+        self.batching
+    }
+
+    /// The quorum rule, if on.
+    pub fn quorum(&self) -> Option<Quorum> {
+        self.quorum
+    }
+
+    /// Where the script's clock comes from.
+    pub fn time_source(&self) -> TimeSource {
+        self.time_source
+    }
+
+    /// How long an idle Closed record lives (default 24 h). A record in any other state never
+    /// expires.
+    pub fn idle_ttl(&self) -> Duration {
+        self.idle_ttl
+    }
+
+    /// Checks every field, naming the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let prefix_ok = !self.key_prefix.is_empty()
+            && self.key_prefix.len() <= 64
+            && !self.key_prefix.contains(['{', '}']);
+        if !prefix_ok {
+            return Err(ConfigError::new(
+                "key_prefix",
+                format!("{:?}", self.key_prefix),
+                "1 to 64 characters without '{' or '}'",
+            ));
+        }
+        dur(
+            "redis_timeout",
+            self.redis_timeout,
+            Duration::from_millis(1),
+            Duration::from_secs(10),
+        )?;
+        dur(
+            "view_ttl",
+            self.view_ttl,
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )?;
+        dur(
+            "idle_ttl",
+            self.idle_ttl,
+            Duration::from_secs(1),
+            Duration::from_secs(365 * 24 * 3600),
+        )?;
+        if let Some(b) = self.batching {
+            dur(
+                "batching.flush_every",
+                b.flush_every,
+                Duration::from_millis(1),
+                Duration::from_secs(10),
+            )?;
+            if !(1..=100_000).contains(&b.max_batch) {
+                return Err(ConfigError::new(
+                    "batching.max_batch",
+                    b.max_batch,
+                    "in [1, 100000]",
+                ));
+            }
+        }
+        if let Some(q) = self.quorum {
+            if !(2..=10_000).contains(&q.replicas) {
+                return Err(ConfigError::new(
+                    "quorum.replicas",
+                    q.replicas,
+                    "in [2, 10000]",
+                ));
+            }
+            dur(
+                "quorum.within",
+                q.within,
+                Duration::from_millis(1),
+                Duration::from_secs(24 * 3600),
+            )?;
+        }
+        if let Some(id) = &self.replica_id {
+            if id.is_empty() || id.len() > 128 {
+                return Err(ConfigError::new(
+                    "replica_id",
+                    format!("{id:?}"),
+                    "1 to 128 characters",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that a breaker configuration (valid, as every built or parsed one is) can be hosted
+/// by the Redis script.
+pub(crate) fn check_breaker(c: &BreakerConfig) -> Result<(), ConfigError> {
+    let us = Duration::from_micros(1);
+    if let WindowConfig::Time { bucket, .. } = c.window() {
+        dur(
+            "window.bucket",
+            bucket,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )?;
+    }
+    for (field, d) in [
+        ("slow_call_duration", c.slow_call_duration()),
+        ("open.duration", c.open_duration()),
+        ("half_open.probe_lease", c.probe_lease()),
+    ] {
+        if d < us {
+            return Err(ConfigError::new(
+                field,
+                fmt(d),
+                "at least 1us in a shared breaker",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn fmt(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+fn dur(field: &str, d: Duration, lo: Duration, hi: Duration) -> Result<(), ConfigError> {
+    if d < lo || d > hi {
+        return Err(ConfigError::new(
+            field,
+            fmt(d),
+            format!("in [{}, {}]", fmt(lo), fmt(hi)),
+        ));
+    }
+    Ok(())
+}
+
+macro_rules! setters {
+    ($($(#[$m:meta])* $name:ident: $ty:ty;)*) => {
+        $( $(#[$m])* pub fn $name(mut self, v: $ty) -> Self { self.config.$name = v; self } )*
+    };
+}
+
+impl SharedConfigBuilder {
+    setters! {
+        /// See [`SharedConfig::redis_timeout`].
+        redis_timeout: Duration;
+        /// See [`SharedConfig::view_ttl`].
+        view_ttl: Duration;
+        /// See [`SharedConfig::fallback`].
+        fallback: Fallback;
+        /// See [`SharedConfig::time_source`].
+        time_source: TimeSource;
+        /// See [`SharedConfig::idle_ttl`].
+        idle_ttl: Duration;
+    }
+
+    /// See [`SharedConfig::key_prefix`].
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Turns batching on.
+    pub fn batching(mut self, b: Batching) -> Self {
+        self.config.batching = Some(b);
+        self
+    }
+
+    /// Turns the quorum rule on.
+    pub fn quorum(mut self, q: Quorum) -> Self {
+        self.config.quorum = Some(q);
+        self
+    }
+
+    /// Names this replica (default: host name, process id and a random suffix). Used by the
+    /// quorum and in-flight rules and in the events stream.
+    pub fn replica_id(mut self, id: impl Into<String>) -> Self {
+        self.config.replica_id = Some(id.into());
+        self
+    }
+
+    /// The breaker guarding Redis itself (default: open for 1 s after 3 consecutive failures
+    /// or timeouts, one probe).
+    pub fn redis_breaker(mut self, c: BreakerConfig) -> Self {
+        self.config.redis_breaker = Some(c);
+        self
+    }
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<SharedConfig, ConfigError> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}

@@ -1,0 +1,1374 @@
+//! The shared breaker: the rules run in Redis, decisions are made by each replica.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use tokio::sync::broadcast;
+use tripline::{
+    BreakerConfig, CallError, CircuitBreaker, Classification, Classify, Clock, ConfigError,
+    MonotonicClock, Outcome, OwnedPermit, Recorded, Rejected, ResultClassifier, State,
+    WindowConfig, WindowSnapshot,
+};
+
+use crate::backend::{Backend, SCRIPT};
+use crate::config::{Fallback, SharedConfig, TimeSource, check_breaker};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The keys of one shared breaker. They share the hash tag `{prefix:scope}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    /// The record: state, epoch, open deadline, counters, probe leases. No TTL unless Closed.
+    pub record: String,
+    /// The window (a string ring for a count window, a hash of buckets for a time window).
+    pub window: String,
+    /// Calls in flight past the slow-call duration, per replica.
+    pub in_flight: String,
+    /// Each replica's last failure (the quorum rule).
+    pub voters: String,
+    /// The stream of transitions (capped at about 1000 entries).
+    pub events: String,
+}
+
+impl Keys {
+    fn new(prefix: &str, scope: &str) -> Self {
+        let tag = format!("{{{prefix}:{scope}}}");
+        Self {
+            record: format!("{tag}:r"),
+            window: format!("{tag}:w"),
+            in_flight: format!("{tag}:i"),
+            voters: format!("{tag}:q"),
+            events: format!("{tag}:e"),
+        }
+    }
+}
+
+/// A transition this replica performed in Redis. Exactly one replica performs each
+/// transition, so each appears once across the fleet (and once in the events stream).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The state left.
+    pub from: State,
+    /// The state entered.
+    pub to: State,
+    /// The epoch after the transition.
+    pub epoch: u64,
+    /// Why, in kebab case: `failure-rate`, `slow-call-rate`, `consecutive-failures`,
+    /// `open-elapsed`, `probes-failed`, `probes-succeeded`, `half-open-timeout`, `operator`.
+    pub reason: String,
+}
+
+/// An entry of the fleet's events stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetEvent {
+    /// The stream entry id.
+    pub id: String,
+    /// The state left.
+    pub from: State,
+    /// The state entered.
+    pub to: State,
+    /// The epoch after the transition.
+    pub epoch: u64,
+    /// Why (see [`Transition::reason`]).
+    pub reason: String,
+    /// The script's clock at the transition, in microseconds.
+    pub at_micros: u64,
+    /// The replica that performed it.
+    pub replica: String,
+}
+
+/// Where decisions come from right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// From Redis (or a fresh view of it).
+    Shared,
+    /// Redis is unreachable or its breaker is open: the fallback decides.
+    Fallback,
+}
+
+/// What Redis holds, read with [`SharedBreaker::refresh`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The state.
+    pub state: State,
+    /// The epoch.
+    pub epoch: u64,
+    /// The window, with the fleet's calls in flight past the slow-call duration.
+    pub window: WindowSnapshot,
+    /// Live probe leases.
+    pub probes_in_flight: u32,
+    /// Transitions since the record was created.
+    pub transitions: u64,
+    /// When an Open breaker admits a probe, in the script's clock (microseconds).
+    pub open_until_micros: u64,
+    /// The script's clock when read (microseconds).
+    pub now_micros: u64,
+}
+
+/// A replica's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SharedMetrics {
+    /// Script calls sent to Redis.
+    pub redis_calls: u64,
+    /// Script calls that failed (connection, protocol or script errors).
+    pub redis_errors: u64,
+    /// Script calls abandoned after the Redis timeout.
+    pub redis_timeouts: u64,
+    /// Calls Redis was not asked about because the breaker on Redis was open.
+    pub redis_skipped: u64,
+    /// Acquires decided from the last state Redis returned, without a round trip.
+    pub view_decisions: u64,
+    /// Acquires decided by the fallback (Redis unreachable).
+    pub fallback_decisions: u64,
+    /// Acquires rejected (by the shared state, a view of it, or the fallback).
+    pub rejected: u64,
+    /// Results discarded as stale (older epoch, or a lease that is no longer theirs).
+    pub stale_results: u64,
+    /// Outcomes that never reached Redis (it was unreachable); the shadow breaker has them.
+    pub lost_records: u64,
+    /// Batches sent.
+    pub batches: u64,
+    /// Outcomes sent in batches.
+    pub batched_outcomes: u64,
+    /// Permits dropped without a result.
+    pub abandoned: u64,
+    /// Expired probe leases this replica reclaimed.
+    pub expired_probes: u64,
+    /// Transitions this replica performed.
+    pub transitions: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    redis_calls: AtomicU64,
+    redis_errors: AtomicU64,
+    redis_timeouts: AtomicU64,
+    redis_skipped: AtomicU64,
+    view_decisions: AtomicU64,
+    fallback_decisions: AtomicU64,
+    rejected: AtomicU64,
+    stale_results: AtomicU64,
+    lost_records: AtomicU64,
+    batches: AtomicU64,
+    batched_outcomes: AtomicU64,
+    abandoned: AtomicU64,
+    expired_probes: AtomicU64,
+    transitions: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// The state Redis last returned, and when (local clock).
+#[derive(Clone, Copy, Debug)]
+struct View {
+    valid: bool,
+    state: State,
+    epoch: u64,
+    open_until: u64,
+    redis_now: u64,
+    at: u64,
+    /// A HalfOpen rejection may be repeated locally until then (local clock).
+    reject_until: u64,
+    /// When the earliest probe lease of that rejection expires (local clock).
+    lease_deadline: Option<u64>,
+}
+
+/// This replica's calls in flight, by epoch and start cohort.
+#[derive(Debug, Default)]
+struct Flight {
+    cohorts: HashMap<(u64, u64), u32>,
+    reported: u64,
+    next_check: u64,
+}
+
+#[derive(Debug, Default)]
+struct Batch {
+    epoch: u64,
+    outcomes: String,
+    first_at: u64,
+    flusher: bool,
+}
+
+struct Inner<C: Clock> {
+    name: String,
+    keys: Keys,
+    config: BreakerConfig,
+    shared: SharedConfig,
+    replica: String,
+    cfg_args: Vec<String>,
+    jitter_micros: u64,
+    slow_nanos: u64,
+    cohort_width: u64,
+    backend: Backend,
+    clock: C,
+    shadow: CircuitBreaker<C>,
+    redis_breaker: CircuitBreaker<C>,
+    view: Mutex<View>,
+    flight: Mutex<Flight>,
+    batch: Mutex<Batch>,
+    rng: Mutex<Pcg64Mcg>,
+    counters: Counters,
+    fallback_now: AtomicBool,
+    events: broadcast::Sender<Transition>,
+}
+
+/// One circuit breaker whose window and state live in Redis, shared by every replica that
+/// uses the same key prefix and scope.
+///
+/// Each acquire and record runs the breaker's rules in one atomic Lua script, so the fleet
+/// trips, probes and recovers as one breaker. No lock is held across the protected call. A
+/// replica decides from the state Redis last returned while that view is younger than
+/// [`SharedConfig::view_ttl`], so a Closed breaker costs one round trip per call (the
+/// record) and an Open one none until its deadline. When Redis is slow or down (each call is
+/// bounded by [`SharedConfig::redis_timeout`], and a breaker on Redis itself stops trying),
+/// the replica falls back to its local shadow breaker, or rejects, as configured.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tripline::{BreakerConfig, Outcome};
+/// use tripline_redis::{Backend, SharedBreaker, SharedConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let backend = Backend::single("redis://127.0.0.1:6379/")?;
+/// let breaker = SharedBreaker::new(
+///     "dep:exercise-catalog",
+///     BreakerConfig::default(),
+///     SharedConfig::default(),
+///     backend,
+/// )?;
+/// match breaker.acquire().await {
+///     Ok(permit) => {
+///         // call the dependency, then:
+///         permit.record(Outcome::Success).await;
+///     }
+///     Err(rejected) => println!("fail fast: {rejected}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub struct SharedBreaker<C: Clock + Clone = MonotonicClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C: Clock + Clone> Clone for SharedBreaker<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<C: Clock + Clone> std::fmt::Debug for SharedBreaker<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedBreaker")
+            .field("name", &self.inner.name)
+            .field("replica", &self.inner.replica)
+            .field("view", &*lock(&self.inner.view))
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse_state(s: &str) -> Option<State> {
+    Some(match s {
+        "closed" => State::Closed,
+        "open" => State::Open,
+        "half-open" => State::HalfOpen,
+        "disabled" => State::Disabled,
+        "metrics-only" => State::MetricsOnly,
+        "forced-open" => State::ForcedOpen,
+        _ => return None,
+    })
+}
+
+fn state_name(s: State) -> &'static str {
+    match s {
+        State::Closed => "closed",
+        State::Open => "open",
+        State::HalfOpen => "half-open",
+        State::Disabled => "disabled",
+        State::MetricsOnly => "metrics-only",
+        State::ForcedOpen => "forced-open",
+    }
+}
+
+/// A parsed script reply.
+#[derive(Debug)]
+struct Reply {
+    verdict: String,
+    fields: [String; 6],
+    state: State,
+    epoch: u64,
+    open_until: u64,
+    now: u64,
+    expired: u64,
+    transitions: Vec<Transition>,
+}
+
+#[derive(Debug)]
+enum Unavailable {
+    Skipped,
+    Timeout,
+    Error,
+}
+
+fn bad_reply(v: &[String]) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "tripline: malformed script reply",
+        format!("{v:?}"),
+    ))
+}
+
+impl Reply {
+    fn parse(v: Vec<String>) -> Result<Self, redis::RedisError> {
+        if v.len() < 12 {
+            return Err(bad_reply(&v));
+        }
+        let num = |i: usize| v[i].parse::<u64>().map_err(|_| bad_reply(&v));
+        let state = parse_state(&v[7]).ok_or_else(|| bad_reply(&v))?;
+        let epoch = num(8)?;
+        let open_until = num(9)?;
+        let now = num(10)?;
+        let expired = num(11)?;
+        let mut transitions = Vec::new();
+        for t in &v[12..] {
+            let mut parts = t.splitn(3, '>');
+            let (Some(from), Some(to), Some(reason)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(bad_reply(&v));
+            };
+            let (Some(from), Some(to)) = (parse_state(from), parse_state(to)) else {
+                return Err(bad_reply(&v));
+            };
+            transitions.push(Transition {
+                from,
+                to,
+                epoch: 0,
+                reason: reason.to_string(),
+            });
+        }
+        // Epochs after each transition: counted back from the final one.
+        let mut e = epoch;
+        for t in transitions.iter_mut().rev() {
+            t.epoch = e;
+            if !(t.from == State::Open && t.to == State::HalfOpen) {
+                e = e.saturating_sub(1);
+            }
+        }
+        let fields = std::array::from_fn(|i| v[1 + i].clone());
+        Ok(Self {
+            verdict: v[0].clone(),
+            fields,
+            state,
+            epoch,
+            open_until,
+            now,
+            expired,
+            transitions,
+        })
+    }
+
+    fn field(&self, i: usize) -> i64 {
+        self.fields[i].parse().unwrap_or(-1)
+    }
+}
+
+fn default_redis_breaker() -> BreakerConfig {
+    BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 10 })
+        .minimum_calls(10)
+        .consecutive_failures(3)
+        .open_duration(Duration::from_secs(1))
+        .half_open_calls(1)
+        .probe_lease(Duration::from_secs(10))
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap_or_default()
+}
+
+fn validate_scope(scope: &str) -> Result<(), ConfigError> {
+    if scope.is_empty() || scope.len() > 200 || scope.contains(['{', '}']) {
+        return Err(ConfigError::new(
+            "scope",
+            format!("{scope:?}"),
+            "1 to 200 characters without '{' or '}' (and nothing sensitive: scopes are Redis keys)",
+        ));
+    }
+    Ok(())
+}
+
+impl SharedBreaker<MonotonicClock> {
+    /// A shared breaker for `scope` (e.g. `dep:exercise-catalog`, `region:eu-west`,
+    /// `tenant:acme`). Every replica using the same prefix and scope shares it; use the same
+    /// breaker configuration on every replica. Scopes become Redis keys: never put
+    /// credentials or personal data in them.
+    pub fn new(
+        scope: &str,
+        config: BreakerConfig,
+        shared: SharedConfig,
+        backend: Backend,
+    ) -> Result<Self, ConfigError> {
+        Self::with_clock(scope, config, shared, backend, MonotonicClock::new())
+    }
+}
+
+impl<C: Clock + Clone> SharedBreaker<C> {
+    /// [`SharedBreaker::new`] with a clock of your choice (it measures call durations, view
+    /// age and the shadow breaker's time; with [`TimeSource::Local`] it is the script's clock
+    /// too).
+    pub fn with_clock(
+        scope: &str,
+        config: BreakerConfig,
+        shared: SharedConfig,
+        backend: Backend,
+        clock: C,
+    ) -> Result<Self, ConfigError> {
+        validate_scope(scope)?;
+        shared.validate()?;
+        check_breaker(&config)?;
+        let replica = shared.replica_id.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
+            format!(
+                "{host}-{}-{:08x}",
+                std::process::id(),
+                Pcg64Mcg::from_os_rng().random::<u32>()
+            )
+        });
+        let (kind, size, bucket) = match config.window() {
+            WindowConfig::Count { size } => (0, u64::from(size), 0),
+            WindowConfig::Time { length, bucket } => (
+                1,
+                (length.as_nanos() / bucket.as_nanos()) as u64,
+                micros(bucket),
+            ),
+        };
+        let backoff = config.open_backoff();
+        let mult = backoff.map_or(0.0, |b| b.multiplier);
+        let cfg_args = vec![
+            kind.to_string(),
+            size.to_string(),
+            bucket.to_string(),
+            config.minimum_calls().to_string(),
+            config.failure_ppm().to_string(),
+            config.slow_ppm().to_string(),
+            micros(config.slow_call_duration()).to_string(),
+            config.consecutive_failures().unwrap_or(0).to_string(),
+            micros(config.open_duration()).to_string(),
+            format!("{mult}"),
+            backoff.map_or(0, |b| micros(b.max)).to_string(),
+            backoff.map_or(0, |b| micros(b.healthy_after)).to_string(),
+            micros(config.max_retry_after()).to_string(),
+            config.half_open_calls().to_string(),
+            match config.half_open_policy() {
+                tripline::HalfOpenPolicy::AllProbes => "0",
+                tripline::HalfOpenPolicy::Consecutive => "1",
+            }
+            .to_string(),
+            config.half_open_max_wait().map_or(0, micros).to_string(),
+            micros(config.probe_lease()).to_string(),
+            u8::from(config.automatic_transition()).to_string(),
+            shared.idle_ttl.as_millis().to_string(),
+            shared.quorum.map_or(0, |q| q.replicas).to_string(),
+            shared.quorum.map_or(0, |q| micros(q.within)).to_string(),
+        ];
+        let rng = match config.seed() {
+            Some(s) => Pcg64Mcg::seed_from_u64(s),
+            None => Pcg64Mcg::from_os_rng(),
+        };
+        let slow_nanos = nanos(config.slow_call_duration());
+        let shadow =
+            CircuitBreaker::with_clock(format!("{scope} (local)"), config.clone(), clock.clone());
+        let redis_breaker = CircuitBreaker::with_clock(
+            format!("redis for {scope}"),
+            shared
+                .redis_breaker
+                .clone()
+                .unwrap_or_else(default_redis_breaker),
+            clock.clone(),
+        );
+        let (events, _) = broadcast::channel(64);
+        let inner = Inner {
+            name: scope.to_string(),
+            keys: Keys::new(&shared.key_prefix, scope),
+            jitter_micros: micros(config.open_jitter()),
+            cohort_width: (slow_nanos / 2).max(1),
+            slow_nanos,
+            config,
+            shared,
+            replica,
+            cfg_args,
+            backend,
+            shadow,
+            redis_breaker,
+            view: Mutex::new(View {
+                valid: false,
+                state: State::Closed,
+                epoch: 0,
+                open_until: 0,
+                redis_now: 0,
+                at: 0,
+                reject_until: 0,
+                lease_deadline: None,
+            }),
+            flight: Mutex::new(Flight::default()),
+            batch: Mutex::new(Batch::default()),
+            rng: Mutex::new(rng),
+            counters: Counters::default(),
+            fallback_now: AtomicBool::new(false),
+            events,
+            clock,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The scope.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// This replica's id.
+    pub fn replica(&self) -> &str {
+        &self.inner.replica
+    }
+
+    /// The keys in Redis.
+    pub fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// The breaker configuration.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.inner.config
+    }
+
+    /// The local shadow breaker: it sees this replica's outcomes all along and decides while
+    /// Redis is unreachable (with [`Fallback::Local`]).
+    pub fn shadow(&self) -> &CircuitBreaker<C> {
+        &self.inner.shadow
+    }
+
+    /// The breaker guarding Redis itself.
+    pub fn redis_breaker(&self) -> &CircuitBreaker<C> {
+        &self.inner.redis_breaker
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    /// Transitions this replica performs, as they happen.
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.inner.events.subscribe()
+    }
+
+    /// Where decisions come from right now.
+    pub fn mode(&self) -> Mode {
+        if self.inner.fallback_now.load(Ordering::Relaxed) {
+            Mode::Fallback
+        } else {
+            Mode::Shared
+        }
+    }
+
+    /// The state as this replica last saw it (no round trip); `None` before the first answer
+    /// from Redis.
+    pub fn last_known_state(&self) -> Option<State> {
+        let v = lock(&self.inner.view);
+        v.valid.then_some(v.state)
+    }
+
+    /// This replica's counters.
+    pub fn metrics(&self) -> SharedMetrics {
+        let c = &self.inner.counters;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SharedMetrics {
+            redis_calls: r(&c.redis_calls),
+            redis_errors: r(&c.redis_errors),
+            redis_timeouts: r(&c.redis_timeouts),
+            redis_skipped: r(&c.redis_skipped),
+            view_decisions: r(&c.view_decisions),
+            fallback_decisions: r(&c.fallback_decisions),
+            rejected: r(&c.rejected),
+            stale_results: r(&c.stale_results),
+            lost_records: r(&c.lost_records),
+            batches: r(&c.batches),
+            batched_outcomes: r(&c.batched_outcomes),
+            abandoned: r(&c.abandoned),
+            expired_probes: r(&c.expired_probes),
+            transitions: r(&c.transitions),
+        }
+    }
+
+    /// Asks for a permit.
+    pub async fn acquire(&self) -> Result<SharedPermit<C>, Rejected> {
+        let ticket = self.inner.acquire().await?;
+        let shadow = match ticket.kind {
+            Kind::Local(_) => None,
+            _ => self.inner.shadow.try_acquire_owned().ok(),
+        };
+        let (kind, shadow) = match ticket.kind {
+            Kind::Local(p) => (Kind::Local(()), Some(p)),
+            Kind::Window => (Kind::Window, shadow),
+            Kind::Probe { slot, token } => (Kind::Probe { slot, token }, shadow),
+            Kind::Pass => (Kind::Pass, shadow),
+        };
+        Ok(SharedPermit {
+            breaker: self.clone(),
+            kind,
+            epoch: ticket.epoch,
+            started: ticket.started,
+            cohort: ticket.cohort,
+            shadow,
+            done: false,
+        })
+    }
+
+    /// Acquires, runs `f` under `timeout` (the timeout inside the breaker: an expiry is a
+    /// failure), records the outcome and returns the result.
+    pub async fn call<T, E, F, Fut>(
+        &self,
+        timeout: Option<Duration>,
+        f: F,
+    ) -> Result<T, CallError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.call_classified(timeout, ResultClassifier, f).await
+    }
+
+    /// [`SharedBreaker::call`] with a classifier.
+    pub async fn call_classified<T, E, K, F, Fut>(
+        &self,
+        timeout: Option<Duration>,
+        classify: K,
+        f: F,
+    ) -> Result<T, CallError<E>>
+    where
+        K: Classify<T, E>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let permit = self.acquire().await.map_err(CallError::Rejected)?;
+        let result = match timeout {
+            Some(t) => match tokio::time::timeout(t, f()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    permit.record(Outcome::Failure).await;
+                    return Err(CallError::Timeout(t));
+                }
+            },
+            None => f().await,
+        };
+        permit.record_classified(classify.classify(&result)).await;
+        result.map_err(CallError::Failed)
+    }
+
+    /// [`SharedBreaker::call`], with `fallback` answering rejections, timeouts and failures.
+    pub async fn call_or_else<T, E, F, Fut, G, GFut>(
+        &self,
+        timeout: Option<Duration>,
+        f: F,
+        fallback: G,
+    ) -> T
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        G: FnOnce(CallError<E>) -> GFut,
+        GFut: Future<Output = T>,
+    {
+        match self.call(timeout, f).await {
+            Ok(v) => v,
+            Err(e) => fallback(e).await,
+        }
+    }
+
+    /// Reads the shared state (one round trip).
+    pub async fn refresh(&self) -> Result<Snapshot, redis::RedisError> {
+        let now = self.inner.clock.now();
+        let reply = self.inner.invoke_raw("read", now, &[]).await?;
+        self.inner.absorb(&reply, now);
+        let n = |i: usize| u64::try_from(reply.field(i)).unwrap_or(0);
+        Ok(Snapshot {
+            state: reply.state,
+            epoch: reply.epoch,
+            window: WindowSnapshot {
+                calls: n(0),
+                failures: n(1),
+                slow_calls: n(2),
+                in_flight_slow: n(3),
+            },
+            probes_in_flight: n(4) as u32,
+            transitions: n(5),
+            open_until_micros: reply.open_until,
+            now_micros: reply.now,
+        })
+    }
+
+    /// Runs the timers: an Open breaker with `automatic_transition` moves to HalfOpen once its
+    /// wait is over, a HalfOpen one past `half_open.max_wait` back to Open.
+    pub async fn tick(&self) -> Result<(), redis::RedisError> {
+        let now = self.inner.clock.now();
+        let reply = self.inner.invoke_raw("tick", now, &[]).await?;
+        self.inner.absorb(&reply, now);
+        Ok(())
+    }
+
+    /// Operator: reject every call, fleet-wide, until another operator action.
+    pub async fn force_open(&self) -> Result<(), redis::RedisError> {
+        self.operator(State::ForcedOpen).await
+    }
+
+    /// Operator: permit every call and record nothing, fleet-wide.
+    pub async fn disable(&self) -> Result<(), redis::RedisError> {
+        self.operator(State::Disabled).await
+    }
+
+    /// Operator: record but never trip, fleet-wide.
+    pub async fn metrics_only(&self) -> Result<(), redis::RedisError> {
+        self.operator(State::MetricsOnly).await
+    }
+
+    /// Operator: back to Closed with an empty window, fleet-wide.
+    pub async fn reset(&self) -> Result<(), redis::RedisError> {
+        self.operator(State::Closed).await
+    }
+
+    async fn operator(&self, to: State) -> Result<(), redis::RedisError> {
+        let now = self.inner.clock.now();
+        let reply = self
+            .inner
+            .invoke_raw("operator", now, &[state_name(to).to_string()])
+            .await?;
+        self.inner.absorb(&reply, now);
+        Ok(())
+    }
+
+    /// Sends buffered outcomes now (batching mode).
+    pub async fn flush(&self) {
+        self.inner.flush().await;
+    }
+
+    /// The fleet's latest transitions, newest first (at most `count`).
+    pub async fn fleet_events(&self, count: usize) -> Result<Vec<FleetEvent>, redis::RedisError> {
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(&self.inner.keys.events)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count);
+        let reply: redis::streams::StreamRangeReply = self.inner.backend.query(&cmd).await?;
+        let mut out = Vec::new();
+        for entry in reply.ids {
+            let get = |k: &str| -> String { entry.get::<String>(k).unwrap_or_default() };
+            let (Some(from), Some(to)) = (parse_state(&get("from")), parse_state(&get("to")))
+            else {
+                continue;
+            };
+            out.push(FleetEvent {
+                id: entry.id.clone(),
+                from,
+                to,
+                epoch: get("epoch").parse().unwrap_or(0),
+                reason: get("reason"),
+                at_micros: get("at").parse().unwrap_or(0),
+                replica: get("replica"),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// What an acquire decided.
+enum Kind<L> {
+    Window,
+    Probe { slot: u32, token: u64 },
+    Pass,
+    Local(L),
+}
+
+struct Ticket<C: Clock> {
+    kind: Kind<OwnedPermit<C>>,
+    epoch: u64,
+    started: u64,
+    cohort: Option<u64>,
+}
+
+impl<C: Clock + Clone> Inner<C> {
+    fn ticket(&self, kind: Kind<OwnedPermit<C>>, epoch: u64, now: u64) -> Ticket<C> {
+        let cohort = match kind {
+            Kind::Window if self.config.count_in_flight_as_slow() => {
+                let c = now / self.cohort_width;
+                *lock(&self.flight).cohorts.entry((epoch, c)).or_insert(0) += 1;
+                Some(c)
+            }
+            _ => None,
+        };
+        Ticket {
+            kind,
+            epoch,
+            started: now,
+            cohort,
+        }
+    }
+
+    fn rejected(&self, state: State, retry_micros: Option<u64>) -> Rejected {
+        bump(&self.counters.rejected, 1);
+        Rejected::new(
+            self.name.clone(),
+            state,
+            retry_micros.map(Duration::from_micros),
+        )
+    }
+
+    /// This replica's calls of the current epoch in flight past the slow-call duration (the
+    /// in-process breaker's cohort rule), when that is worth reporting; -1 when not.
+    fn in_flight_report(&self, now: u64) -> i64 {
+        if !self.config.count_in_flight_as_slow() {
+            return -1;
+        }
+        let epoch = lock(&self.view).epoch;
+        let mut f = lock(&self.flight);
+        let w = self.cohort_width;
+        f.cohorts.retain(|&(e, _), n| e == epoch && *n > 0);
+        let overdue: u64 = f
+            .cohorts
+            .iter()
+            .filter(|&(&(_, c), _)| {
+                (c + 1).saturating_mul(w).saturating_add(self.slow_nanos) <= now
+            })
+            .map(|(_, &n)| u64::from(n))
+            .sum();
+        if overdue != f.reported {
+            f.reported = overdue;
+            f.next_check = now + w;
+            overdue as i64
+        } else {
+            -1
+        }
+    }
+
+    /// Whether an acquire in Closed must ask Redis so that overdue calls are counted.
+    fn in_flight_due(&self, now: u64, epoch: u64) -> bool {
+        if !self.config.count_in_flight_as_slow() {
+            return false;
+        }
+        let mut f = lock(&self.flight);
+        if now < f.next_check {
+            return false;
+        }
+        f.next_check = now + self.cohort_width;
+        let w = self.cohort_width;
+        let overdue: u64 = f
+            .cohorts
+            .iter()
+            .filter(|&(&(e, c), _)| {
+                e == epoch && (c + 1).saturating_mul(w).saturating_add(self.slow_nanos) <= now
+            })
+            .map(|(_, &n)| u64::from(n))
+            .sum();
+        overdue != f.reported
+    }
+
+    fn exit_flight(&self, epoch: u64, cohort: Option<u64>) {
+        if let Some(c) = cohort {
+            let mut f = lock(&self.flight);
+            if let Some(n) = f.cohorts.get_mut(&(epoch, c)) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// A decision from the last answer, if it is fresh enough.
+    fn decide_from_view(&self, now: u64) -> Option<Result<Ticket<C>, Rejected>> {
+        let ttl = nanos(self.shared.view_ttl);
+        let v = *lock(&self.view);
+        if ttl == 0 || !v.valid || now.saturating_sub(v.at) >= ttl {
+            return None;
+        }
+        let decided = match v.state {
+            State::Closed | State::MetricsOnly => {
+                if v.state == State::Closed && self.in_flight_due(now, v.epoch) {
+                    return None;
+                }
+                Ok(self.ticket(Kind::Window, v.epoch, now))
+            }
+            State::Disabled => Ok(self.ticket(Kind::Pass, v.epoch, now)),
+            State::Open => {
+                let est = v.redis_now + now.saturating_sub(v.at) / 1000;
+                if est >= v.open_until {
+                    return None;
+                }
+                Err(self.rejected(State::Open, Some(v.open_until - est)))
+            }
+            State::ForcedOpen => Err(self.rejected(State::ForcedOpen, None)),
+            State::HalfOpen => {
+                if now >= v.reject_until {
+                    return None;
+                }
+                let retry = v.lease_deadline.map(|d| d.saturating_sub(now) / 1000);
+                Err(self.rejected(State::HalfOpen, retry))
+            }
+        };
+        bump(&self.counters.view_decisions, 1);
+        Some(decided)
+    }
+
+    async fn acquire(&self) -> Result<Ticket<C>, Rejected> {
+        let now = self.clock.now();
+        if let Some(d) = self.decide_from_view(now) {
+            return d;
+        }
+        let report = self.in_flight_report(now);
+        match self.invoke("admit", now, &[report.to_string()]).await {
+            Ok(reply) => {
+                self.absorb(&reply, now);
+                match reply.verdict.as_str() {
+                    "permit" => Ok(self.ticket(Kind::Window, reply.epoch, now)),
+                    "probe" => {
+                        let slot = u32::try_from(reply.field(0)).unwrap_or(0);
+                        let token = u64::try_from(reply.field(1)).unwrap_or(0);
+                        Ok(self.ticket(Kind::Probe { slot, token }, reply.epoch, now))
+                    }
+                    "pass" => Ok(self.ticket(Kind::Pass, reply.epoch, now)),
+                    _ => {
+                        let retry = u64::try_from(reply.field(0)).ok();
+                        if reply.state == State::HalfOpen {
+                            let hold = retry
+                                .map_or(nanos(self.shared.view_ttl), |r| r.saturating_mul(1000))
+                                .min(nanos(self.shared.view_ttl));
+                            let mut v = lock(&self.view);
+                            v.reject_until = now.saturating_add(hold);
+                            v.lease_deadline =
+                                retry.map(|r| now.saturating_add(r.saturating_mul(1000)));
+                        }
+                        Err(self.rejected(reply.state, retry))
+                    }
+                }
+            }
+            Err(_) => {
+                bump(&self.counters.fallback_decisions, 1);
+                match self.shared.fallback {
+                    Fallback::Local => match self.shadow.try_acquire_owned() {
+                        Ok(p) => Ok(Ticket {
+                            kind: Kind::Local(p),
+                            epoch: 0,
+                            started: now,
+                            cohort: None,
+                        }),
+                        Err(r) => {
+                            bump(&self.counters.rejected, 1);
+                            Err(r)
+                        }
+                    },
+                    Fallback::Reject => Err(self.rejected(State::Open, None)),
+                }
+            }
+        }
+    }
+
+    /// Takes in what a reply says about the shared state.
+    fn absorb(&self, reply: &Reply, now: u64) {
+        {
+            let mut v = lock(&self.view);
+            v.valid = true;
+            v.state = reply.state;
+            v.epoch = reply.epoch;
+            v.open_until = reply.open_until;
+            v.redis_now = reply.now;
+            v.at = now;
+            v.reject_until = 0;
+            v.lease_deadline = None;
+        }
+        if reply.expired > 0 {
+            bump(&self.counters.expired_probes, reply.expired);
+        }
+        for t in &reply.transitions {
+            bump(&self.counters.transitions, 1);
+            let _ = self.events.send(t.clone());
+        }
+    }
+
+    /// Runs the script through the breaker on Redis, bounded by the Redis timeout.
+    async fn invoke(&self, op: &str, now: u64, args: &[String]) -> Result<Reply, Unavailable> {
+        let Ok(guard) = self.redis_breaker.try_acquire_owned() else {
+            bump(&self.counters.redis_skipped, 1);
+            self.fallback_now.store(true, Ordering::Relaxed);
+            return Err(Unavailable::Skipped);
+        };
+        bump(&self.counters.redis_calls, 1);
+        let outcome =
+            tokio::time::timeout(self.shared.redis_timeout, self.eval(op, now, args)).await;
+        match outcome {
+            Ok(Ok(v)) => match Reply::parse(v) {
+                Ok(r) => {
+                    guard.record(Outcome::Success);
+                    self.fallback_now.store(false, Ordering::Relaxed);
+                    Ok(r)
+                }
+                Err(_) => {
+                    guard.record(Outcome::Failure);
+                    bump(&self.counters.redis_errors, 1);
+                    self.fallback_now.store(true, Ordering::Relaxed);
+                    Err(Unavailable::Error)
+                }
+            },
+            Ok(Err(_)) => {
+                guard.record(Outcome::Failure);
+                bump(&self.counters.redis_errors, 1);
+                self.fallback_now.store(true, Ordering::Relaxed);
+                Err(Unavailable::Error)
+            }
+            Err(_) => {
+                guard.record(Outcome::Failure);
+                bump(&self.counters.redis_timeouts, 1);
+                self.fallback_now.store(true, Ordering::Relaxed);
+                Err(Unavailable::Timeout)
+            }
+        }
+    }
+
+    /// [`Inner::invoke`] for operations whose caller wants the error.
+    async fn invoke_raw(
+        &self,
+        op: &str,
+        now: u64,
+        args: &[String],
+    ) -> Result<Reply, redis::RedisError> {
+        match tokio::time::timeout(self.shared.redis_timeout, self.eval(op, now, args)).await {
+            Ok(Ok(v)) => Reply::parse(v),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "tripline: Redis did not answer within the Redis timeout",
+            ))),
+        }
+    }
+
+    async fn eval(&self, op: &str, now: u64, args: &[String]) -> redis::RedisResult<Vec<String>> {
+        let mut inv = SCRIPT.prepare_invoke();
+        let k = &self.keys;
+        inv.key(&k.record)
+            .key(&k.window)
+            .key(&k.in_flight)
+            .key(&k.voters)
+            .key(&k.events);
+        inv.arg(op);
+        match self.shared.time_source {
+            TimeSource::Redis => inv.arg(""),
+            TimeSource::Local => inv.arg(now / 1000),
+        };
+        inv.arg(&self.replica);
+        for a in &self.cfg_args {
+            inv.arg(a);
+        }
+        let jitter = if self.jitter_micros > 0 {
+            lock(&self.rng).random_range(0..=self.jitter_micros)
+        } else {
+            0
+        };
+        inv.arg(jitter);
+        for a in args {
+            inv.arg(a);
+        }
+        self.backend.eval(&inv).await
+    }
+
+    async fn record_window(
+        self: &Arc<Self>,
+        epoch: u64,
+        elapsed: u64,
+        now: u64,
+        c: Classification,
+    ) -> Recorded {
+        let slow = elapsed > self.slow_nanos;
+        let code = match c.outcome {
+            Outcome::Success => 's',
+            Outcome::Failure => 'f',
+            Outcome::Ignored => return Recorded::Ignored,
+        };
+        if let Some(b) = self.shared.batching {
+            let closed = {
+                let v = lock(&self.view);
+                v.valid && v.state == State::Closed && v.epoch == epoch
+            };
+            if closed && c.retry_after.is_none() {
+                let ch = if slow {
+                    code.to_ascii_uppercase()
+                } else {
+                    code
+                };
+                let mut to_send: Vec<(u64, String)> = Vec::new();
+                let spawn = {
+                    let mut batch = lock(&self.batch);
+                    if !batch.outcomes.is_empty() && batch.epoch != epoch {
+                        // An older epoch's outcomes go first; the script discards them.
+                        let old = std::mem::take(&mut batch.outcomes);
+                        to_send.push((batch.epoch, old));
+                    }
+                    if batch.outcomes.is_empty() {
+                        batch.first_at = now;
+                        batch.epoch = epoch;
+                    }
+                    batch.outcomes.push(ch);
+                    if batch.outcomes.len() >= b.max_batch as usize
+                        || now.saturating_sub(batch.first_at) >= nanos(b.flush_every)
+                    {
+                        to_send.push((epoch, std::mem::take(&mut batch.outcomes)));
+                    }
+                    let spawn = !batch.flusher && !batch.outcomes.is_empty();
+                    if spawn {
+                        batch.flusher = true;
+                    }
+                    spawn
+                };
+                for (e, outcomes) in to_send {
+                    self.send_batch(e, outcomes, now).await;
+                }
+                if spawn {
+                    self.spawn_flusher(b.flush_every);
+                }
+                return Recorded::Counted;
+            }
+        }
+        let report = self.in_flight_report(now);
+        let hint = c.retry_after.map_or(0, micros);
+        let args = [
+            epoch.to_string(),
+            code.to_string(),
+            u8::from(slow).to_string(),
+            report.to_string(),
+            hint.to_string(),
+        ];
+        match self.invoke("record", now, &args).await {
+            Ok(reply) => {
+                self.absorb(&reply, now);
+                self.verdict(&reply.verdict)
+            }
+            Err(_) => {
+                bump(&self.counters.lost_records, 1);
+                Recorded::Counted
+            }
+        }
+    }
+
+    fn verdict(&self, v: &str) -> Recorded {
+        match v {
+            "counted" => Recorded::Counted,
+            "ignored" => Recorded::Ignored,
+            _ => {
+                bump(&self.counters.stale_results, 1);
+                Recorded::Stale
+            }
+        }
+    }
+
+    async fn record_probe(
+        &self,
+        epoch: u64,
+        slot: u32,
+        token: u64,
+        elapsed: u64,
+        now: u64,
+        c: Classification,
+    ) -> Recorded {
+        let code = match c.outcome {
+            Outcome::Success => "s",
+            Outcome::Failure => "f",
+            Outcome::Ignored => "i",
+        };
+        let slow = elapsed > self.slow_nanos;
+        let args = [
+            epoch.to_string(),
+            slot.to_string(),
+            token.to_string(),
+            code.to_string(),
+            u8::from(slow).to_string(),
+            c.retry_after.map_or(0, micros).to_string(),
+        ];
+        match self.invoke("probe", now, &args).await {
+            Ok(reply) => {
+                self.absorb(&reply, now);
+                self.verdict(&reply.verdict)
+            }
+            Err(_) => {
+                // The lease expires by itself.
+                bump(&self.counters.lost_records, 1);
+                Recorded::Counted
+            }
+        }
+    }
+
+    async fn release(&self, epoch: u64, slot: u32, token: u64) {
+        let now = self.clock.now();
+        let args = [epoch.to_string(), slot.to_string(), token.to_string()];
+        if let Ok(reply) = self.invoke("release", now, &args).await {
+            self.absorb(&reply, now);
+        }
+    }
+
+    async fn send_batch(&self, epoch: u64, outcomes: String, now: u64) {
+        if outcomes.is_empty() {
+            return;
+        }
+        let n = outcomes.len() as u64;
+        let report = self.in_flight_report(now);
+        let args = [epoch.to_string(), outcomes, report.to_string()];
+        match self.invoke("batch", now, &args).await {
+            Ok(reply) => {
+                self.absorb(&reply, now);
+                bump(&self.counters.batches, 1);
+                bump(&self.counters.batched_outcomes, n);
+                let stale = u64::try_from(reply.field(1)).unwrap_or(0);
+                bump(&self.counters.stale_results, stale);
+            }
+            Err(_) => bump(&self.counters.lost_records, n),
+        }
+    }
+
+    async fn flush(&self) {
+        let now = self.clock.now();
+        let (epoch, outcomes) = {
+            let mut b = lock(&self.batch);
+            (b.epoch, std::mem::take(&mut b.outcomes))
+        };
+        self.send_batch(epoch, outcomes, now).await;
+    }
+
+    fn spawn_flusher(self: &Arc<Self>, every: Duration) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let (epoch, outcomes) = {
+                    let mut b = lock(&inner.batch);
+                    if b.outcomes.is_empty() {
+                        b.flusher = false;
+                        return;
+                    }
+                    (b.epoch, std::mem::take(&mut b.outcomes))
+                };
+                let now = inner.clock.now();
+                inner.send_batch(epoch, outcomes, now).await;
+            }
+        });
+    }
+}
+
+/// Permission to make one call. Record its outcome with [`SharedPermit::record`]; dropping it
+/// unrecorded abandons it (a probe's lease is released, nothing is counted).
+#[must_use = "record the call's outcome, or the permit counts as abandoned"]
+pub struct SharedPermit<C: Clock + Clone = MonotonicClock> {
+    breaker: SharedBreaker<C>,
+    kind: Kind<()>,
+    epoch: u64,
+    started: u64,
+    cohort: Option<u64>,
+    shadow: Option<OwnedPermit<C>>,
+    done: bool,
+}
+
+impl<C: Clock + Clone> std::fmt::Debug for SharedPermit<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedPermit")
+            .field("breaker", &self.breaker.inner.name)
+            .field("epoch", &self.epoch)
+            .field("probe", &self.is_probe())
+            .field("local", &self.is_local())
+            .finish()
+    }
+}
+
+impl<C: Clock + Clone> SharedPermit<C> {
+    /// Whether this permit is a half-open probe holding a fleet-wide lease.
+    pub fn is_probe(&self) -> bool {
+        matches!(self.kind, Kind::Probe { .. })
+    }
+
+    /// Whether the local fallback decided (Redis was unreachable).
+    pub fn is_local(&self) -> bool {
+        matches!(self.kind, Kind::Local(()))
+    }
+
+    /// The epoch the permit belongs to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Gives the permit back without a result, and waits until a probe's lease is released
+    /// (dropping the permit does the same in the background).
+    pub async fn abandon(mut self) {
+        self.done = true;
+        let inner = self.breaker.inner.clone();
+        bump(&inner.counters.abandoned, 1);
+        inner.exit_flight(self.epoch, self.cohort);
+        drop(self.shadow.take());
+        if let Kind::Probe { slot, token } = self.kind {
+            inner.release(self.epoch, slot, token).await;
+        }
+    }
+
+    /// Records the outcome.
+    pub async fn record(self, outcome: Outcome) -> Recorded {
+        self.record_classified(Classification::new(outcome)).await
+    }
+
+    /// Records a classified outcome (a `Retry-After` hint lengthens the next open wait).
+    pub async fn record_classified(mut self, c: Classification) -> Recorded {
+        self.done = true;
+        let inner = self.breaker.inner.clone();
+        let now = inner.clock.now();
+        let elapsed = now.saturating_sub(self.started);
+        inner.exit_flight(self.epoch, self.cohort);
+        let shadow = self.shadow.take().map(|p| p.record_classified(c));
+        match self.kind {
+            Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
+            Kind::Pass => Recorded::Disabled,
+            Kind::Window => inner.record_window(self.epoch, elapsed, now, c).await,
+            Kind::Probe { slot, token } => {
+                inner
+                    .record_probe(self.epoch, slot, token, elapsed, now, c)
+                    .await
+            }
+        }
+    }
+}
+
+impl<C: Clock + Clone> Drop for SharedPermit<C> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let inner = self.breaker.inner.clone();
+        bump(&inner.counters.abandoned, 1);
+        inner.exit_flight(self.epoch, self.cohort);
+        if let Kind::Probe { slot, token } = self.kind {
+            let epoch = self.epoch;
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { inner.release(epoch, slot, token).await });
+            }
+        }
+    }
+}
