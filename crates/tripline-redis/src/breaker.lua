@@ -630,6 +630,9 @@ if st == 'closed' then
 else
   redis.call('PERSIST', R)
 end
+-- The events stream and the quorum votes outlive no idle breaker.
+redis.call('PEXPIRE', E, CFG.idle)
+redis.call('PEXPIRE', Q, CFG.idle)
 tw_save()
 
 -- Reply: verdict fields (up to 4), then state, epoch, open deadline, now, expired leases, and

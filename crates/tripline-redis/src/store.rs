@@ -1330,7 +1330,10 @@ impl<C: Clock + Clone> SharedPermit<C> {
         }
     }
 
-    /// Records the outcome.
+    /// Records the outcome. In batching mode an outcome buffered while Closed returns
+    /// [`Recorded::Counted`] at once; if its batch turns out to belong to an older epoch, it
+    /// is counted in [`SharedMetrics::stale_results`]. While Redis is unreachable the outcome
+    /// reaches only the shadow breaker ([`SharedMetrics::lost_records`]).
     pub async fn record(self, outcome: Outcome) -> Recorded {
         self.record_classified(Classification::new(outcome)).await
     }

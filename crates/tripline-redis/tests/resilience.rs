@@ -1,0 +1,1001 @@
+//! Redis as a dependency that misbehaves: slow, down, restarted empty, flushed of its
+//! scripts, evicting under memory pressure, and sharded as a cluster. Every test drives a
+//! real throwaway `redis-server` and a manual clock; nothing waits on wall-clock time for a
+//! state change of the breaker.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+use tokio::sync::broadcast;
+use tripline::conformance::{self, Action, Subject, Vector};
+use tripline::{
+    BreakerConfig, Clock, ManualClock, Outcome, Recorded, Rejected, State, WindowConfig,
+    WindowSnapshot,
+};
+use tripline_redis::server::{RedisCluster, RedisServer};
+use tripline_redis::{
+    Backend, Batching, Fallback, Mode, Quorum, SharedBreaker, SharedConfig, SharedConfigBuilder,
+    SharedPermit, TimeSource, Transition,
+};
+
+type Breaker = SharedBreaker<ManualClock>;
+
+/// Count window of 10, trips at 50 % failures once 4 calls are in, Open for `open`, one probe.
+fn trip_config(open: Duration) -> BreakerConfig {
+    BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 10 })
+        .minimum_calls(4)
+        .failure_rate_threshold(50.0)
+        .open_duration(open)
+        .half_open_calls(1)
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap()
+}
+
+/// The script on the manual clock, asking Redis on every acquire, with a generous timeout.
+fn shared_builder(replica: &str) -> SharedConfigBuilder {
+    SharedConfig::builder()
+        .time_source(TimeSource::Local)
+        .view_ttl(Duration::ZERO)
+        .redis_timeout(Duration::from_secs(2))
+        .replica_id(replica)
+}
+
+fn breaker(
+    backend: &Backend,
+    scope: &str,
+    config: BreakerConfig,
+    shared: SharedConfig,
+    clock: &ManualClock,
+) -> Breaker {
+    SharedBreaker::with_clock(scope, config, shared, backend.clone(), clock.clone()).unwrap()
+}
+
+/// `PTTL key` as a number (-1: no TTL, -2: no key).
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    let out = server.cli(&["PTTL", key]).unwrap();
+    out.parse()
+        .unwrap_or_else(|_| panic!("PTTL {key}: unexpected reply {out:?}"))
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cli(&["EXISTS", key]).unwrap() == "1"
+}
+
+/// A field of `INFO <section>`.
+fn info_field(server: &RedisServer, section: &str, field: &str) -> u64 {
+    let info = server.cli(&["INFO", section]).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}:\n{info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Acquires (the shared state must admit) and records `outcome`, `n` times.
+async fn shared_calls(b: &Breaker, outcome: Outcome, n: usize) {
+    for i in 0..n {
+        let p = b
+            .acquire()
+            .await
+            .unwrap_or_else(|r| panic!("call {i} of {n} ({outcome:?}) rejected: {r}"));
+        assert!(!p.is_local(), "call {i}: decided locally, expected Redis");
+        assert_eq!(p.record(outcome).await, Recorded::Counted, "call {i}");
+    }
+}
+
+/// The manual clock in the script's unit (microseconds).
+fn clock_micros(clock: &ManualClock) -> u64 {
+    clock.now() / 1000
+}
+
+#[tokio::test]
+async fn open_record_never_expires() {
+    let server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let idle = Duration::from_secs(3600);
+    let idle_ms = idle.as_millis() as i64;
+    let b = breaker(
+        &backend,
+        "resilience:pttl",
+        trip_config(Duration::from_secs(10)),
+        shared_builder("a").idle_ttl(idle).build().unwrap(),
+        &clock,
+    );
+    let keys = b.keys().clone();
+
+    // Closed with traffic: the record and the window carry the idle TTL.
+    shared_calls(&b, Outcome::Success, 2).await;
+    let r = pttl(&server, &keys.record);
+    assert!(r > 0 && r <= idle_ms, "Closed record PTTL {r}");
+    let w = pttl(&server, &keys.window);
+    assert!(w > 0 && w <= idle_ms, "Closed window PTTL {w}");
+
+    // Two failures: 4 calls, 50 % -> Open.
+    shared_calls(&b, Outcome::Failure, 2).await;
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Open);
+    assert_eq!(
+        pttl(&server, &keys.record),
+        -1,
+        "an Open record must not expire"
+    );
+    // The window keeps the TTL it had: it expires with its data.
+    let w = pttl(&server, &keys.window);
+    assert!(w > 0 && w <= idle_ms, "Open breaker's window PTTL {w}");
+    let r = b.acquire().await.unwrap_err();
+    assert_eq!(r.state(), State::Open);
+
+    // HalfOpen (a probe holds the lease): no TTL either.
+    clock.advance(Duration::from_secs(10));
+    let probe = b.acquire().await.expect("a probe after the open wait");
+    assert!(probe.is_probe());
+    assert_eq!(b.refresh().await.unwrap().state, State::HalfOpen);
+    assert_eq!(
+        pttl(&server, &keys.record),
+        -1,
+        "a HalfOpen record must not expire"
+    );
+    // The probe succeeds: Closed again, the idle TTL is back.
+    assert_eq!(probe.record(Outcome::Success).await, Recorded::Counted);
+    assert_eq!(b.refresh().await.unwrap().state, State::Closed);
+    let r = pttl(&server, &keys.record);
+    assert!(r > 0 && r <= idle_ms, "re-closed record PTTL {r}");
+
+    // Operator states other than Closed never expire either.
+    for state in [State::ForcedOpen, State::MetricsOnly, State::Disabled] {
+        match state {
+            State::ForcedOpen => b.force_open().await.unwrap(),
+            State::MetricsOnly => b.metrics_only().await.unwrap(),
+            _ => b.disable().await.unwrap(),
+        }
+        assert_eq!(b.refresh().await.unwrap().state, state);
+        assert_eq!(
+            pttl(&server, &keys.record),
+            -1,
+            "{state:?} record must not expire"
+        );
+    }
+
+    // Reset: Closed with an empty window, the idle TTL again; the window key is gone.
+    b.reset().await.unwrap();
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Closed);
+    assert_eq!(snap.window.calls, 0);
+    let r = pttl(&server, &keys.record);
+    assert!(r > 0 && r <= idle_ms, "reset record PTTL {r}");
+    assert_eq!(pttl(&server, &keys.window), -2, "reset deletes the window");
+
+    // And ForcedOpen once more straight from Closed.
+    b.force_open().await.unwrap();
+    assert_eq!(pttl(&server, &keys.record), -1);
+    assert_eq!(
+        b.acquire().await.unwrap_err().state(),
+        State::ForcedOpen,
+        "ForcedOpen rejects"
+    );
+    let m = b.metrics();
+    assert_eq!((m.redis_errors, m.redis_timeouts), (0, 0), "{m:?}");
+}
+
+/// Writes `n` keys `junk:<from..from+n>` of about 1 KB, each with a one-hour TTL.
+fn write_junk(con: &mut redis::Connection, from: usize, n: usize) {
+    let value = "x".repeat(1024);
+    let mut pipe = redis::pipe();
+    for i in from..from + n {
+        pipe.cmd("SET")
+            .arg(format!("junk:{i}"))
+            .arg(&value)
+            .arg("EX")
+            .arg(3600)
+            .ignore();
+    }
+    pipe.exec(con).unwrap();
+}
+
+#[tokio::test]
+async fn volatile_lru_evicts_only_window_data() {
+    let server =
+        RedisServer::start_with(&[("maxmemory", "4mb"), ("maxmemory-policy", "volatile-lru")])
+            .expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let config = trip_config(Duration::from_secs(60));
+
+    // Breaker A: tripped, so its record has no TTL and is not a candidate for eviction.
+    let open = breaker(
+        &backend,
+        "evict:open",
+        config.clone(),
+        shared_builder("a").build().unwrap(),
+        &clock,
+    );
+    shared_calls(&open, Outcome::Failure, 4).await;
+    let open_snap = open.refresh().await.unwrap();
+    assert_eq!(open_snap.state, State::Open);
+    assert_eq!(pttl(&server, &open.keys().record), -1);
+
+    // Closed breakers with a window of 4 calls, 1 failure: record and window carry a TTL.
+    let mut closed = Vec::new();
+    for i in 0..8 {
+        let b = breaker(
+            &backend,
+            &format!("evict:closed:{i}"),
+            config.clone(),
+            shared_builder("a").build().unwrap(),
+            &clock,
+        );
+        shared_calls(&b, Outcome::Success, 3).await;
+        shared_calls(&b, Outcome::Failure, 1).await;
+        let snap = b.refresh().await.unwrap();
+        assert_eq!(
+            (snap.state, snap.window.calls, snap.window.failures),
+            (State::Closed, 4, 1)
+        );
+        assert!(pttl(&server, &b.keys().record) > 0);
+        assert!(pttl(&server, &b.keys().window) > 0);
+        closed.push(b);
+    }
+    // Time passes (within A's open wait): a record created from now on has a new epoch.
+    clock.advance(Duration::from_secs(5));
+    // A key without a TTL that is not ours: it must survive too.
+    assert_eq!(
+        server.cli(&["SET", "marker:persistent", "keep"]).unwrap(),
+        "OK"
+    );
+
+    // Fill memory with TTL'd junk until Redis evicts, and until eviction (random among
+    // volatile keys written in the same LRU clock tick) has taken at least one Closed
+    // breaker's record. Bounded: 64k keys of 1 KB is 16 times maxmemory.
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let chunk = 500;
+    let mut written = 0;
+    let evicted_records = loop {
+        write_junk(&mut con, written, chunk);
+        written += chunk;
+        let evicted = info_field(&server, "stats", "evicted_keys");
+        let gone: Vec<usize> = (0..closed.len())
+            .filter(|&i| !exists(&server, &closed[i].keys().record))
+            .collect();
+        if evicted > 0 && !gone.is_empty() {
+            break gone;
+        }
+        assert!(
+            written < 64_000,
+            "after {written} junk keys: evicted_keys {evicted}, no Closed breaker record evicted"
+        );
+    };
+    let evicted = info_field(&server, "stats", "evicted_keys");
+    assert!(evicted > 0);
+    let dbsize: usize = server.cli(&["DBSIZE"]).unwrap().parse().unwrap();
+    assert!(
+        dbsize < written,
+        "junk was evicted: {dbsize} keys left of {written} written"
+    );
+
+    // What has no TTL survived: the Open record (still Open, still no TTL) and the marker.
+    assert!(exists(&server, "marker:persistent"));
+    assert!(
+        exists(&server, &open.keys().record),
+        "the Open record was evicted"
+    );
+    assert_eq!(pttl(&server, &open.keys().record), -1);
+    let snap = open.refresh().await.expect("refresh of the Open breaker");
+    assert_eq!(snap.state, State::Open);
+    assert_eq!(snap.epoch, open_snap.epoch);
+    assert_eq!(snap.open_until_micros, open_snap.open_until_micros);
+    assert_eq!(pttl(&server, &open.keys().record), -1);
+    assert_eq!(open.acquire().await.unwrap_err().state(), State::Open);
+
+    // Closed breakers: an evicted one reads as a fresh Closed record with an empty window,
+    // without an error; a survivor keeps its window unless the window alone was evicted.
+    for (i, b) in closed.iter().enumerate() {
+        let had_record = exists(&server, &b.keys().record);
+        let had_window = exists(&server, &b.keys().window);
+        if evicted_records.contains(&i) {
+            assert!(!had_record, "breaker {i}'s record came back");
+        }
+        let snap = b
+            .refresh()
+            .await
+            .unwrap_or_else(|e| panic!("refresh of Closed breaker {i}: {e}"));
+        assert_eq!(snap.state, State::Closed, "breaker {i}");
+        if !had_record {
+            assert_eq!(
+                snap.window,
+                WindowSnapshot::default(),
+                "evicted breaker {i}"
+            );
+            assert_eq!(snap.transitions, 0, "evicted breaker {i} starts over");
+            assert_eq!(
+                snap.epoch,
+                clock_micros(&clock),
+                "a fresh epoch from the clock"
+            );
+            assert_ne!(snap.epoch, 0, "the lost record's epoch");
+        } else if !had_window {
+            assert_eq!(
+                (snap.window.calls, snap.window.failures),
+                (0, 0),
+                "breaker {i}"
+            );
+        } else {
+            assert_eq!(
+                (snap.window.calls, snap.window.failures),
+                (4, 1),
+                "breaker {i}"
+            );
+        }
+        // It keeps deciding from Redis.
+        shared_calls(b, Outcome::Success, 1).await;
+        let after = b.refresh().await.unwrap();
+        assert_eq!(after.state, State::Closed);
+        assert_eq!(after.window.calls, snap.window.calls + 1, "breaker {i}");
+    }
+    for b in closed.iter().chain([&open]) {
+        let m = b.metrics();
+        assert_eq!(
+            (m.redis_errors, m.redis_timeouts),
+            (0, 0),
+            "{}: {m:?}",
+            b.name()
+        );
+        assert_eq!(b.mode(), Mode::Shared);
+    }
+}
+
+#[tokio::test]
+async fn script_flush_mid_run() {
+    let server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 20 })
+        .minimum_calls(10)
+        .failure_rate_threshold(50.0)
+        .open_duration(Duration::from_secs(10))
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap();
+    let b = breaker(
+        &backend,
+        "resilience:script-flush",
+        config,
+        shared_builder("a").build().unwrap(),
+        &clock,
+    );
+    let mut events = b.subscribe();
+    let sha = redis::Script::new(include_str!("../src/breaker.lua"))
+        .get_hash()
+        .to_string();
+
+    // 5 successes and 5 failures: the 10th call reaches minimum_calls at 50 % and trips.
+    // The script cache is flushed before every third call.
+    let outcomes = [
+        Outcome::Success,
+        Outcome::Success,
+        Outcome::Failure,
+        Outcome::Success,
+        Outcome::Failure,
+        Outcome::Success,
+        Outcome::Failure,
+        Outcome::Success,
+        Outcome::Failure,
+        Outcome::Failure,
+    ];
+    let mut failures = 0;
+    for (i, &o) in outcomes.iter().enumerate() {
+        if i % 3 == 0 {
+            assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).unwrap(), "OK");
+            assert_eq!(server.cli(&["SCRIPT", "EXISTS", &sha]).unwrap(), "0");
+        }
+        let p = b
+            .acquire()
+            .await
+            .unwrap_or_else(|r| panic!("call {}: rejected {r}", i + 1));
+        assert!(!p.is_local(), "call {}", i + 1);
+        assert_eq!(p.record(o).await, Recorded::Counted, "call {}", i + 1);
+        failures += u64::from(o == Outcome::Failure);
+        let snap = b.refresh().await.unwrap();
+        assert_eq!(snap.window.calls, i as u64 + 1, "call {}", i + 1);
+        assert_eq!(snap.window.failures, failures, "call {}", i + 1);
+        if i + 1 < outcomes.len() {
+            assert_eq!(snap.state, State::Closed, "tripped early at call {}", i + 1);
+            assert!(events.try_recv().is_err(), "a transition at call {}", i + 1);
+        } else {
+            assert_eq!(snap.state, State::Open, "no trip at the 10th call");
+        }
+    }
+    let t = events.try_recv().expect("the trip's transition");
+    assert_eq!(
+        (t.from, t.to, t.reason.as_str()),
+        (State::Closed, State::Open, "failure-rate")
+    );
+    assert!(events.try_recv().is_err());
+    assert_eq!(server.cli(&["SCRIPT", "EXISTS", &sha]).unwrap(), "1");
+
+    // Flushed again while Open: the reloaded script still rejects from the shared state.
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).unwrap(), "OK");
+    assert_eq!(b.acquire().await.unwrap_err().state(), State::Open);
+
+    let m = b.metrics();
+    assert_eq!(
+        (m.redis_errors, m.redis_timeouts, m.redis_skipped),
+        (0, 0, 0),
+        "{m:?}"
+    );
+    // One script call per acquire and per record: a reload is not a second call.
+    assert_eq!(m.redis_calls, 2 * outcomes.len() as u64 + 1, "{m:?}");
+    assert_eq!(m.fallback_decisions, 0);
+    assert_eq!(m.transitions, 1);
+    assert_eq!(b.mode(), Mode::Shared);
+}
+
+#[tokio::test]
+async fn slow_redis_costs_at_most_the_timeout_then_nothing() {
+    let server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let b = breaker(
+        &backend,
+        "resilience:slow",
+        trip_config(Duration::from_secs(10)),
+        shared_builder("a")
+            .redis_timeout(Duration::from_millis(200))
+            .fallback(Fallback::Local)
+            .build()
+            .unwrap(),
+        &clock,
+    );
+    // Warm the connection (an acquire and a record).
+    shared_calls(&b, Outcome::Success, 1).await;
+    let before = b.metrics();
+    assert_eq!(before.redis_calls, 2);
+
+    // Redis stops running scripts. (`CLIENT PAUSE .. ALL` would also hold back the
+    // `CLIENT UNPAUSE` of any other client until the pause ends on Redis 7.0; WRITE pauses
+    // every EVALSHA of a script without the no-writes flag, which is ours, and lets
+    // UNPAUSE through.)
+    assert_eq!(
+        server.cli(&["CLIENT", "PAUSE", "20000", "WRITE"]).unwrap(),
+        "OK"
+    );
+    for i in 0..10 {
+        let p = b
+            .acquire()
+            .await
+            .unwrap_or_else(|r| panic!("acquire {i}: the healthy shadow should admit: {r}"));
+        assert!(p.is_local(), "acquire {i} was not decided locally");
+        assert_eq!(b.mode(), Mode::Fallback, "acquire {i}");
+        // A local permit's outcome goes to the shadow only.
+        assert_eq!(p.record(Outcome::Success).await, Recorded::Counted);
+    }
+    let m = b.metrics();
+    assert_eq!(m.redis_timeouts, 3, "{m:?}");
+    assert_eq!(m.redis_skipped, 7, "{m:?}");
+    assert_eq!(m.redis_calls, before.redis_calls + 3, "{m:?}");
+    assert_eq!(m.redis_errors, 0, "{m:?}");
+    assert_eq!(m.fallback_decisions, 10, "{m:?}");
+    assert_eq!((m.rejected, m.lost_records), (0, 0), "{m:?}");
+    assert_eq!(b.redis_breaker().state(), State::Open);
+    assert_eq!(b.shadow().state(), State::Closed);
+
+    // Redis recovers; the breaker on Redis stays open until its (manual) second is over.
+    assert_eq!(server.cli(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+    let p = b.acquire().await.unwrap();
+    assert!(p.is_local());
+    p.abandon().await;
+    let m = b.metrics();
+    assert_eq!(
+        (m.redis_calls, m.redis_skipped),
+        (before.redis_calls + 3, 8),
+        "{m:?}"
+    );
+
+    clock.advance(Duration::from_secs(1));
+    let p = b.acquire().await.expect("Redis admits again");
+    assert!(!p.is_local(), "the probe call to Redis should decide");
+    assert_eq!(b.mode(), Mode::Shared);
+    assert_eq!(p.record(Outcome::Success).await, Recorded::Counted);
+    assert_eq!(b.redis_breaker().state(), State::Closed);
+    let m = b.metrics();
+    assert_eq!(m.redis_calls, before.redis_calls + 5, "{m:?}");
+    assert_eq!((m.redis_timeouts, m.redis_errors), (3, 0), "{m:?}");
+    // Only the calls decided by Redis are in the shared window.
+    let snap = b.refresh().await.unwrap();
+    assert_eq!((snap.state, snap.window.calls), (State::Closed, 2));
+}
+
+/// Advances the manual clock a second at a time, making one call each time, until a call
+/// goes to Redis and is answered. Returns the number of tries.
+async fn until_shared(b: &Breaker, clock: &ManualClock) -> usize {
+    for attempt in 1..=50 {
+        clock.advance(Duration::from_secs(1));
+        if let Ok(p) = b.acquire().await {
+            p.abandon().await;
+        }
+        if b.mode() == Mode::Shared {
+            return attempt;
+        }
+    }
+    panic!(
+        "still in fallback after 50 tries (50 s of manual time): {:?}",
+        b.metrics()
+    );
+}
+
+#[tokio::test]
+async fn redis_killed_and_restarted() {
+    let mut server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    // Open for 60 s (manual), so a tripped shadow stays Open through the reconnect loop.
+    let b = breaker(
+        &backend,
+        "resilience:restart",
+        trip_config(Duration::from_secs(60)),
+        shared_builder("a")
+            .fallback(Fallback::Local)
+            .build()
+            .unwrap(),
+        &clock,
+    );
+    let old = b.acquire().await.unwrap();
+    let old_epoch = old.epoch();
+    shared_calls(&b, Outcome::Success, 3).await;
+    shared_calls(&b, Outcome::Failure, 1).await;
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(
+        (snap.state, snap.window.calls, snap.window.failures),
+        (State::Closed, 4, 1)
+    );
+    // The shadow has seen the same outcomes.
+    let shadow = b.shadow().metrics().window;
+    assert_eq!((shadow.calls, shadow.failures), (4, 1));
+    let in_flight = b.acquire().await.unwrap();
+
+    server.kill();
+
+    // The result of a call admitted by Redis before it died: lost, but the shadow has it.
+    assert_eq!(in_flight.record(Outcome::Failure).await, Recorded::Counted);
+    let m = b.metrics();
+    assert_eq!(m.lost_records, 1, "{m:?}");
+    assert_eq!(b.mode(), Mode::Fallback);
+    assert_eq!(b.shadow().metrics().window.failures, 2);
+
+    // The shadow decides: it admits while healthy.
+    for i in 0..3 {
+        let p = b.acquire().await.expect("the healthy shadow admits");
+        assert!(p.is_local(), "call {i}");
+        assert_eq!(p.record(Outcome::Success).await, Recorded::Counted);
+    }
+    let m = b.metrics();
+    assert_eq!(m.redis_errors + m.redis_timeouts, 3, "{m:?}");
+    assert!(m.redis_skipped >= 1, "{m:?}");
+    assert_eq!(b.redis_breaker().state(), State::Open);
+    // Failures trip the shadow, locally, and then it rejects locally.
+    let mut fed = 0;
+    let rejection: Rejected = loop {
+        match b.acquire().await {
+            Ok(p) => {
+                assert!(p.is_local());
+                p.record(Outcome::Failure).await;
+                fed += 1;
+                assert!(
+                    fed <= 10,
+                    "the shadow never tripped: {:?}",
+                    b.shadow().metrics()
+                );
+            }
+            Err(r) => break r,
+        }
+    };
+    assert!(fed >= 1);
+    assert_eq!(rejection.state(), State::Open);
+    assert_eq!(b.shadow().state(), State::Open);
+    let m = b.metrics();
+    assert_eq!(m.rejected, 1, "{m:?}");
+    assert_eq!(m.fallback_decisions, 3 + fed + 1, "{m:?}");
+    assert_eq!(m.redis_errors + m.redis_timeouts, 3, "{m:?}");
+    assert_eq!(b.mode(), Mode::Fallback);
+
+    // Redis comes back empty; the replica finds it again by itself.
+    server.restart().expect("restart");
+    let tries = until_shared(&b, &clock).await;
+    assert!(tries >= 1);
+    // Redis lost everything: a fresh Closed record, its epoch taken from the clock.
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Closed);
+    assert_eq!(snap.transitions, 0);
+    assert_eq!(snap.window, WindowSnapshot::default());
+    assert_eq!(snap.epoch, clock_micros(&clock));
+    assert_ne!(snap.epoch, old_epoch);
+    // A permit of the lost record cannot count against the new one.
+    assert_eq!(old.record(Outcome::Failure).await, Recorded::Stale);
+    assert_eq!(b.metrics().stale_results, 1);
+    // Decisions are shared again: Redis admits while the local shadow is still Open.
+    assert_eq!(b.shadow().state(), State::Open);
+    shared_calls(&b, Outcome::Success, 2).await;
+    assert_eq!(b.mode(), Mode::Shared);
+    let snap = b.refresh().await.unwrap();
+    assert_eq!((snap.state, snap.window.calls), (State::Closed, 2));
+    assert_eq!(b.redis_breaker().state(), State::Closed);
+}
+
+#[tokio::test]
+async fn fallback_reject_fails_closed() {
+    let mut server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let b = breaker(
+        &backend,
+        "resilience:reject",
+        trip_config(Duration::from_secs(10)),
+        shared_builder("a")
+            .fallback(Fallback::Reject)
+            .build()
+            .unwrap(),
+        &clock,
+    );
+    shared_calls(&b, Outcome::Success, 2).await;
+    server.kill();
+
+    for i in 0..10 {
+        let r = b
+            .acquire()
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("acquire {i} admitted while Redis is down"));
+        assert_eq!(r.state(), State::Open, "acquire {i}");
+        assert_eq!(b.mode(), Mode::Fallback);
+    }
+    let m = b.metrics();
+    assert_eq!(m.fallback_decisions, 10, "{m:?}");
+    assert_eq!(m.rejected, 10, "{m:?}");
+    assert_eq!(m.redis_errors + m.redis_timeouts, 3, "{m:?}");
+    assert_eq!(m.redis_skipped, 7, "{m:?}");
+    // The shadow was not asked: it is healthy, yet everything was rejected.
+    assert_eq!(b.shadow().state(), State::Closed);
+
+    // Back up: admitted by Redis again.
+    server.restart().expect("restart");
+    until_shared(&b, &clock).await;
+    shared_calls(&b, Outcome::Success, 1).await;
+    assert_eq!(b.metrics().rejected, 10);
+}
+
+#[tokio::test]
+async fn batching_cuts_round_trips() {
+    let server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 100 })
+        .minimum_calls(20)
+        .failure_rate_threshold(50.0)
+        .open_duration(Duration::from_secs(10))
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap();
+    // Only the size triggers a send: the manual clock never moves here, and the real-time
+    // flusher (10 s, the largest `flush_every` allowed) does not fire during this test.
+    let shared = shared_builder("a")
+        .view_ttl(Duration::from_secs(60))
+        .batching(Batching {
+            flush_every: Duration::from_secs(10),
+            max_batch: 50,
+        })
+        .build()
+        .unwrap();
+    let b = breaker(&backend, "resilience:batching", config, shared, &clock);
+    let mut events = b.subscribe();
+
+    for i in 0..1000 {
+        let p = b
+            .acquire()
+            .await
+            .unwrap_or_else(|r| panic!("call {i}: {r}"));
+        assert!(!p.is_local());
+        assert_eq!(p.record(Outcome::Success).await, Recorded::Counted);
+    }
+    b.flush().await;
+    let m = b.metrics();
+    assert_eq!(m.batched_outcomes, 1000, "{m:?}");
+    assert_eq!(m.batches, 20, "{m:?}");
+    // One admit for the first view, then one call per batch.
+    assert!(m.redis_calls <= 1000 / 50 + 3, "{m:?}");
+    assert_eq!(m.redis_calls, 21, "{m:?}");
+    assert_eq!(
+        (m.redis_errors, m.redis_timeouts, m.lost_records),
+        (0, 0, 0),
+        "{m:?}"
+    );
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Closed);
+    assert_eq!((snap.window.calls, snap.window.failures), (100, 0));
+
+    // 30 successes and 20 failures: one batch, 100 calls with 20 failures, still Closed.
+    let mut seq = vec![Outcome::Success; 30];
+    seq.extend([Outcome::Failure; 20]);
+    // Then 50 failures in the next batch: the 30th brings the window to 50 % and trips;
+    // the 20 after it are stale.
+    seq.extend([Outcome::Failure; 50]);
+    for (i, &o) in seq.iter().enumerate() {
+        let p = b
+            .acquire()
+            .await
+            .unwrap_or_else(|r| panic!("burst call {i}: {r}"));
+        assert_eq!(p.record(o).await, Recorded::Counted);
+        if i == 49 {
+            let snap = b.refresh().await.unwrap();
+            assert_eq!((snap.state, snap.window.failures), (State::Closed, 20));
+        }
+        if i == 98 {
+            // 49 failures buffered, not sent: Redis has not seen them.
+            let snap = b.refresh().await.unwrap();
+            assert_eq!((snap.state, snap.window.failures), (State::Closed, 20));
+            assert!(events.try_recv().is_err());
+        }
+    }
+    let t = events
+        .try_recv()
+        .expect("the batch carrying the trip reports it");
+    assert_eq!(
+        (t.from, t.to, t.reason.as_str()),
+        (State::Closed, State::Open, "failure-rate")
+    );
+    let m = b.metrics();
+    assert_eq!(m.stale_results, 20, "{m:?}");
+    assert_eq!(m.batches, 22, "{m:?}");
+    assert_eq!(m.batched_outcomes, 1100, "{m:?}");
+    assert_eq!(m.transitions, 1, "{m:?}");
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Open);
+    assert_eq!((snap.window.calls, snap.window.failures), (100, 50));
+
+    // Later acquires are rejected (from the view: no round trip).
+    let calls = b.metrics().redis_calls;
+    for _ in 0..5 {
+        assert_eq!(b.acquire().await.unwrap_err().state(), State::Open);
+    }
+    let m = b.metrics();
+    assert_eq!(m.redis_calls, calls, "{m:?}");
+    assert_eq!(m.rejected, 5, "{m:?}");
+}
+
+/// A Closed breaker that goes quiet should leave nothing behind once its idle TTL has passed:
+/// its record and window expire, but the events stream and the quorum's voters hash have no
+/// TTL at all (and so are never evicted under a `volatile-*` policy either). With scopes per
+/// tenant or per region, each scope that ever tripped, or saw a failure under a quorum, keeps
+/// its keys forever.
+#[tokio::test]
+async fn idle_closed_breaker_keeps_no_key_without_a_ttl() {
+    let server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let quorum = Quorum {
+        replicas: 2,
+        within: Duration::from_secs(60),
+    };
+    let replica = |id: &str| {
+        breaker(
+            &backend,
+            "resilience:idle",
+            trip_config(Duration::from_secs(10)),
+            shared_builder(id).quorum(quorum).build().unwrap(),
+            &clock,
+        )
+    };
+    let (a, b) = (replica("a"), replica("b"));
+    // Both replicas fail: trip (quorum met), then a good probe closes it again.
+    shared_calls(&a, Outcome::Failure, 2).await;
+    shared_calls(&b, Outcome::Failure, 2).await;
+    assert_eq!(a.refresh().await.unwrap().state, State::Open);
+    clock.advance(Duration::from_secs(10));
+    let probe = a.acquire().await.unwrap();
+    assert!(probe.is_probe());
+    assert_eq!(probe.record(Outcome::Success).await, Recorded::Counted);
+    // Closed, with one failure recorded (the quorum notes its replica).
+    shared_calls(&a, Outcome::Failure, 1).await;
+    shared_calls(&a, Outcome::Success, 3).await;
+    assert_eq!(a.refresh().await.unwrap().state, State::Closed);
+
+    let k = a.keys();
+    let mut without_ttl = Vec::new();
+    for key in [&k.record, &k.window, &k.in_flight, &k.voters, &k.events] {
+        if pttl(&server, key) == -1 {
+            without_ttl.push(key.clone());
+        }
+    }
+    assert!(
+        without_ttl.is_empty(),
+        "keys of an idle Closed breaker that never expire: {without_ttl:?}"
+    );
+}
+
+// ---- Redis Cluster -------------------------------------------------------------------------
+
+/// tests/conformance.rs's adapter, on a cluster backend.
+struct RedisSubject {
+    rt: Runtime,
+    breaker: SharedBreaker<ManualClock>,
+    events: RefCell<broadcast::Receiver<Transition>>,
+}
+
+impl RedisSubject {
+    fn new(urls: &[String], vector: &Vector, scope: &str, view_ttl: Duration) -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let shared = SharedConfig::builder()
+            .time_source(TimeSource::Local)
+            .view_ttl(view_ttl)
+            .redis_timeout(Duration::from_secs(10))
+            .replica_id("conformance")
+            .build()
+            .unwrap();
+        let backend = {
+            let _rt = rt.enter();
+            Backend::cluster(urls).unwrap()
+        };
+        let clock = ManualClock::new();
+        let breaker =
+            SharedBreaker::with_clock(scope, vector.config.clone(), shared, backend, clock)
+                .unwrap();
+        let events = RefCell::new(breaker.subscribe());
+        Self {
+            rt,
+            breaker,
+            events,
+        }
+    }
+}
+
+impl Subject for RedisSubject {
+    type Permit<'a> = SharedPermit<ManualClock>;
+
+    fn acquire(&self) -> Result<Self::Permit<'_>, Rejected> {
+        self.rt.block_on(self.breaker.acquire())
+    }
+    fn is_probe(permit: &Self::Permit<'_>) -> bool {
+        permit.is_probe()
+    }
+    fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
+        self.rt.block_on(permit.record(outcome))
+    }
+    fn abandon(&self, permit: Self::Permit<'_>) {
+        self.rt.block_on(permit.abandon());
+    }
+    fn advance(&self, by: Duration) {
+        self.breaker.clock().advance(by);
+    }
+    fn tick(&self) {
+        self.rt.block_on(self.breaker.tick()).unwrap();
+    }
+    fn operator(&self, action: Action) {
+        let b = &self.breaker;
+        self.rt
+            .block_on(async {
+                match action {
+                    Action::ForceOpen => b.force_open().await,
+                    Action::Disable => b.disable().await,
+                    Action::MetricsOnly => b.metrics_only().await,
+                    Action::Reset => b.reset().await,
+                }
+            })
+            .unwrap();
+    }
+    fn state(&self) -> State {
+        self.rt.block_on(self.breaker.refresh()).unwrap().state
+    }
+    fn window(&self) -> WindowSnapshot {
+        self.rt.block_on(self.breaker.refresh()).unwrap().window
+    }
+    fn take_transitions(&self) -> Vec<(State, State)> {
+        let mut rx = self.events.borrow_mut();
+        let mut out = Vec::new();
+        while let Ok(t) = rx.try_recv() {
+            out.push((t.from, t.to));
+        }
+        out
+    }
+}
+
+fn keyslot(cluster: &RedisCluster, key: &str) -> u16 {
+    let out = cluster.cli(&["CLUSTER", "KEYSLOT", key]).unwrap();
+    out.parse()
+        .unwrap_or_else(|_| panic!("CLUSTER KEYSLOT {key}: {out:?}"))
+}
+
+#[test]
+fn cluster_keeps_a_breaker_in_one_slot_and_behaves_the_same() {
+    let cluster = RedisCluster::start(3).expect("redis cluster");
+    let urls = cluster.urls();
+
+    // Every vector, asking Redis on every acquire and deciding from the last answer.
+    let mut failures = Vec::new();
+    let mut scope_slots = BTreeSet::new();
+    for (mode, view_ttl) in [
+        ("exact", Duration::ZERO),
+        ("view", Duration::from_secs(3600)),
+    ] {
+        for v in conformance::builtin() {
+            let scope = format!("cluster:{mode}:{}", v.name);
+            let subject = RedisSubject::new(&urls, &v, &scope, view_ttl);
+            if let Err(e) = conformance::run(&v, &subject) {
+                failures.push(e.to_string());
+            }
+            let m = subject.breaker.metrics();
+            assert_eq!((m.redis_errors, m.redis_timeouts), (0, 0), "{scope}: {m:?}");
+            // The five keys of one breaker share a slot.
+            let k = subject.breaker.keys();
+            let slot = keyslot(&cluster, &k.record);
+            for key in [&k.window, &k.in_flight, &k.voters, &k.events] {
+                assert_eq!(keyslot(&cluster, key), slot, "{key} vs {}", k.record);
+            }
+            scope_slots.insert(slot);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        scope_slots.len() >= 2,
+        "all vectors' scopes in one slot: {scope_slots:?}"
+    );
+
+    // Ten plain scopes: each breaker in one slot, the scopes over several slots.
+    let backend = Backend::cluster(&urls).unwrap();
+    let mut slots = BTreeSet::new();
+    for i in 0..10 {
+        let b = breaker(
+            &backend,
+            &format!("dep:service-{i}"),
+            trip_config(Duration::from_secs(10)),
+            shared_builder("a").build().unwrap(),
+            &ManualClock::new(),
+        );
+        let k = b.keys();
+        let slot = keyslot(&cluster, &k.record);
+        for key in [&k.window, &k.in_flight, &k.voters, &k.events] {
+            assert_eq!(keyslot(&cluster, key), slot, "{key} vs {}", k.record);
+        }
+        slots.insert(slot);
+    }
+    assert!(slots.len() >= 2, "ten scopes, one slot: {slots:?}");
+
+    // A tripped breaker on a cluster: its record lives on the node owning its slot, never
+    // expires, and the fleet's events stream is read through the cluster client too.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let backend = Backend::cluster(&urls).unwrap();
+        let clock = ManualClock::new();
+        let b = breaker(
+            &backend,
+            "cluster:trip",
+            trip_config(Duration::from_secs(10)),
+            shared_builder("a").build().unwrap(),
+            &clock,
+        );
+        shared_calls(&b, Outcome::Failure, 4).await;
+        assert_eq!(b.refresh().await.unwrap().state, State::Open);
+        assert_eq!(b.acquire().await.unwrap_err().state(), State::Open);
+        assert_eq!(cluster.cli(&["PTTL", &b.keys().record]).unwrap(), "-1");
+        let events = b.fleet_events(10).await.unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!((events[0].from, events[0].to), (State::Closed, State::Open));
+        assert_eq!(events[0].replica, "a");
+        let m = b.metrics();
+        assert_eq!((m.redis_errors, m.redis_timeouts), (0, 0), "{m:?}");
+    });
+}
