@@ -82,7 +82,10 @@
 //!   Redis is unreachable a replica decides with its local shadow breaker, which has seen
 //!   this replica's outcomes all along ([`Fallback::Local`], the default), or rejects
 //!   ([`Fallback::Reject`]); [`SharedBreaker::mode`] and [`SharedMetrics`] say so. It returns
-//!   to shared decisions by itself once a probe call to Redis succeeds.
+//!   to shared decisions by itself once a probe call to Redis succeeds. A script call that
+//!   timed out is abandoned by the replica but not by Redis: a paused or overloaded server may
+//!   still run it later, so an outcome counted as lost can still land, and an admission that
+//!   nobody waits for anymore can hold a probe lease until its deadline.
 //! * **Events.** Exactly one replica performs each transition; it publishes it to its
 //!   subscribers ([`SharedBreaker::subscribe`]) and the script appends it to the events
 //!   stream ([`SharedBreaker::fleet_events`]).
