@@ -410,8 +410,9 @@ local function admit()
   for _ = 1, 4 do
     if st == 'closed' or st == 'metrics-only' then
       if st == 'closed' and inflight and inflight >= 0 then
+        -- The replica's periodic in-flight check: evaluate every rule with the fleet's count.
         report_in_flight(inflight)
-        if inflight > 0 and try_trip(false, true) then
+        if try_trip(false, true) then
           -- tripped: loop to the Open answer
         else
           return { 'permit' }
@@ -467,7 +468,17 @@ local function record_window(epoch, outcome, slow, hint)
     redis.call('HSET', Q, replica, fmt(now))
   end
   if st == 'closed' then
-    try_trip(consecutive, failure == 1 or slow == 1, hint)
+    -- As in-process: failures, slow calls and a consecutive run always evaluate; a fast
+    -- success evaluates a count window always (over a full ring it cannot raise a rate), a
+    -- time window at most once per bucket.
+    local evaluate = failure == 1 or slow == 1 or consecutive or CFG.kind == 0
+    if not evaluate and now >= geti('nse') then
+      set('nse', now + CFG.bucket)
+      evaluate = true
+    end
+    if evaluate then
+      try_trip(consecutive, failure == 1 or slow == 1, hint)
+    end
   end
   return 'counted'
 end

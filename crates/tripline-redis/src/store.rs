@@ -1,6 +1,5 @@
 //! The shared breaker: the rules run in Redis, decisions are made by each replica.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -9,6 +8,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use tokio::sync::broadcast;
+use tripline::inflight::InFlight;
 use tripline::{
     BreakerConfig, CallError, CircuitBreaker, Classification, Classify, Clock, ConfigError,
     MonotonicClock, Outcome, OwnedPermit, Recorded, Rejected, ResultClassifier, State,
@@ -191,11 +191,14 @@ struct View {
     lease_deadline: Option<u64>,
 }
 
-/// This replica's calls in flight, by epoch and start cohort.
-#[derive(Debug, Default)]
+/// This replica's calls in flight, by start cohort, with the in-process breaker's rule.
+#[derive(Debug)]
 struct Flight {
-    cohorts: HashMap<(u64, u64), u32>,
-    reported: u64,
+    calls: InFlight,
+    /// When this replica learned that the breaker entered Closed (local clock): calls started
+    /// before do not count.
+    since: u64,
+    /// The next acquire-time check (every cohort width, as in-process).
     next_check: u64,
 }
 
@@ -528,7 +531,11 @@ impl<C: Clock + Clone> SharedBreaker<C> {
                 reject_until: 0,
                 lease_deadline: None,
             }),
-            flight: Mutex::new(Flight::default()),
+            flight: Mutex::new(Flight {
+                calls: InFlight::new(slow_nanos),
+                since: 0,
+                next_check: clock.now() + (slow_nanos / 2).max(1),
+            }),
             batch: Mutex::new(Batch::default()),
             rng: Mutex::new(rng),
             counters: Counters::default(),
@@ -819,9 +826,7 @@ impl<C: Clock + Clone> Inner<C> {
     fn ticket(&self, kind: Kind<OwnedPermit<C>>, epoch: u64, now: u64) -> Ticket<C> {
         let cohort = match kind {
             Kind::Window if self.config.count_in_flight_as_slow() => {
-                let c = now / self.cohort_width;
-                *lock(&self.flight).cohorts.entry((epoch, c)).or_insert(0) += 1;
-                Some(c)
+                Some(lock(&self.flight).calls.enter(now))
             }
             _ => None,
         };
@@ -842,75 +847,58 @@ impl<C: Clock + Clone> Inner<C> {
         )
     }
 
-    /// This replica's calls of the current epoch in flight past the slow-call duration (the
-    /// in-process breaker's cohort rule), when that is worth reporting; -1 when not.
+    /// This replica's calls in flight past the slow-call duration (the in-process breaker's
+    /// cohort rule), sent with every outcome so that an evaluation in Redis sees the count of
+    /// the moment; -1 when the rule is off.
     fn in_flight_report(&self, now: u64) -> i64 {
         if !self.config.count_in_flight_as_slow() {
             return -1;
         }
-        let epoch = lock(&self.view).epoch;
-        let mut f = lock(&self.flight);
-        let w = self.cohort_width;
-        f.cohorts.retain(|&(e, _), n| e == epoch && *n > 0);
-        let overdue: u64 = f
-            .cohorts
-            .iter()
-            .filter(|&(&(_, c), _)| {
-                (c + 1).saturating_mul(w).saturating_add(self.slow_nanos) <= now
-            })
-            .map(|(_, &n)| u64::from(n))
-            .sum();
-        if overdue != f.reported {
-            f.reported = overdue;
-            f.next_check = now + w;
-            overdue as i64
-        } else {
-            -1
-        }
+        let f = lock(&self.flight);
+        f.calls.overdue(now, self.slow_nanos, f.since) as i64
     }
 
-    /// Whether an acquire in Closed must ask Redis so that overdue calls are counted.
-    fn in_flight_due(&self, now: u64, epoch: u64) -> bool {
+    /// At an acquire in Closed, once per cohort width (as in-process): the overdue count, sent
+    /// so that Redis evaluates the rules with it; -1 when the check is not due.
+    fn in_flight_check(&self, now: u64) -> i64 {
         if !self.config.count_in_flight_as_slow() {
-            return false;
+            return -1;
         }
         let mut f = lock(&self.flight);
         if now < f.next_check {
-            return false;
+            return -1;
         }
         f.next_check = now + self.cohort_width;
-        let w = self.cohort_width;
-        let overdue: u64 = f
-            .cohorts
-            .iter()
-            .filter(|&(&(e, c), _)| {
-                e == epoch && (c + 1).saturating_mul(w).saturating_add(self.slow_nanos) <= now
-            })
-            .map(|(_, &n)| u64::from(n))
-            .sum();
-        overdue != f.reported
+        f.calls.overdue(now, self.slow_nanos, f.since) as i64
     }
 
-    fn exit_flight(&self, epoch: u64, cohort: Option<u64>) {
+    fn exit_flight(&self, cohort: Option<u64>) {
         if let Some(c) = cohort {
-            let mut f = lock(&self.flight);
-            if let Some(n) = f.cohorts.get_mut(&(epoch, c)) {
-                *n = n.saturating_sub(1);
-            }
+            lock(&self.flight).calls.exit(c);
         }
     }
 
-    /// A decision from the last answer, if it is fresh enough.
-    fn decide_from_view(&self, now: u64) -> Option<Result<Ticket<C>, Rejected>> {
+    /// A decision from the last answer if it is fresh enough, or the in-flight count (-1: none)
+    /// to send to Redis with the question.
+    fn decide_from_view(&self, now: u64) -> Result<Result<Ticket<C>, Rejected>, i64> {
         let ttl = nanos(self.shared.view_ttl);
         let v = *lock(&self.view);
         if ttl == 0 || !v.valid || now.saturating_sub(v.at) >= ttl {
-            return None;
+            // Ask Redis, with the in-flight count when a Closed breaker's check is due.
+            let closed = !v.valid || v.state == State::Closed;
+            return Err(if closed {
+                self.in_flight_check(now)
+            } else {
+                -1
+            });
         }
         let decided = match v.state {
             State::Closed | State::MetricsOnly => {
-                if v.state == State::Closed && self.in_flight_due(now, v.epoch) {
-                    return None;
+                if v.state == State::Closed {
+                    let report = self.in_flight_check(now);
+                    if report >= 0 {
+                        return Err(report);
+                    }
                 }
                 Ok(self.ticket(Kind::Window, v.epoch, now))
             }
@@ -918,29 +906,29 @@ impl<C: Clock + Clone> Inner<C> {
             State::Open => {
                 let est = v.redis_now + now.saturating_sub(v.at) / 1000;
                 if est >= v.open_until {
-                    return None;
+                    return Err(-1);
                 }
                 Err(self.rejected(State::Open, Some(v.open_until - est)))
             }
             State::ForcedOpen => Err(self.rejected(State::ForcedOpen, None)),
             State::HalfOpen => {
                 if now >= v.reject_until {
-                    return None;
+                    return Err(-1);
                 }
                 let retry = v.lease_deadline.map(|d| d.saturating_sub(now) / 1000);
                 Err(self.rejected(State::HalfOpen, retry))
             }
         };
         bump(&self.counters.view_decisions, 1);
-        Some(decided)
+        Ok(decided)
     }
 
     async fn acquire(&self) -> Result<Ticket<C>, Rejected> {
         let now = self.clock.now();
-        if let Some(d) = self.decide_from_view(now) {
-            return d;
-        }
-        let report = self.in_flight_report(now);
+        let report = match self.decide_from_view(now) {
+            Ok(decided) => return decided,
+            Err(report) => report,
+        };
         match self.invoke("admit", now, &[report.to_string()]).await {
             Ok(reply) => {
                 self.absorb(&reply, now);
@@ -992,6 +980,13 @@ impl<C: Clock + Clone> Inner<C> {
     fn absorb(&self, reply: &Reply, now: u64) {
         {
             let mut v = lock(&self.view);
+            if v.valid && v.epoch != reply.epoch {
+                let mut f = lock(&self.flight);
+                if matches!(reply.state, State::Closed | State::MetricsOnly) {
+                    f.since = now;
+                    f.next_check = now + self.cohort_width;
+                }
+            }
             v.valid = true;
             v.state = reply.state;
             v.epoch = reply.epoch;
@@ -1106,7 +1101,14 @@ impl<C: Clock + Clone> Inner<C> {
         let code = match c.outcome {
             Outcome::Success => 's',
             Outcome::Failure => 'f',
-            Outcome::Ignored => return Recorded::Ignored,
+            Outcome::Ignored => {
+                // Nothing to record, so no round trip: stale or not, by the last answer.
+                if lock(&self.view).epoch != epoch {
+                    bump(&self.counters.stale_results, 1);
+                    return Recorded::Stale;
+                }
+                return Recorded::Ignored;
+            }
         };
         if let Some(b) = self.shared.batching {
             let closed = {
@@ -1323,7 +1325,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         self.done = true;
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.epoch, self.cohort);
+        inner.exit_flight(self.cohort);
         drop(self.shadow.take());
         if let Kind::Probe { slot, token } = self.kind {
             inner.release(self.epoch, slot, token).await;
@@ -1344,7 +1346,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         let inner = self.breaker.inner.clone();
         let now = inner.clock.now();
         let elapsed = now.saturating_sub(self.started);
-        inner.exit_flight(self.epoch, self.cohort);
+        inner.exit_flight(self.cohort);
         let shadow = self.shadow.take().map(|p| p.record_classified(c));
         match self.kind {
             Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
@@ -1366,7 +1368,7 @@ impl<C: Clock + Clone> Drop for SharedPermit<C> {
         }
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.epoch, self.cohort);
+        inner.exit_flight(self.cohort);
         if let Kind::Probe { slot, token } = self.kind {
             let epoch = self.epoch;
             if let Ok(rt) = tokio::runtime::Handle::try_current() {

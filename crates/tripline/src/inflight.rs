@@ -15,6 +15,9 @@
 //!
 //! Eight cohort slots cover `4 × slow_call_duration`; older cohorts are folded into one
 //! "aged" counter, which always counts as overdue.
+//!
+//! [`InFlight`] is public so that other hosts of the rules (the Redis store tracks each
+//! replica's own calls with it) apply exactly the same rule.
 
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
@@ -22,8 +25,22 @@ const SLOTS: usize = 8;
 const COUNT_BITS: u32 = 24;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 
+/// Calls in flight grouped in start-time cohorts (see the module docs for the rule).
+///
+/// ```
+/// use tripline::inflight::InFlight;
+///
+/// let ms = 1_000_000;
+/// let slow = 100 * ms;
+/// let f = InFlight::new(slow); // cohorts of 50 ms
+/// let call = f.enter(10 * ms);
+/// assert_eq!(f.overdue(149 * ms, slow, 0), 0);
+/// assert_eq!(f.overdue(150 * ms, slow, 0), 1); // cohort [0, 50 ms) + 100 ms
+/// f.exit(call);
+/// assert_eq!(f.overdue(150 * ms, slow, 0), 0);
+/// ```
 #[derive(Debug)]
-pub(crate) struct InFlight {
+pub struct InFlight {
     width: u64,
     /// Each slot: `(cohort + 1) << 24 | count`; 0 is empty.
     slots: [AtomicU64; SLOTS],
@@ -31,7 +48,8 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    pub(crate) fn new(slow_nanos: u64) -> Self {
+    /// A tracker for a slow-call duration of `slow_nanos`.
+    pub fn new(slow_nanos: u64) -> Self {
         Self {
             width: (slow_nanos / 2).max(1),
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -41,7 +59,7 @@ impl InFlight {
 
     /// Registers a call starting at `now`; returns its cohort.
     #[inline]
-    pub(crate) fn enter(&self, now: u64) -> u64 {
+    pub fn enter(&self, now: u64) -> u64 {
         let cohort = now / self.width;
         let tag = cohort + 1;
         let slot = &self.slots[(cohort % SLOTS as u64) as usize];
@@ -72,7 +90,7 @@ impl InFlight {
 
     /// Unregisters a call of `cohort`.
     #[inline]
-    pub(crate) fn exit(&self, cohort: u64) {
+    pub fn exit(&self, cohort: u64) {
         if cohort != u64::MAX {
             let tag = cohort + 1;
             let slot = &self.slots[(cohort % SLOTS as u64) as usize];
@@ -94,7 +112,7 @@ impl InFlight {
     }
 
     /// Calls in flight past `slow` at `now` that started at or after `since`.
-    pub(crate) fn overdue(&self, now: u64, slow: u64, since: u64) -> u64 {
+    pub fn overdue(&self, now: u64, slow: u64, since: u64) -> u64 {
         let mut n = 0;
         for slot in &self.slots {
             let w = slot.load(Ordering::Relaxed);
@@ -118,7 +136,7 @@ impl InFlight {
     }
 
     /// How often the closed breaker re-checks in-flight calls on acquire.
-    pub(crate) fn width(&self) -> u64 {
+    pub fn width(&self) -> u64 {
         self.width
     }
 }

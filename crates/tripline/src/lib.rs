@@ -76,7 +76,7 @@ mod config;
 pub mod conformance;
 mod error;
 mod event;
-mod inflight;
+pub mod inflight;
 pub mod observe;
 mod outcome;
 pub mod registry;

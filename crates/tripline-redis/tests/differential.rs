@@ -1,0 +1,294 @@
+//! Random configurations and step sequences, run side by side on the in-process breaker and
+//! the Redis store: every decision, `Retry-After`, verdict, state and window must agree.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::runtime::Runtime;
+use tokio::sync::broadcast;
+use tripline::conformance::{Action, LocalSubject, Subject, Vector};
+use tripline::{
+    Backoff, BreakerConfig, HalfOpenPolicy, ManualClock, Outcome, Recorded, Rejected, State,
+    WindowConfig, WindowSnapshot,
+};
+use tripline_redis::server::RedisServer;
+use tripline_redis::{Backend, SharedBreaker, SharedConfig, SharedPermit, TimeSource, Transition};
+
+struct RedisSubject {
+    rt: Runtime,
+    breaker: SharedBreaker<ManualClock>,
+    events: RefCell<broadcast::Receiver<Transition>>,
+}
+
+impl RedisSubject {
+    fn new(url: &str, config: BreakerConfig, scope: &str, view_ttl: Duration) -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let shared = SharedConfig::builder()
+            .time_source(TimeSource::Local)
+            .view_ttl(view_ttl)
+            .redis_timeout(Duration::from_secs(10))
+            .replica_id("differential")
+            .build()
+            .unwrap();
+        let backend = {
+            let _rt = rt.enter();
+            Backend::single(url).unwrap()
+        };
+        let breaker =
+            SharedBreaker::with_clock(scope, config, shared, backend, ManualClock::new()).unwrap();
+        let events = RefCell::new(breaker.subscribe());
+        Self {
+            rt,
+            breaker,
+            events,
+        }
+    }
+}
+
+impl Subject for RedisSubject {
+    type Permit<'a> = SharedPermit<ManualClock>;
+
+    fn acquire(&self) -> Result<Self::Permit<'_>, Rejected> {
+        self.rt.block_on(self.breaker.acquire())
+    }
+    fn is_probe(permit: &Self::Permit<'_>) -> bool {
+        permit.is_probe()
+    }
+    fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
+        self.rt.block_on(permit.record(outcome))
+    }
+    fn abandon(&self, permit: Self::Permit<'_>) {
+        self.rt.block_on(permit.abandon());
+    }
+    fn advance(&self, by: Duration) {
+        self.breaker.clock().advance(by);
+    }
+    fn tick(&self) {
+        self.rt.block_on(self.breaker.tick()).unwrap();
+    }
+    fn operator(&self, action: Action) {
+        let b = &self.breaker;
+        self.rt
+            .block_on(async {
+                match action {
+                    Action::ForceOpen => b.force_open().await,
+                    Action::Disable => b.disable().await,
+                    Action::MetricsOnly => b.metrics_only().await,
+                    Action::Reset => b.reset().await,
+                }
+            })
+            .unwrap();
+    }
+    fn state(&self) -> State {
+        self.rt.block_on(self.breaker.refresh()).unwrap().state
+    }
+    fn window(&self) -> WindowSnapshot {
+        self.rt.block_on(self.breaker.refresh()).unwrap().window
+    }
+    fn take_transitions(&self) -> Vec<(State, State)> {
+        let mut rx = self.events.borrow_mut();
+        let mut out = Vec::new();
+        while let Ok(t) = rx.try_recv() {
+            out.push((t.from, t.to));
+        }
+        out
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire,
+    Record(usize, Outcome),
+    Abandon(usize),
+    Advance(u64),
+    Tick,
+    Operator(Action),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => Just(Op::Acquire),
+        6 => (any::<usize>(), prop_oneof![
+            5 => Just(Outcome::Failure),
+            4 => Just(Outcome::Success),
+            1 => Just(Outcome::Ignored),
+        ])
+            .prop_map(|(i, o)| Op::Record(i, o)),
+        1 => any::<usize>().prop_map(Op::Abandon),
+        3 => prop_oneof![Just(1u64), Just(250), Just(999), Just(1000), Just(2500), Just(10_000)]
+            .prop_map(Op::Advance),
+        1 => Just(Op::Tick),
+        1 => prop_oneof![
+            Just(Action::ForceOpen),
+            Just(Action::Disable),
+            Just(Action::MetricsOnly),
+            Just(Action::Reset),
+        ]
+        .prop_map(Op::Operator),
+    ]
+}
+
+fn config() -> impl Strategy<Value = BreakerConfig> {
+    (
+        prop_oneof![
+            (4u32..8).prop_map(|size| WindowConfig::Count { size }),
+            (2u64..6).prop_map(|n| WindowConfig::Time {
+                length: Duration::from_secs(n),
+                bucket: Duration::from_secs(1),
+            }),
+        ],
+        1u32..5,
+        prop_oneof![Just(50.0), Just(100.0), Just(33.3)],
+        prop_oneof![Just(None), (2u32..4).prop_map(Some)],
+        any::<bool>(),
+        (1u32..4, any::<bool>()),
+        prop_oneof![Just(None), Just(Some(Duration::from_secs(4)))],
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(window, min, rate, consecutive, in_flight, (k, all), max_wait, backoff, auto)| {
+                let mut b = BreakerConfig::builder()
+                    .window(window)
+                    .minimum_calls(min)
+                    .failure_rate_threshold(rate)
+                    .slow_call_rate_threshold(50.0)
+                    .slow_call_duration(Duration::from_secs(2))
+                    .count_in_flight_as_slow(in_flight)
+                    .open_duration(Duration::from_secs(5))
+                    .half_open_calls(k)
+                    .half_open_policy(if all {
+                        HalfOpenPolicy::AllProbes
+                    } else {
+                        HalfOpenPolicy::Consecutive
+                    })
+                    .probe_lease(Duration::from_secs(3))
+                    .automatic_transition(auto);
+                if let Some(n) = consecutive {
+                    b = b.consecutive_failures(n);
+                }
+                if let Some(w) = max_wait {
+                    b = b.half_open_max_wait(w);
+                }
+                if backoff {
+                    b = b.open_backoff(Backoff {
+                        multiplier: 2.0,
+                        max: Duration::from_secs(40),
+                        healthy_after: Duration::from_secs(20),
+                    });
+                }
+                b.build().unwrap()
+            },
+        )
+}
+
+fn decision<P>(r: &Result<P, Rejected>, probe: impl Fn(&P) -> bool) -> String {
+    match r {
+        Ok(p) if probe(p) => "probe".into(),
+        Ok(_) => "permit".into(),
+        Err(e) => format!("reject {} {:?}", e.state(), e.retry_after()),
+    }
+}
+
+/// Runs `ops` on both hosts, returning the first disagreement.
+fn compare(local: &LocalSubject, redis: &RedisSubject, ops: &[Op]) -> Result<(), String> {
+    let mut lp = Vec::new();
+    let mut rp = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let at = |what: &str, l: String, r: String| {
+            Err(format!("step {i} {op:?} ({what}): local {l}, redis {r}"))
+        };
+        match op {
+            Op::Acquire => {
+                let l = local.acquire();
+                let r = redis.acquire();
+                let (dl, dr) = (
+                    decision(&l, LocalSubject::is_probe),
+                    decision(&r, RedisSubject::is_probe),
+                );
+                if dl != dr {
+                    return at("acquire", dl, dr);
+                }
+                if let (Ok(l), Ok(r)) = (l, r) {
+                    lp.push(l);
+                    rp.push(r);
+                }
+            }
+            Op::Record(n, _) | Op::Abandon(n) if !lp.is_empty() => {
+                let idx = n % lp.len();
+                let (l, r) = (lp.swap_remove(idx), rp.swap_remove(idx));
+                if let Op::Record(_, o) = op {
+                    let (vl, vr) = (local.record(l, *o), redis.record(r, *o));
+                    if vl != vr {
+                        return at("record", format!("{vl:?}"), format!("{vr:?}"));
+                    }
+                } else {
+                    local.abandon(l);
+                    redis.abandon(r);
+                }
+            }
+            Op::Record(..) | Op::Abandon(_) => {}
+            Op::Advance(ms) => {
+                local.advance(Duration::from_millis(*ms));
+                redis.advance(Duration::from_millis(*ms));
+            }
+            Op::Tick => {
+                local.tick();
+                redis.tick();
+            }
+            Op::Operator(a) => {
+                local.operator(*a);
+                redis.operator(*a);
+            }
+        }
+        let (tl, tr) = (local.take_transitions(), redis.take_transitions());
+        if tl != tr {
+            return at("transitions", format!("{tl:?}"), format!("{tr:?}"));
+        }
+        let (sl, sr) = (local.state(), redis.state());
+        if sl != sr {
+            return at("state", format!("{sl}"), format!("{sr}"));
+        }
+        let (wl, wr) = (local.window(), redis.window());
+        if (wl.calls, wl.failures, wl.slow_calls) != (wr.calls, wr.failures, wr.slow_calls) {
+            return at("window", format!("{wl:?}"), format!("{wr:?}"));
+        }
+    }
+    Ok(())
+}
+
+fn run(view_ttl: Duration, mode: &str) {
+    let server = RedisServer::start().expect("redis-server");
+    let case = std::cell::Cell::new(0u32);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(96);
+    proptest!(ProptestConfig::with_cases(cases), |(config in config(), ops in prop::collection::vec(op(), 1..60))| {
+        case.set(case.get() + 1);
+        let vector = Vector {
+            name: "differential".into(),
+            description: String::new(),
+            config: config.clone(),
+            steps: Vec::new(),
+        };
+        let local = LocalSubject::new(&vector);
+        let redis = RedisSubject::new(&server.url(), config, &format!("{mode}:{}", case.get()), view_ttl);
+        let verdict = compare(&local, &redis, &ops);
+        prop_assert!(verdict.is_ok(), "{}", verdict.unwrap_err());
+    });
+}
+
+#[test]
+fn random_histories_agree_asking_redis_on_every_acquire() {
+    run(Duration::ZERO, "exact");
+}
+
+#[test]
+fn random_histories_agree_deciding_from_the_last_answer() {
+    run(Duration::from_secs(3600), "view");
+}
