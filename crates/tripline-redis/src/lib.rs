@@ -32,7 +32,8 @@
 //!   actions are one Lua script run with `EVALSHA` (reloaded once on `NOSCRIPT`). It is a
 //!   second implementation of the in-process breaker's rules, and it passes the same
 //!   conformance vectors (`tripline::conformance`): identical decisions, verdicts, states,
-//!   windows and transitions. Rates are compared in integers, in parts per million
+//!   windows and transitions. A differential property test runs random configurations and
+//!   histories on both and requires them to agree at every step. Rates are compared in integers, in parts per million
 //!   (`failures * 1_000_000 >= ppm * calls`), the same integers the in-process breaker uses;
 //!   a 100 % threshold still trips.
 //! * **Keys.** All keys of one breaker share the hash tag `{prefix:scope}` (a Redis Cluster
@@ -70,9 +71,11 @@
 //!   in order, so a trip happens at the outcome that causes it and the rest of the batch is
 //!   stale. Failures carrying a `Retry-After` hint and every probe are sent at once.
 //! * **Calls in flight past the slow-call duration** count as slow before they finish, as in
-//!   the in-process breaker: each replica reports its overdue calls of the current epoch
-//!   (with the next round trip, or one extra round trip per half slow-call duration when
-//!   nothing else goes to Redis), and the script adds the reports that are still fresh.
+//!   the in-process breaker: each replica tracks its own calls with the same cohort rule
+//!   ([`tripline::inflight::InFlight`]), sends its overdue count with every outcome and, once
+//!   per half slow-call duration, with an acquire that asks Redis to evaluate every rule (the
+//!   in-process breaker's periodic check); the script adds the counts of the current epoch
+//!   that are still fresh.
 //! * **Quorum** (optional): the breaker trips on the rules only when failures come from at
 //!   least `quorum.replicas` distinct replicas within `quorum.within`, so one replica with a
 //!   broken network cannot open it for the fleet.
