@@ -352,3 +352,87 @@ impl SharedConfigBuilder {
         Ok(self.config)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_toml_with_durations() {
+        let c: SharedConfig = toml::from_str(
+            r#"
+key_prefix = "shop"
+redis_timeout = "20ms"
+view_ttl = "50ms"
+fallback = "reject"
+time_source = "redis"
+batching = { flush_every = "5ms", max_batch = 64 }
+quorum = { replicas = 3, within = "30s" }
+"#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.redis_timeout(), Duration::from_millis(20));
+        assert_eq!(c.fallback(), Fallback::Reject);
+        assert_eq!(
+            c.batching(),
+            Some(Batching {
+                flush_every: Duration::from_millis(5),
+                max_batch: 64
+            })
+        );
+        assert_eq!(c.quorum().map(|q| q.replicas), Some(3));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name() {
+        let err = toml::from_str::<SharedConfig>("redis_timeut = \"20ms\"").unwrap_err();
+        assert!(err.to_string().contains("redis_timeut"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_field_value_and_range() {
+        let cases = [
+            (
+                SharedConfig::builder().key_prefix("a{b}"),
+                "key_prefix must be 1 to 64 characters without '{' or '}', got \"a{b}\"",
+            ),
+            (
+                SharedConfig::builder().view_ttl(Duration::from_secs(7200)),
+                "view_ttl must be in [0s, 1h], got 2h",
+            ),
+            (
+                SharedConfig::builder().quorum(Quorum {
+                    replicas: 1,
+                    within: Duration::from_secs(1),
+                }),
+                "quorum.replicas must be in [2, 10000], got 1",
+            ),
+            (
+                SharedConfig::builder().batching(Batching {
+                    flush_every: Duration::from_millis(5),
+                    max_batch: 0,
+                }),
+                "batching.max_batch must be in [1, 100000], got 0",
+            ),
+            (
+                SharedConfig::builder().replica_id(""),
+                "replica_id must be 1 to 128 characters, got \"\"",
+            ),
+        ];
+        for (builder, message) in cases {
+            assert_eq!(builder.build().unwrap_err().to_string(), message);
+        }
+    }
+
+    #[test]
+    fn breaker_durations_below_a_microsecond_are_refused() {
+        let c = BreakerConfig::builder()
+            .slow_call_duration(Duration::from_nanos(10))
+            .build();
+        if let Ok(c) = c {
+            let err = check_breaker(&c).unwrap_err();
+            assert_eq!(err.field(), "slow_call_duration");
+        }
+    }
+}

@@ -1377,3 +1377,96 @@ impl<C: Clock + Clone> Drop for SharedPermit<C> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(v: &[&str]) -> Result<Reply, redis::RedisError> {
+        Reply::parse(v.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn parses_a_reply_with_transitions_and_their_epochs() {
+        let r = reply(&[
+            "reject",
+            "5000000",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "open",
+            "7",
+            "15000000",
+            "10000000",
+            "0",
+            "half-open>open>probes-failed",
+        ])
+        .unwrap();
+        assert_eq!(r.state, State::Open);
+        assert_eq!(r.field(0), 5_000_000);
+        assert_eq!(r.transitions.len(), 1);
+        assert_eq!(r.transitions[0].epoch, 7);
+
+        let r = reply(&[
+            "probe",
+            "0",
+            "3",
+            "",
+            "",
+            "",
+            "",
+            "half-open",
+            "7",
+            "15000000",
+            "15000000",
+            "1",
+            "open>half-open>open-elapsed",
+        ])
+        .unwrap();
+        assert_eq!(
+            r.transitions[0].epoch, 7,
+            "Open -> HalfOpen keeps the epoch"
+        );
+        assert_eq!(r.expired, 1);
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        for bad in [
+            &[][..],
+            &["permit"][..],
+            &[
+                "permit", "", "", "", "", "", "", "sideways", "1", "0", "0", "0",
+            ][..],
+            &[
+                "permit", "", "", "", "", "", "", "closed", "x", "0", "0", "0",
+            ][..],
+            &[
+                "permit", "", "", "", "", "", "", "closed", "1", "0", "0", "0", "closed",
+            ][..],
+            &[
+                "permit", "", "", "", "", "", "", "closed", "1", "0", "0", "0", "a>b>c",
+            ][..],
+        ] {
+            assert!(reply(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn scopes_with_braces_or_nothing_are_refused() {
+        assert!(validate_scope("dep:payments").is_ok());
+        for bad in ["", "a{b", "a}b"] {
+            assert_eq!(validate_scope(bad).unwrap_err().field(), "scope");
+        }
+    }
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let k = Keys::new("tripline", "dep:x");
+        for key in [&k.record, &k.window, &k.in_flight, &k.voters, &k.events] {
+            assert!(key.starts_with("{tripline:dep:x}:"), "{key}");
+        }
+    }
+}
