@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use tripline::{BreakerConfig, ManualClock, Outcome, Recorded, State, WindowConfig};
-use tripline_redis::server::RedisServer;
+use tripline_redis::server::{RedisCluster, RedisServer};
 use tripline_redis::{Backend, Quorum, SharedBreaker, SharedConfig, TimeSource};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -33,8 +33,32 @@ fn shared(replica: &str, time: TimeSource) -> SharedConfig {
         .unwrap()
 }
 
+/// Where the fleet's Redis is: one server, or a cluster (given by its nodes' urls).
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Single(&'a str),
+    Cluster(&'a [String]),
+}
+
+fn backend(target: Target<'_>) -> Backend {
+    match target {
+        Target::Single(url) => Backend::single(url).unwrap(),
+        Target::Cluster(urls) => Backend::cluster(urls).unwrap(),
+    }
+}
+
 fn replica(
     url: &str,
+    scope: &str,
+    id: &str,
+    config: BreakerConfig,
+    clock: &ManualClock,
+) -> SharedBreaker<ManualClock> {
+    replica_on(Target::Single(url), scope, id, config, clock)
+}
+
+fn replica_on(
+    target: Target<'_>,
     scope: &str,
     id: &str,
     config: BreakerConfig,
@@ -44,7 +68,7 @@ fn replica(
         scope,
         config,
         shared(id, TimeSource::Local),
-        Backend::single(url).unwrap(),
+        backend(target),
         clock.clone(),
     )
     .unwrap()
@@ -61,9 +85,21 @@ async fn trip(b: &SharedBreaker<ManualClock>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exactly_k_probes_and_one_transition_fleet_wide() {
     let server = RedisServer::start().unwrap();
+    k_probes_and_one_transition(Target::Single(&server.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exactly_k_probes_and_one_transition_on_a_cluster() {
+    let cluster = RedisCluster::start(3).unwrap();
+    let urls = cluster.urls();
+    k_probes_and_one_transition(Target::Cluster(&urls)).await;
+    stale_results_tokens_and_crashed_probers_on(Target::Cluster(&urls)).await;
+}
+
+async fn k_probes_and_one_transition(target: Target<'_>) {
     let clock = ManualClock::new();
     let fleet: Vec<_> = (0..24)
-        .map(|i| replica(&server.url(), "dep:k", &format!("r{i}"), config(3), &clock))
+        .map(|i| replica_on(target, "dep:k", &format!("r{i}"), config(3), &clock))
         .collect();
     let mut subscriptions: Vec<_> = fleet.iter().map(|b| b.subscribe()).collect();
     trip(&fleet[0]).await;
@@ -205,9 +241,13 @@ async fn exactly_k_probes_across_processes() {
 #[tokio::test]
 async fn stale_results_tokens_and_crashed_probers() {
     let server = RedisServer::start().unwrap();
+    stale_results_tokens_and_crashed_probers_on(Target::Single(&server.url())).await;
+}
+
+async fn stale_results_tokens_and_crashed_probers_on(target: Target<'_>) {
     let clock = ManualClock::new();
-    let a = replica(&server.url(), "dep:leases", "a", config(1), &clock);
-    let b = replica(&server.url(), "dep:leases", "b", config(1), &clock);
+    let a = replica_on(target, "dep:leases", "a", config(1), &clock);
+    let b = replica_on(target, "dep:leases", "b", config(1), &clock);
 
     // A's call is in flight when B's failures trip the breaker: A's result is stale.
     let late = a.acquire().await.unwrap();
