@@ -15,6 +15,11 @@
 //! * `memory`: allocations per call, allocator bytes per breaker and the resident-set check
 //!   over two million transitions, with a counting global allocator.
 //! * `instructions`: instructions per call under `valgrind --tool=callgrind`.
+//! * `tower`, `registry`: the breaker as a tower layer, keyed breakers.
+//! * `redis`: the shared breaker's round trips and latency per call against a throwaway
+//!   `redis-server` (exact and batching modes), with `PING` and in-process baselines.
+//! * `fleet`: fleet reaction with N replica processes (`fleet_replica`), shared, batched and
+//!   local breakers.
 //!
 //! `cargo bench -p tripline-bench` runs them all.
 
