@@ -76,8 +76,38 @@ do
   end
 end
 local fresh = rec.st == nil
+-- Fields as numbers, parsed once; written back once, formatted, at the end.
+local num = {}
+local dirty = {}
+local gone = {}
+local function getn(f)
+  local v = num[f]
+  if v == nil then
+    v = false
+    if rec[f] ~= nil then
+      v = tonumber(rec[f]) or false
+    end
+    num[f] = v
+  end
+  return v or nil
+end
 local function geti(f)
-  return tonumber(rec[f] or 0)
+  return getn(f) or 0
+end
+local function set(f, v)
+  if type(v) == 'string' then
+    rec[f] = v
+  else
+    num[f] = v
+  end
+  dirty[f] = true
+  gone[f] = nil
+end
+local function unset(f)
+  num[f] = false
+  rec[f] = nil
+  dirty[f] = nil
+  gone[f] = true
 end
 local st = rec.st or 'closed'
 local ep = geti('ep')
@@ -91,14 +121,7 @@ end
 if now < last then
   now = last
 end
-local dirty = { ln = fmt(now) }
-local function set(f, v)
-  if type(v) == 'number' then
-    v = fmt(v)
-  end
-  rec[f] = v
-  dirty[f] = v
-end
+set('ln', now)
 if fresh then
   set('st', 'closed')
   set('ep', ep)
@@ -111,13 +134,51 @@ local trans = {}
 
 -- Count window: ring bytes 1 + failure + 2 * slow; the totals live in the record (wc, wf, ws,
 -- wq = next slot). A ring lost to eviction or expiry resets the totals.
+local checked = false
 local function count_check()
+  if checked then
+    return
+  end
+  checked = true
   if geti('wc') > 0 and redis.call('EXISTS', W) == 0 then
     set('wc', 0)
     set('wf', 0)
     set('ws', 0)
     set('wq', 0)
   end
+end
+
+-- A batch works on the whole ring in memory and writes it back once.
+local ring = nil
+local ring_len = 0
+local ring_dirty = false
+local function ring_load()
+  ring = {}
+  local s = redis.call('GET', W)
+  if s then
+    ring_len = #s
+    for i = 1, #s, 4096 do
+      local part = { string.byte(s, i, math.min(i + 4095, #s)) }
+      for j = 1, #part do
+        ring[i + j - 1] = part[j]
+      end
+    end
+  end
+end
+
+local function ring_store()
+  if not (ring and ring_dirty) then
+    return
+  end
+  local parts = {}
+  for i = 1, ring_len, 4096 do
+    local chunk = {}
+    for j = i, math.min(i + 4095, ring_len) do
+      chunk[#chunk + 1] = ring[j] or 0
+    end
+    parts[#parts + 1] = string.char(unpack(chunk))
+  end
+  redis.call('SET', W, table.concat(parts), 'KEEPTTL')
 end
 
 -- Time window: hash fields h (newest bucket), c f s (totals), c<i> f<i> s<i> per slot.
@@ -156,6 +217,12 @@ local function tw_load()
 end
 
 local function tw_save()
+  if tw and tw.ac then
+    local slot = tw.cur % CFG.size
+    redis.call('HINCRBY', W, 'c' .. slot, tw.ac)
+    redis.call('HINCRBY', W, 'f' .. slot, tw.af)
+    redis.call('HINCRBY', W, 's' .. slot, tw.as)
+  end
   if tw and tw.dirty then
     redis.call('HSET', W, 'h', fmt(tw.h), 'c', fmt(tw.c), 'f', fmt(tw.f), 's', fmt(tw.s))
     redis.call('PEXPIRE', W, math.ceil(CFG.bucket * (CFG.size + 1) / 1000))
@@ -177,25 +244,43 @@ local function window_add(failure, slow)
     local n = CFG.size
     local q = geti('wq')
     local slot = q % n
-    local old = redis.call('GETRANGE', W, slot, slot)
+    local old
+    if ring then
+      old = ring[slot + 1] or 0
+    else
+      local o = redis.call('GETRANGE', W, slot, slot)
+      old = 0
+      if o ~= '' then
+        old = string.byte(o)
+      end
+    end
     local c, f, s = geti('wc'), geti('wf'), geti('ws')
-    if old ~= '' and string.byte(old) ~= 0 then
-      local v = string.byte(old) - 1
+    if old ~= 0 then
+      local v = old - 1
       c = c - 1
       f = f - (v % 2)
       s = s - math.floor(v / 2)
     end
-    redis.call('SETRANGE', W, slot, string.char(1 + failure + 2 * slow))
+    local byte = 1 + failure + 2 * slow
+    if ring then
+      ring[slot + 1] = byte
+      ring_dirty = true
+      if slot + 1 > ring_len then
+        ring_len = slot + 1
+      end
+    else
+      redis.call('SETRANGE', W, slot, string.char(byte))
+    end
     set('wc', c + 1)
     set('wf', f + failure)
     set('ws', s + slow)
     set('wq', (q + 1) % n)
   else
+    -- Every outcome of one script lands in the current bucket: sum them, write once.
     local t = tw_load()
-    local slot = t.cur % CFG.size
-    redis.call('HINCRBY', W, 'c' .. slot, 1)
-    redis.call('HINCRBY', W, 'f' .. slot, failure)
-    redis.call('HINCRBY', W, 's' .. slot, slow)
+    t.ac = (t.ac or 0) + 1
+    t.af = (t.af or 0) + failure
+    t.as = (t.as or 0) + slow
     t.c = t.c + 1
     t.f = t.f + failure
     t.s = t.s + slow
@@ -205,6 +290,11 @@ end
 
 local function window_reset()
   redis.call('DEL', W, I, Q)
+  if ring then
+    ring = {}
+    ring_len = 0
+    ring_dirty = false
+  end
   set('wc', 0)
   set('wf', 0)
   set('ws', 0)
@@ -276,12 +366,9 @@ end
 
 local function clear_round()
   for i = 0, CFG.k - 1 do
-    if rec['lt' .. i] then
-      redis.call('HDEL', R, 'lt' .. i, 'ld' .. i)
-      rec['lt' .. i] = nil
-      rec['ld' .. i] = nil
-      dirty['lt' .. i] = nil
-      dirty['ld' .. i] = nil
+    if getn('lt' .. i) then
+      unset('lt' .. i)
+      unset('ld' .. i)
     end
   end
   set('rr', 0)
@@ -357,9 +444,8 @@ end
 local function leases()
   local live, soonest = 0, nil
   for i = 0, CFG.k - 1 do
-    local d = rec['ld' .. i]
+    local d = getn('ld' .. i)
     if d then
-      d = tonumber(d)
       live = live + 1
       if soonest == nil or d - now < soonest then
         soonest = d - now
@@ -376,11 +462,10 @@ local function claim()
     return nil
   end
   for i = 0, CFG.k - 1 do
-    local d = rec['ld' .. i]
-    if d and tonumber(d) <= now then
-      redis.call('HDEL', R, 'lt' .. i, 'ld' .. i)
-      rec['lt' .. i] = nil
-      rec['ld' .. i] = nil
+    local d = getn('ld' .. i)
+    if d and d <= now then
+      unset('lt' .. i)
+      unset('ld' .. i)
       expired = expired + 1
     end
   end
@@ -391,7 +476,7 @@ local function claim()
   local live, soonest = leases()
   if live + settled < CFG.k then
     for i = 0, CFG.k - 1 do
-      if not rec['ld' .. i] then
+      if not getn('ld' .. i) then
         local token = geti('tok') + 1
         set('tok', token)
         set('lt' .. i, token)
@@ -495,6 +580,10 @@ local function batch()
   local epoch = tonumber(ARGV[args + 1])
   local outcomes = ARGV[args + 2]
   report_in_flight(tonumber(ARGV[args + 3]))
+  if CFG.kind == 0 and epoch == ep then
+    count_check()
+    ring_load()
+  end
   local counted, stale, ignored = 0, 0, 0
   for i = 1, #outcomes do
     local ch = string.sub(outcomes, i, i)
@@ -520,15 +609,12 @@ end
 local function probe()
   local epoch = tonumber(ARGV[args + 1])
   local slot = ARGV[args + 2]
-  local token = ARGV[args + 3]
-  if epoch ~= ep or st ~= 'half-open' or rec['lt' .. slot] ~= token then
+  local token = tonumber(ARGV[args + 3])
+  if epoch ~= ep or st ~= 'half-open' or getn('lt' .. slot) ~= token then
     return { 'stale' }
   end
-  redis.call('HDEL', R, 'lt' .. slot, 'ld' .. slot)
-  rec['lt' .. slot] = nil
-  rec['ld' .. slot] = nil
-  dirty['lt' .. slot] = nil
-  dirty['ld' .. slot] = nil
+  unset('lt' .. slot)
+  unset('ld' .. slot)
   local outcome = ARGV[args + 4]
   if outcome == 'i' then
     return { 'ignored' }
@@ -574,12 +660,9 @@ end
 -- ARGV[args+1] epoch, +2 slot, +3 token.
 local function release()
   local slot = ARGV[args + 2]
-  if tonumber(ARGV[args + 1]) == ep and st == 'half-open' and rec['lt' .. slot] == ARGV[args + 3] then
-    redis.call('HDEL', R, 'lt' .. slot, 'ld' .. slot)
-    rec['lt' .. slot] = nil
-    rec['ld' .. slot] = nil
-    dirty['lt' .. slot] = nil
-    dirty['ld' .. slot] = nil
+  if tonumber(ARGV[args + 1]) == ep and st == 'half-open' and getn('lt' .. slot) == tonumber(ARGV[args + 3]) then
+    unset('lt' .. slot)
+    unset('ld' .. slot)
     return { 'released' }
   end
   return { 'stale' }
@@ -627,12 +710,24 @@ else
 end
 
 -- Write back what changed; a record that is not Closed never expires.
+ring_store()
 local flat = {}
-for f, v in pairs(dirty) do
+for f in pairs(dirty) do
   flat[#flat + 1] = f
-  flat[#flat + 1] = v
+  if f == 'st' then
+    flat[#flat + 1] = rec.st
+  else
+    flat[#flat + 1] = fmt(num[f])
+  end
 end
 redis.call('HSET', R, unpack(flat))
+local del = {}
+for f in pairs(gone) do
+  del[#del + 1] = f
+end
+if #del > 0 then
+  redis.call('HDEL', R, unpack(del))
+end
 if st == 'closed' then
   redis.call('PEXPIRE', R, CFG.idle)
   if CFG.kind == 0 and redis.call('EXISTS', W) == 1 then

@@ -62,14 +62,18 @@
 //!   held while the protected call runs.
 //! * **Round trips.** A replica decides from the state Redis last returned while that view
 //!   is younger than `view_ttl` (100 ms by default): a Closed breaker costs one round trip
-//!   per call (the record, whose answer refreshes the view), an Open breaker none until its
-//!   deadline, a HalfOpen breaker that has no probe to give none until the earliest lease
-//!   could expire. `view_ttl = 0` asks Redis on every acquire. A replica that has not
+//!   per call (the record, whose answer refreshes the view), an Open breaker one per
+//!   `view_ttl` (so an operator's reset reaches every replica), a HalfOpen breaker that has
+//!   no probe to give one per `view_ttl` or per expiring lease, whichever comes first. `view_ttl = 0` asks Redis on every acquire. A replica that has not
 //!   recorded for a while learns of a fleet-wide trip within `view_ttl`.
 //! * **Batching** (optional): while Closed, outcomes are buffered and sent together every
 //!   `flush_every` or `max_batch` outcomes, whichever comes first; the script applies them
 //!   in order, so a trip happens at the outcome that causes it and the rest of the batch is
-//!   stale. Failures carrying a `Retry-After` hint and every probe are sent at once.
+//!   stale. Failures carrying a `Retry-After` hint and every probe are sent at once. A
+//!   replica keeps one batch in flight; outcomes arriving meanwhile wait for the next one, up
+//!   to 16 batches' worth, beyond which they reach only the shadow breaker (counted in
+//!   [`SharedMetrics::lost_records`]): a replica cannot queue more work on Redis than Redis
+//!   applies.
 //! * **Calls in flight past the slow-call duration** count as slow before they finish, as in
 //!   the in-process breaker: each replica tracks its own calls with the same cohort rule
 //!   ([`tripline::inflight::InFlight`]), sends its overdue count with every outcome and, once
@@ -84,7 +88,11 @@
 //!   [`CircuitBreaker`](tripline::CircuitBreaker), 3 consecutive failures, 1 s open). While
 //!   Redis is unreachable a replica decides with its local shadow breaker, which has seen
 //!   this replica's outcomes all along ([`Fallback::Local`], the default), or rejects
-//!   ([`Fallback::Reject`]); [`SharedBreaker::mode`] and [`SharedMetrics`] say so. It returns
+//!   ([`Fallback::Reject`]); [`SharedBreaker::mode`] and [`SharedMetrics`] say so. Calls in
+//!   flight when Redis stalls time out together and each counts as a failure, so one stall
+//!   longer than `redis_timeout` with three calls in flight opens the breaker on Redis for a
+//!   second; where such stalls are normal, raise `redis_timeout` or give
+//!   [`SharedConfigBuilder::redis_breaker`] a rate-based configuration. It returns
 //!   to shared decisions by itself once a probe call to Redis succeeds. A script call that
 //!   timed out is abandoned by the replica but not by Redis: a paused or overloaded server may
 //!   still run it later, so an outcome counted as lost can still land, and an admission that

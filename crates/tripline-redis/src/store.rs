@@ -16,7 +16,7 @@ use tripline::{
 };
 
 use crate::backend::{Backend, SCRIPT};
-use crate::config::{Fallback, SharedConfig, TimeSource, check_breaker};
+use crate::config::{Batching, Fallback, SharedConfig, TimeSource, check_breaker};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -140,7 +140,10 @@ pub struct SharedMetrics {
     pub rejected: u64,
     /// Results discarded as stale (older epoch, or a lease that is no longer theirs).
     pub stale_results: u64,
-    /// Outcomes that never reached Redis (it was unreachable); the shadow breaker has them.
+    /// Outcomes whose delivery Redis did not confirm: it was unreachable, the breaker on it
+    /// was open, the call timed out (a timed-out script may still have been applied), or a
+    /// replica produced outcomes faster than Redis applied its batches. The shadow breaker
+    /// has them all.
     pub lost_records: u64,
     /// Batches sent.
     pub batches: u64,
@@ -207,8 +210,14 @@ struct Batch {
     epoch: u64,
     outcomes: String,
     first_at: u64,
+    /// A flusher task is running.
     flusher: bool,
+    /// A batch is in flight.
+    sending: bool,
 }
+
+/// While a batch is in flight, at most this many batches' worth of outcomes wait.
+const MAX_BUFFERED_BATCHES: usize = 16;
 
 struct Inner<C: Clock> {
     name: String,
@@ -1121,35 +1130,42 @@ impl<C: Clock + Clone> Inner<C> {
                 } else {
                     code
                 };
-                let mut to_send: Vec<(u64, String)> = Vec::new();
-                let spawn = {
+                let (first, spawn) = {
                     let mut batch = lock(&self.batch);
                     if !batch.outcomes.is_empty() && batch.epoch != epoch {
-                        // An older epoch's outcomes go first; the script discards them.
-                        let old = std::mem::take(&mut batch.outcomes);
-                        to_send.push((batch.epoch, old));
+                        // Buffered under an epoch that has ended: stale, no need to send.
+                        let n = batch.outcomes.len() as u64;
+                        batch.outcomes.clear();
+                        bump(&self.counters.stale_results, n);
+                    }
+                    if batch.outcomes.len() >= MAX_BUFFERED_BATCHES * b.max_batch as usize {
+                        // Redis is not keeping up: this outcome reaches only the shadow.
+                        bump(&self.counters.lost_records, 1);
+                        return Recorded::Counted;
                     }
                     if batch.outcomes.is_empty() {
                         batch.first_at = now;
                         batch.epoch = epoch;
                     }
                     batch.outcomes.push(ch);
-                    if batch.outcomes.len() >= b.max_batch as usize
-                        || now.saturating_sub(batch.first_at) >= nanos(b.flush_every)
-                    {
-                        to_send.push((epoch, std::mem::take(&mut batch.outcomes)));
-                    }
+                    let due = batch.outcomes.len() >= b.max_batch as usize
+                        || now.saturating_sub(batch.first_at) >= nanos(b.flush_every);
+                    // One batch in flight per replica: while one is out, outcomes wait.
+                    let first = (due && !batch.sending).then(|| {
+                        batch.sending = true;
+                        (batch.epoch, std::mem::take(&mut batch.outcomes))
+                    });
                     let spawn = !batch.flusher && !batch.outcomes.is_empty();
                     if spawn {
                         batch.flusher = true;
                     }
-                    spawn
+                    (first, spawn)
                 };
-                for (e, outcomes) in to_send {
-                    self.send_batch(e, outcomes, now).await;
+                if let Some(first) = first {
+                    self.drain(first, b).await;
                 }
                 if spawn {
-                    self.spawn_flusher(b.flush_every);
+                    self.spawn_flusher(b);
                 }
                 return Recorded::Counted;
             }
@@ -1258,22 +1274,44 @@ impl<C: Clock + Clone> Inner<C> {
         self.send_batch(epoch, outcomes, now).await;
     }
 
-    fn spawn_flusher(self: &Arc<Self>, every: Duration) {
+    /// Sends `first`, then whatever became due meanwhile, until nothing is due; the one
+    /// sender of this replica while it runs.
+    async fn drain(&self, first: (u64, String), b: Batching) {
+        let mut next = Some(first);
+        while let Some((epoch, outcomes)) = next.take() {
+            self.send_batch(epoch, outcomes, self.clock.now()).await;
+            let now = self.clock.now();
+            let mut batch = lock(&self.batch);
+            let due = !batch.outcomes.is_empty()
+                && (batch.outcomes.len() >= b.max_batch as usize
+                    || now.saturating_sub(batch.first_at) >= nanos(b.flush_every));
+            if due {
+                next = Some((batch.epoch, std::mem::take(&mut batch.outcomes)));
+            } else {
+                batch.sending = false;
+            }
+        }
+    }
+
+    fn spawn_flusher(self: &Arc<Self>, b: Batching) {
         let weak: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
+                tokio::time::sleep(b.flush_every).await;
                 let Some(inner) = weak.upgrade() else { return };
-                let (epoch, outcomes) = {
-                    let mut b = lock(&inner.batch);
-                    if b.outcomes.is_empty() {
-                        b.flusher = false;
+                let first = {
+                    let mut batch = lock(&inner.batch);
+                    if batch.outcomes.is_empty() {
+                        batch.flusher = false;
                         return;
                     }
-                    (b.epoch, std::mem::take(&mut b.outcomes))
+                    if batch.sending {
+                        continue;
+                    }
+                    batch.sending = true;
+                    (batch.epoch, std::mem::take(&mut batch.outcomes))
                 };
-                let now = inner.clock.now();
-                inner.send_batch(epoch, outcomes, now).await;
+                inner.drain(first, b).await;
             }
         });
     }

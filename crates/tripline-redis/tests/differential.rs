@@ -292,3 +292,85 @@ fn random_histories_agree_asking_redis_on_every_acquire() {
 fn random_histories_agree_deciding_from_the_last_answer() {
     run(Duration::from_secs(3600), "view");
 }
+
+/// Batching changes when outcomes reach Redis, not what they do: outcomes recorded in order
+/// and sent in batches of any size leave the same state and window as the same outcomes
+/// recorded one by one in-process (the trip happens at the same outcome; the rest are stale).
+#[test]
+fn batches_agree_with_records_one_by_one() {
+    let server = RedisServer::start().expect("redis-server");
+    let case = std::cell::Cell::new(0u32);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(64);
+    let outcome = prop_oneof![
+        5 => Just(Outcome::Failure),
+        4 => Just(Outcome::Success),
+        1 => Just(Outcome::Ignored),
+    ];
+    proptest!(ProptestConfig::with_cases(cases), |(
+        config in config().prop_map(|c| c.to_builder().count_in_flight_as_slow(false).build().unwrap()),
+        max_batch in 1u32..20,
+        outcomes in prop::collection::vec((outcome, any::<bool>()), 1..60),
+    )| {
+        case.set(case.get() + 1);
+        let vector = Vector {
+            name: "batching".into(),
+            description: String::new(),
+            config: config.clone(),
+            steps: Vec::new(),
+        };
+        let local = LocalSubject::new(&vector);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let clock = ManualClock::new();
+        let shared = SharedConfig::builder()
+            .time_source(TimeSource::Local)
+            .view_ttl(Duration::from_secs(3600))
+            .redis_timeout(Duration::from_secs(10))
+            .batching(tripline_redis::Batching { flush_every: Duration::from_secs(10), max_batch })
+            .build()
+            .unwrap();
+        let redis = {
+            let _rt = rt.enter();
+            SharedBreaker::with_clock(
+                &format!("batching:{}", case.get()),
+                config,
+                shared,
+                Backend::single(&server.url()).unwrap(),
+                clock.clone(),
+            )
+            .unwrap()
+        };
+        // Permits first (slow ones started 3 s before the others), then the outcomes in order.
+        let mut lp = Vec::new();
+        let mut rp = Vec::new();
+        for (i, (_, slow)) in outcomes.iter().enumerate() {
+            if *slow {
+                lp.push((i, local.acquire().unwrap()));
+                rp.push(Some(rt.block_on(redis.acquire()).unwrap()));
+            }
+        }
+        local.advance(Duration::from_secs(3));
+        clock.advance(Duration::from_secs(3));
+        for (i, (_, slow)) in outcomes.iter().enumerate() {
+            if !*slow {
+                lp.push((i, local.acquire().unwrap()));
+                rp.push(Some(rt.block_on(redis.acquire()).unwrap()));
+            }
+        }
+        let mut lp: Vec<_> = lp.into_iter().map(Some).collect();
+        for (i, (o, _)) in outcomes.iter().enumerate() {
+            let at = lp.iter().position(|p| p.as_ref().is_some_and(|(j, _)| *j == i)).unwrap();
+            let (_, l) = lp[at].take().unwrap();
+            let r = rp[at].take().unwrap();
+            let _ = local.record(l, *o);
+            let _ = rt.block_on(r.record(*o));
+        }
+        rt.block_on(redis.flush());
+        let snap = rt.block_on(redis.refresh()).unwrap();
+        prop_assert_eq!(local.state(), snap.state);
+        let w = local.window();
+        prop_assert_eq!((w.calls, w.failures, w.slow_calls), (snap.window.calls, snap.window.failures, snap.window.slow_calls));
+    });
+}
