@@ -253,6 +253,9 @@ struct Inner<C: Clock> {
 /// bounded by [`SharedConfig::redis_timeout`], and a breaker on Redis itself stops trying),
 /// the replica falls back to its local shadow breaker, or rejects, as configured.
 ///
+/// Use it on a Tokio runtime with the time driver enabled (as `#[tokio::main]` and
+/// `#[tokio::test]` provide): every Redis call is bounded by a Tokio timeout.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use tripline::{BreakerConfig, Outcome};
