@@ -1,103 +1,18 @@
 //! Random configurations and step sequences, run side by side on the in-process breaker and
 //! the Redis store: every decision, `Retry-After`, verdict, state and window must agree.
 
-use std::cell::RefCell;
+mod common;
+use common::RedisSubject;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tokio::runtime::Runtime;
-use tokio::sync::broadcast;
 use tripline::conformance::{Action, LocalSubject, Subject, Vector};
 use tripline::{
-    Backoff, BreakerConfig, HalfOpenPolicy, ManualClock, Outcome, Recorded, Rejected, State,
-    WindowConfig, WindowSnapshot,
+    Backoff, BreakerConfig, HalfOpenPolicy, ManualClock, Outcome, Rejected, WindowConfig,
 };
 use tripline_redis::server::RedisServer;
-use tripline_redis::{Backend, SharedBreaker, SharedConfig, SharedPermit, TimeSource, Transition};
-
-struct RedisSubject {
-    rt: Runtime,
-    breaker: SharedBreaker<ManualClock>,
-    events: RefCell<broadcast::Receiver<Transition>>,
-}
-
-impl RedisSubject {
-    fn new(url: &str, config: BreakerConfig, scope: &str, view_ttl: Duration) -> Self {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let shared = SharedConfig::builder()
-            .time_source(TimeSource::Local)
-            .view_ttl(view_ttl)
-            .redis_timeout(Duration::from_secs(10))
-            .replica_id("differential")
-            .build()
-            .unwrap();
-        let backend = {
-            let _rt = rt.enter();
-            Backend::single(url).unwrap()
-        };
-        let breaker =
-            SharedBreaker::with_clock(scope, config, shared, backend, ManualClock::new()).unwrap();
-        let events = RefCell::new(breaker.subscribe());
-        Self {
-            rt,
-            breaker,
-            events,
-        }
-    }
-}
-
-impl Subject for RedisSubject {
-    type Permit<'a> = SharedPermit<ManualClock>;
-
-    fn acquire(&self) -> Result<Self::Permit<'_>, Rejected> {
-        self.rt.block_on(self.breaker.acquire())
-    }
-    fn is_probe(permit: &Self::Permit<'_>) -> bool {
-        permit.is_probe()
-    }
-    fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
-        self.rt.block_on(permit.record(outcome))
-    }
-    fn abandon(&self, permit: Self::Permit<'_>) {
-        self.rt.block_on(permit.abandon());
-    }
-    fn advance(&self, by: Duration) {
-        self.breaker.clock().advance(by);
-    }
-    fn tick(&self) {
-        self.rt.block_on(self.breaker.tick()).unwrap();
-    }
-    fn operator(&self, action: Action) {
-        let b = &self.breaker;
-        self.rt
-            .block_on(async {
-                match action {
-                    Action::ForceOpen => b.force_open().await,
-                    Action::Disable => b.disable().await,
-                    Action::MetricsOnly => b.metrics_only().await,
-                    Action::Reset => b.reset().await,
-                }
-            })
-            .unwrap();
-    }
-    fn state(&self) -> State {
-        self.rt.block_on(self.breaker.refresh()).unwrap().state
-    }
-    fn window(&self) -> WindowSnapshot {
-        self.rt.block_on(self.breaker.refresh()).unwrap().window
-    }
-    fn take_transitions(&self) -> Vec<(State, State)> {
-        let mut rx = self.events.borrow_mut();
-        let mut out = Vec::new();
-        while let Ok(t) = rx.try_recv() {
-            out.push((t.from, t.to));
-        }
-        out
-    }
-}
+use tripline_redis::{Backend, SharedBreaker, SharedConfig, TimeSource};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -277,7 +192,7 @@ fn run(view_ttl: Duration, mode: &str) {
             steps: Vec::new(),
         };
         let local = LocalSubject::new(&vector);
-        let redis = RedisSubject::new(&server.url(), config, &format!("{mode}:{}", case.get()), view_ttl);
+        let redis = RedisSubject::single(&server.url(), config, &format!("{mode}:{}", case.get()), view_ttl);
         let verdict = compare(&local, &redis, &ops);
         prop_assert!(verdict.is_ok(), "{}", verdict.unwrap_err());
     });

@@ -3,13 +3,13 @@
 //! real throwaway `redis-server` and a manual clock; nothing waits on wall-clock time for a
 //! state change of the breaker.
 
-use std::cell::RefCell;
+mod common;
+use common::RedisSubject;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tokio::runtime::Runtime;
-use tokio::sync::broadcast;
-use tripline::conformance::{self, Action, Subject, Vector};
+use tripline::conformance;
 use tripline::{
     BreakerConfig, Clock, ManualClock, Outcome, Recorded, Rejected, State, WindowConfig,
     WindowSnapshot,
@@ -17,7 +17,7 @@ use tripline::{
 use tripline_redis::server::{RedisCluster, RedisServer};
 use tripline_redis::{
     Backend, Batching, Fallback, Mode, Quorum, SharedBreaker, SharedConfig, SharedConfigBuilder,
-    SharedPermit, TimeSource, Transition,
+    TimeSource,
 };
 
 type Breaker = SharedBreaker<ManualClock>;
@@ -823,93 +823,6 @@ async fn idle_closed_breaker_keeps_no_key_without_a_ttl() {
 
 // ---- Redis Cluster -------------------------------------------------------------------------
 
-/// tests/conformance.rs's adapter, on a cluster backend.
-struct RedisSubject {
-    rt: Runtime,
-    breaker: SharedBreaker<ManualClock>,
-    events: RefCell<broadcast::Receiver<Transition>>,
-}
-
-impl RedisSubject {
-    fn new(urls: &[String], vector: &Vector, scope: &str, view_ttl: Duration) -> Self {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let shared = SharedConfig::builder()
-            .time_source(TimeSource::Local)
-            .view_ttl(view_ttl)
-            .redis_timeout(Duration::from_secs(10))
-            .replica_id("conformance")
-            .build()
-            .unwrap();
-        let backend = {
-            let _rt = rt.enter();
-            Backend::cluster(urls).unwrap()
-        };
-        let clock = ManualClock::new();
-        let breaker =
-            SharedBreaker::with_clock(scope, vector.config.clone(), shared, backend, clock)
-                .unwrap();
-        let events = RefCell::new(breaker.subscribe());
-        Self {
-            rt,
-            breaker,
-            events,
-        }
-    }
-}
-
-impl Subject for RedisSubject {
-    type Permit<'a> = SharedPermit<ManualClock>;
-
-    fn acquire(&self) -> Result<Self::Permit<'_>, Rejected> {
-        self.rt.block_on(self.breaker.acquire())
-    }
-    fn is_probe(permit: &Self::Permit<'_>) -> bool {
-        permit.is_probe()
-    }
-    fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
-        self.rt.block_on(permit.record(outcome))
-    }
-    fn abandon(&self, permit: Self::Permit<'_>) {
-        self.rt.block_on(permit.abandon());
-    }
-    fn advance(&self, by: Duration) {
-        self.breaker.clock().advance(by);
-    }
-    fn tick(&self) {
-        self.rt.block_on(self.breaker.tick()).unwrap();
-    }
-    fn operator(&self, action: Action) {
-        let b = &self.breaker;
-        self.rt
-            .block_on(async {
-                match action {
-                    Action::ForceOpen => b.force_open().await,
-                    Action::Disable => b.disable().await,
-                    Action::MetricsOnly => b.metrics_only().await,
-                    Action::Reset => b.reset().await,
-                }
-            })
-            .unwrap();
-    }
-    fn state(&self) -> State {
-        self.rt.block_on(self.breaker.refresh()).unwrap().state
-    }
-    fn window(&self) -> WindowSnapshot {
-        self.rt.block_on(self.breaker.refresh()).unwrap().window
-    }
-    fn take_transitions(&self) -> Vec<(State, State)> {
-        let mut rx = self.events.borrow_mut();
-        let mut out = Vec::new();
-        while let Ok(t) = rx.try_recv() {
-            out.push((t.from, t.to));
-        }
-        out
-    }
-}
-
 fn keyslot(cluster: &RedisCluster, key: &str) -> u16 {
     let out = cluster.cli(&["CLUSTER", "KEYSLOT", key]).unwrap();
     out.parse()
@@ -930,7 +843,7 @@ fn cluster_keeps_a_breaker_in_one_slot_and_behaves_the_same() {
     ] {
         for v in conformance::builtin() {
             let scope = format!("cluster:{mode}:{}", v.name);
-            let subject = RedisSubject::new(&urls, &v, &scope, view_ttl);
+            let subject = RedisSubject::cluster(&urls, v.config.clone(), &scope, view_ttl);
             if let Err(e) = conformance::run(&v, &subject) {
                 failures.push(e.to_string());
             }
