@@ -136,6 +136,7 @@ pub(crate) struct RunOutput {
     pub(crate) counts: [u64; 5],
     pub(crate) per_endpoint: Vec<[u64; 5]>,
     pub(crate) rejected_healthy: u64,
+    pub(crate) stale_view_calls: u64,
     pub(crate) dependency_calls: u64,
     pub(crate) pool_peak: u32,
     pub(crate) queue_peak: u32,
@@ -216,6 +217,15 @@ struct Req {
 struct Replica {
     busy: u32,
     queue: VecDeque<u32>,
+}
+
+/// What a replica last heard from a shared store about one breaker.
+#[derive(Clone, Copy, Default)]
+struct View {
+    valid: bool,
+    closed: bool,
+    generation: u64,
+    at: u64,
 }
 
 /// The scenario in engine units (nanoseconds, cumulative weights).
@@ -397,6 +407,11 @@ struct Engine<'b> {
     breakers: &'b [CircuitBreaker<ManualClock>],
     scope_shard: bool,
     shared: bool,
+    /// The shared store's view TTL (0: every decision sees the shared state).
+    view_ttl: u64,
+    /// Per breaker index × replica: what the replica last heard from the store.
+    views: Vec<View>,
+    stale_view_calls: u64,
     fallback: bool,
     timeout: Option<u64>,
     attempts: u32,
@@ -442,6 +457,19 @@ impl<'b> Engine<'b> {
             breakers,
             scope_shard: p.is_some_and(|p| p.scope == Scope::Shard),
             shared: p.is_some_and(|p| p.sharing == Sharing::Shared),
+            view_ttl: p
+                .filter(|p| p.sharing == Sharing::Shared)
+                .map_or(0, |p| nanos(p.view_ttl)),
+            views: vec![
+                View::default();
+                (m.replicas
+                    * if p.is_some_and(|p| p.scope == Scope::Shard) {
+                        m.shards
+                    } else {
+                        1
+                    }) as usize
+            ],
+            stale_view_calls: 0,
             fallback: p.is_some_and(|p| p.fallback),
             timeout: p.and_then(|p| p.timeout).map(nanos).or(m.timeout),
             attempts: p.and_then(|p| p.attempts).unwrap_or(m.attempts),
@@ -670,6 +698,38 @@ impl<'b> Engine<'b> {
         }
     }
 
+    /// Whether a replica admits a call from a fresh view that still says Closed although the
+    /// shared breaker has moved on (a shared store's `view_ttl`).
+    fn stale_view_admits(&self, idx: usize, replica: u32, t: u64) -> bool {
+        if self.view_ttl == 0 {
+            return false;
+        }
+        let v = self.views[self.view_index(idx, replica)];
+        v.valid
+            && v.closed
+            && t.saturating_sub(v.at) < self.view_ttl
+            && self.breakers[idx].generation() != v.generation
+    }
+
+    /// The replica talked to the store at `t`: its view is the shared state now.
+    fn see(&mut self, idx: usize, replica: u32, t: u64) {
+        if self.view_ttl == 0 {
+            return;
+        }
+        let b = &self.breakers[idx];
+        let i = self.view_index(idx, replica);
+        self.views[i] = View {
+            valid: true,
+            closed: b.state() == State::Closed,
+            generation: b.generation(),
+            at: t,
+        };
+    }
+
+    fn view_index(&self, idx: usize, replica: u32) -> usize {
+        idx * self.m.replicas as usize + replica as usize
+    }
+
     fn breaker_index(&self, replica: u32, shard: u32) -> usize {
         let keys = if self.scope_shard { self.m.shards } else { 1 };
         let key = if self.scope_shard { shard } else { 0 };
@@ -685,9 +745,20 @@ impl<'b> Engine<'b> {
         };
         if !self.breakers.is_empty() {
             let breakers = self.breakers;
-            let b = &breakers[self.breaker_index(replica, shard)];
-            match b.try_acquire() {
-                Ok(p) => self.permits[slot as usize] = Some(p),
+            let idx = self.breaker_index(replica, shard);
+            let b = &breakers[idx];
+            let acquired = if self.stale_view_admits(idx, replica, t) {
+                // The replica's view still says Closed: the store is not asked, the call
+                // goes out, and its result will be discarded as stale.
+                self.stale_view_calls += 1;
+                Ok(None)
+            } else {
+                let r = b.try_acquire().map(Some);
+                self.see(idx, replica, t);
+                r
+            };
+            match acquired {
+                Ok(p) => self.permits[slot as usize] = p,
                 Err(_) => {
                     if self.m.phase(t, shard).is_none() {
                         self.rejected_healthy += 1;
@@ -749,6 +820,11 @@ impl<'b> Engine<'b> {
             });
         }
         let replica = self.reqs[s].replica;
+        if self.view_ttl > 0 {
+            // The outcome's round trip brings the store's state back.
+            let idx = self.breaker_index(replica, self.reqs[s].shard);
+            self.see(idx, replica, t);
+        }
         if ok {
             let req = &mut self.reqs[s];
             req.outcome = Out::Succeeded;
@@ -810,6 +886,7 @@ impl<'b> Engine<'b> {
             counts: self.counts,
             per_endpoint: self.per_endpoint,
             rejected_healthy: self.rejected_healthy,
+            stale_view_calls: self.stale_view_calls,
             dependency_calls: self.dependency_calls,
             pool_peak: self.pool_peak,
             queue_peak: self.queue_peak,

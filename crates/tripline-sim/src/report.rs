@@ -29,6 +29,7 @@
 //!       "rejected_fast": 0,                 the breaker refused the call (fallbacks included)
 //!       "fallback_served": 0,               rejected and answered with the fallback
 //!       "rejected_while_healthy": 0,        rejected although no fault touched that request
+//!       "stale_view_calls": 0,              admitted from a shared store's outdated view
 //!       "shed": 0,                          queue full or queue timeout
 //!       "dependency_calls": 60,             attempts that reached the dependency
 //!       "load_amplification": 1.0,          dependency_calls / requests
@@ -229,6 +230,9 @@ pub struct RunReport {
     pub fallback_served: u64,
     /// Rejected although no fault touched the request at that moment.
     pub rejected_while_healthy: u64,
+    /// Attempts a replica admitted from a shared store's view that still said Closed after
+    /// the fleet's breaker had moved on (their results were stale; 0 unless `view_ttl`).
+    pub stale_view_calls: u64,
     /// Shed by a full queue or the queue timeout.
     pub shed: u64,
     /// Attempts that reached the dependency.
@@ -486,6 +490,7 @@ pub(crate) fn run_report(
         rejected_fast: c[Out::Rejected as usize] + c[Out::Fallback as usize],
         fallback_served: c[Out::Fallback as usize],
         rejected_while_healthy: o.rejected_healthy,
+        stale_view_calls: o.stale_view_calls,
         shed: c[Out::Shed as usize],
         dependency_calls: o.dependency_calls,
         load_amplification: if o.requests == 0 {
@@ -583,7 +588,7 @@ impl Report {
             self.seed, self.duration_s, self.replicas, self.workers_per_replica, incident
         );
         let dep = &self.dependency;
-        let rows: Vec<(String, Vec<String>)> = vec![
+        let mut rows: Vec<(String, Vec<String>)> = vec![
             ("requests".into(), self.col(|r| r.requests.to_string())),
             ("succeeded".into(), self.col(|r| r.succeeded.to_string())),
             (
@@ -656,6 +661,20 @@ impl Report {
                 }),
             ),
         ];
+        if self.runs.iter().any(|r| r.stale_view_calls > 0) {
+            // Right after "calls that reached ...": the stale-view calls are among them.
+            let at = rows
+                .iter()
+                .position(|(l, _)| l.starts_with("calls that reached"))
+                .map_or(rows.len(), |i| i + 1);
+            rows.insert(
+                at,
+                (
+                    "  on a stale shared view".into(),
+                    self.col(|r| r.stale_view_calls.to_string()),
+                ),
+            );
+        }
         let w0 = rows
             .iter()
             .map(|(l, _)| l.chars().count())

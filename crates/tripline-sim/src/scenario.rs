@@ -314,6 +314,13 @@ pub struct Protection {
     /// `"local"` (default) or `"shared"`.
     #[serde(default)]
     pub sharing: Sharing,
+    /// For shared breakers: how long a replica decides from the state the store last told it
+    /// (the Redis store's `view_ttl`; default 0, every decision sees the shared state). A
+    /// replica whose view still says Closed after the fleet tripped admits calls whose
+    /// results are discarded as stale; the view refreshes whenever the replica talks to the
+    /// store.
+    #[serde(default, with = "humantime_serde")]
+    pub view_ttl: Duration,
     /// The per-attempt timeout in this variant, inside the breaker (default: `client.timeout`).
     #[serde(default, with = "humantime_serde::option")]
     pub timeout: Option<Duration>,
@@ -683,6 +690,22 @@ impl Scenario {
             }
             if let Some(t) = p.timeout {
                 pos_dur(&format!("protection[{i}].timeout"), t)?;
+            }
+            if !p.view_ttl.is_zero() {
+                if p.sharing != Sharing::Shared {
+                    return Err(bad(
+                        format!("protection[{i}].view_ttl"),
+                        fmt_d(p.view_ttl),
+                        "applies to shared breakers only (sharing = \"shared\")",
+                    ));
+                }
+                if p.view_ttl > Duration::from_secs(3600) {
+                    return Err(bad(
+                        format!("protection[{i}].view_ttl"),
+                        fmt_d(p.view_ttl),
+                        "must be at most 1h",
+                    ));
+                }
             }
             if let Some(a) = p.attempts {
                 range(&format!("protection[{i}].attempts"), a, 1, 10)?;

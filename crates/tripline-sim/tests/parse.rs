@@ -54,6 +54,17 @@ fn unknown_breaker_field_is_reported_by_the_core_config() {
 }
 
 #[test]
+fn a_view_ttl_needs_a_shared_breaker() {
+    let src = format!("{MINIMAL}\n[[protection]]\nview_ttl = \"100ms\"\n");
+    let msg = err(&src).to_string();
+    assert!(msg.contains("protection[0].view_ttl"), "{msg}");
+    assert!(msg.contains("100ms"), "{msg}");
+    assert!(msg.contains("shared breakers only"), "{msg}");
+    let ok = format!("{MINIMAL}\n[[protection]]\nsharing = \"shared\"\nview_ttl = \"100ms\"\n");
+    assert!(Scenario::from_toml(&ok).is_ok());
+}
+
+#[test]
 fn negative_error_rate_is_rejected_with_what_is_allowed() {
     let src = MINIMAL.replace(
         "latency = \"10ms\"",

@@ -93,6 +93,18 @@ fn check_gymfolks(r: &Report) {
     assert_eq!(shared.breakers_tripped, 1);
     assert!(with.transitions.iter().any(|t| t.replica == Some(11)));
     assert!(shared.transitions.iter().all(|t| t.replica.is_none()));
+
+    // The same shared breaker seen through the store's 100 ms view: the same decisions,
+    // plus a few calls from replicas whose view still said Closed after a trip.
+    let view = get(r, "shared, 100ms view");
+    assert_eq!(shared.stale_view_calls, 0);
+    assert!(view.stale_view_calls > 0);
+    assert!(view.stale_view_calls < 12 * view.transitions.len() as u64);
+    assert_eq!(
+        view.dependency_calls,
+        shared.dependency_calls + view.stale_view_calls
+    );
+    assert_eq!(view.transitions.len(), shared.transitions.len());
 }
 
 #[test]
