@@ -454,3 +454,19 @@ async fn a_lost_record_reads_closed_and_a_new_replica_resets_nothing() {
     assert_eq!(old.record(Outcome::Failure).await, Recorded::Stale);
     assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
 }
+
+#[tokio::test]
+async fn the_script_clock_never_goes_backwards() {
+    let server = RedisServer::start().unwrap();
+    let ahead = ManualClock::new();
+    ahead.advance(10 * SECOND);
+    let behind = ManualClock::new();
+    let a = replica(&server.url(), "dep:clamp", "ahead", config(1), &ahead);
+    let b = replica(&server.url(), "dep:clamp", "behind", config(1), &behind);
+    // Tripped at 10 s by the clock that runs ahead: open until 20 s.
+    trip(&a).await;
+    // A caller whose clock says 0 s is told 10 s, not 20: the script's clock stays at 10 s.
+    let r = b.acquire().await.unwrap_err();
+    assert_eq!(r.retry_after(), Some(10 * SECOND));
+    assert_eq!(b.refresh().await.unwrap().now_micros, 10_000_000);
+}
