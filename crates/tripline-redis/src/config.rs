@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use tripline::{BreakerConfig, ConfigError, WindowConfig};
+use tripline::{BreakerConfig, ConfigError};
 
 /// Where the script's clock comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -251,34 +251,6 @@ impl SharedConfig {
     }
 }
 
-/// Checks that a breaker configuration (valid, as every built or parsed one is) can be hosted
-/// by the Redis script.
-pub(crate) fn check_breaker(c: &BreakerConfig) -> Result<(), ConfigError> {
-    let us = Duration::from_micros(1);
-    if let WindowConfig::Time { bucket, .. } = c.window() {
-        dur(
-            "window.bucket",
-            bucket,
-            Duration::from_millis(1),
-            Duration::from_secs(3600),
-        )?;
-    }
-    for (field, d) in [
-        ("slow_call_duration", c.slow_call_duration()),
-        ("open.duration", c.open_duration()),
-        ("half_open.probe_lease", c.probe_lease()),
-    ] {
-        if d < us {
-            return Err(ConfigError::new(
-                field,
-                fmt(d),
-                "at least 1us in a shared breaker",
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn fmt(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
@@ -422,17 +394,6 @@ quorum = { replicas = 3, within = "30s" }
         ];
         for (builder, message) in cases {
             assert_eq!(builder.build().unwrap_err().to_string(), message);
-        }
-    }
-
-    #[test]
-    fn breaker_durations_below_a_microsecond_are_refused() {
-        let c = BreakerConfig::builder()
-            .slow_call_duration(Duration::from_nanos(10))
-            .build();
-        if let Ok(c) = c {
-            let err = check_breaker(&c).unwrap_err();
-            assert_eq!(err.field(), "slow_call_duration");
         }
     }
 }

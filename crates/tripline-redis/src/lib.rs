@@ -44,7 +44,8 @@
 //!   names: never put credentials or personal data in them.
 //! * **Time** is Redis `TIME`, read inside the script and clamped so it never goes backwards,
 //!   so replicas with skewed clocks agree. Replicas measure call durations (for the slow-call
-//!   rule) with their own monotonic clocks, which needs no agreement.
+//!   rule) with their own monotonic clocks, which needs no agreement. The script keeps time
+//!   and durations in whole microseconds.
 //! * **Epochs.** Every transition bumps the epoch except Open → HalfOpen. A permit carries
 //!   the epoch it was admitted in; a result from another epoch is discarded as stale.
 //! * **Probes** are fleet-wide: HalfOpen admits at most `half_open.permitted_calls` probes

@@ -16,7 +16,7 @@ use tripline::{
 };
 
 use crate::backend::{Backend, SCRIPT};
-use crate::config::{Batching, Fallback, SharedConfig, TimeSource, check_breaker};
+use crate::config::{Batching, Fallback, SharedConfig, TimeSource};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -458,7 +458,6 @@ impl<C: Clock + Clone> SharedBreaker<C> {
     ) -> Result<Self, ConfigError> {
         validate_scope(scope)?;
         shared.validate()?;
-        check_breaker(&config)?;
         let replica = shared.replica_id.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
             format!(
@@ -1501,6 +1500,36 @@ mod tests {
         for bad in ["", "a{b", "a}b"] {
             assert_eq!(validate_scope(bad).unwrap_err().field(), "scope");
         }
+    }
+
+    #[tokio::test]
+    async fn bad_input_to_new_is_an_error_naming_the_field() {
+        // Connecting is lazy: nothing listens on port 1 and nothing needs to.
+        let backend = Backend::single("redis://127.0.0.1:1/").unwrap();
+        let err = SharedBreaker::new(
+            "tenant:{acme}",
+            BreakerConfig::default(),
+            SharedConfig::default(),
+            backend.clone(),
+        )
+        .unwrap_err();
+        assert_eq!(err.field(), "scope");
+        let bad = SharedConfig {
+            redis_timeout: Duration::ZERO,
+            ..SharedConfig::default()
+        };
+        let err = SharedBreaker::new("dep:x", BreakerConfig::default(), bad, backend).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "redis_timeout must be in [1ms, 10s], got 0s"
+        );
+        assert!(Backend::single("not a url").is_err());
+    }
+
+    #[test]
+    fn a_backend_outside_a_runtime_is_an_error_not_a_panic() {
+        let err = Backend::single("redis://127.0.0.1:1/").unwrap_err();
+        assert!(err.to_string().contains("within a Tokio runtime"), "{err}");
     }
 
     #[test]
