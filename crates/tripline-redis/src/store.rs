@@ -337,12 +337,10 @@ struct Reply {
     transitions: Vec<Transition>,
 }
 
+/// Redis did not answer in time, failed, or was not asked (its breaker is open); the counters
+/// say which.
 #[derive(Debug)]
-enum Unavailable {
-    Skipped,
-    Timeout,
-    Error,
-}
+struct Unavailable;
 
 fn bad_reply(v: &[String]) -> redis::RedisError {
     redis::RedisError::from((
@@ -1021,7 +1019,7 @@ impl<C: Clock + Clone> Inner<C> {
         let Ok(guard) = self.redis_breaker.try_acquire_owned() else {
             bump(&self.counters.redis_skipped, 1);
             self.fallback_now.store(true, Ordering::Relaxed);
-            return Err(Unavailable::Skipped);
+            return Err(Unavailable);
         };
         bump(&self.counters.redis_calls, 1);
         let outcome =
@@ -1037,20 +1035,20 @@ impl<C: Clock + Clone> Inner<C> {
                     guard.record(Outcome::Failure);
                     bump(&self.counters.redis_errors, 1);
                     self.fallback_now.store(true, Ordering::Relaxed);
-                    Err(Unavailable::Error)
+                    Err(Unavailable)
                 }
             },
             Ok(Err(_)) => {
                 guard.record(Outcome::Failure);
                 bump(&self.counters.redis_errors, 1);
                 self.fallback_now.store(true, Ordering::Relaxed);
-                Err(Unavailable::Error)
+                Err(Unavailable)
             }
             Err(_) => {
                 guard.record(Outcome::Failure);
                 bump(&self.counters.redis_timeouts, 1);
                 self.fallback_now.store(true, Ordering::Relaxed);
-                Err(Unavailable::Timeout)
+                Err(Unavailable)
             }
         }
     }
