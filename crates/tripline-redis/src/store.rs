@@ -824,6 +824,14 @@ enum Kind<L> {
     Local(L),
 }
 
+/// What the view says about an acquire.
+enum FromView<C: Clock> {
+    /// Decided without Redis.
+    Decided(Result<Ticket<C>, Rejected>),
+    /// Ask Redis, sending this in-flight count (-1: none).
+    Ask(i64),
+}
+
 struct Ticket<C: Clock> {
     kind: Kind<OwnedPermit<C>>,
     epoch: u64,
@@ -889,13 +897,13 @@ impl<C: Clock + Clone> Inner<C> {
 
     /// A decision from the last answer if it is fresh enough, or the in-flight count (-1: none)
     /// to send to Redis with the question.
-    fn decide_from_view(&self, now: u64) -> Result<Result<Ticket<C>, Rejected>, i64> {
+    fn decide_from_view(&self, now: u64) -> FromView<C> {
         let ttl = nanos(self.shared.view_ttl);
         let v = *lock(&self.view);
         if ttl == 0 || !v.valid || now.saturating_sub(v.at) >= ttl {
             // Ask Redis, with the in-flight count when a Closed breaker's check is due.
             let closed = !v.valid || v.state == State::Closed;
-            return Err(if closed {
+            return FromView::Ask(if closed {
                 self.in_flight_check(now)
             } else {
                 -1
@@ -906,7 +914,7 @@ impl<C: Clock + Clone> Inner<C> {
                 if v.state == State::Closed {
                     let report = self.in_flight_check(now);
                     if report >= 0 {
-                        return Err(report);
+                        return FromView::Ask(report);
                     }
                 }
                 Ok(self.ticket(Kind::Window, v.epoch, now))
@@ -915,28 +923,28 @@ impl<C: Clock + Clone> Inner<C> {
             State::Open => {
                 let est = v.redis_now + now.saturating_sub(v.at) / 1000;
                 if est >= v.open_until {
-                    return Err(-1);
+                    return FromView::Ask(-1);
                 }
                 Err(self.rejected(State::Open, Some(v.open_until - est)))
             }
             State::ForcedOpen => Err(self.rejected(State::ForcedOpen, None)),
             State::HalfOpen => {
                 if now >= v.reject_until {
-                    return Err(-1);
+                    return FromView::Ask(-1);
                 }
                 let retry = v.lease_deadline.map(|d| d.saturating_sub(now) / 1000);
                 Err(self.rejected(State::HalfOpen, retry))
             }
         };
         bump(&self.counters.view_decisions, 1);
-        Ok(decided)
+        FromView::Decided(decided)
     }
 
     async fn acquire(&self) -> Result<Ticket<C>, Rejected> {
         let now = self.clock.now();
         let report = match self.decide_from_view(now) {
-            Ok(decided) => return decided,
-            Err(report) => report,
+            FromView::Decided(decided) => return decided,
+            FromView::Ask(in_flight) => in_flight,
         };
         match self.invoke("admit", now, &[report.to_string()]).await {
             Ok(reply) => {
