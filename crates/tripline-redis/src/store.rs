@@ -1304,8 +1304,10 @@ impl<C: Clock + Clone> Inner<C> {
     fn spawn_flusher(self: &Arc<Self>, b: Batching) {
         let weak: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
+            let mut wait = b.flush_every;
             loop {
-                tokio::time::sleep(b.flush_every).await;
+                tokio::time::sleep(wait).await;
+                wait = b.flush_every;
                 let Some(inner) = weak.upgrade() else { return };
                 let first = {
                     let mut batch = lock(&inner.batch);
@@ -1314,6 +1316,9 @@ impl<C: Clock + Clone> Inner<C> {
                         return;
                     }
                     if batch.sending {
+                        // Look again soon rather than a whole period later: what is buffered
+                        // now becomes due while that batch is out.
+                        wait = (b.flush_every / 4).max(Duration::from_millis(1));
                         continue;
                     }
                     batch.sending = true;
