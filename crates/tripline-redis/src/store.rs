@@ -302,26 +302,7 @@ impl<C: Clock + Clone> std::fmt::Debug for SharedBreaker<C> {
 }
 
 fn parse_state(s: &str) -> Option<State> {
-    Some(match s {
-        "closed" => State::Closed,
-        "open" => State::Open,
-        "half-open" => State::HalfOpen,
-        "disabled" => State::Disabled,
-        "metrics-only" => State::MetricsOnly,
-        "forced-open" => State::ForcedOpen,
-        _ => return None,
-    })
-}
-
-fn state_name(s: State) -> &'static str {
-    match s {
-        State::Closed => "closed",
-        State::Open => "open",
-        State::HalfOpen => "half-open",
-        State::Disabled => "disabled",
-        State::MetricsOnly => "metrics-only",
-        State::ForcedOpen => "forced-open",
-    }
+    State::ALL.into_iter().find(|state| state.as_str() == s)
 }
 
 /// A parsed script reply.
@@ -775,7 +756,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         let now = self.inner.clock.now();
         let reply = self
             .inner
-            .invoke_raw("operator", now, &[state_name(to).to_string()])
+            .invoke_raw("operator", now, &[to.as_str().to_string()])
             .await?;
         self.inner.absorb(&reply, now);
         Ok(())
@@ -1032,29 +1013,20 @@ impl<C: Clock + Clone> Inner<C> {
         bump(&self.counters.redis_calls, 1);
         let outcome =
             tokio::time::timeout(self.shared.redis_timeout, self.eval(op, now, args)).await;
-        match outcome {
-            Ok(Ok(v)) => match Reply::parse(v) {
-                Ok(r) => {
-                    guard.record(Outcome::Success);
-                    self.fallback_now.store(false, Ordering::Relaxed);
-                    Ok(r)
-                }
-                Err(_) => {
-                    guard.record(Outcome::Failure);
-                    bump(&self.counters.redis_errors, 1);
-                    self.fallback_now.store(true, Ordering::Relaxed);
-                    Err(Unavailable)
-                }
-            },
-            Ok(Err(_)) => {
-                guard.record(Outcome::Failure);
-                bump(&self.counters.redis_errors, 1);
-                self.fallback_now.store(true, Ordering::Relaxed);
-                Err(Unavailable)
+        let reply = match outcome {
+            Ok(Ok(v)) => Reply::parse(v).map_err(|_| &self.counters.redis_errors),
+            Ok(Err(_)) => Err(&self.counters.redis_errors),
+            Err(_) => Err(&self.counters.redis_timeouts),
+        };
+        match reply {
+            Ok(r) => {
+                guard.record(Outcome::Success);
+                self.fallback_now.store(false, Ordering::Relaxed);
+                Ok(r)
             }
-            Err(_) => {
+            Err(counter) => {
                 guard.record(Outcome::Failure);
-                bump(&self.counters.redis_timeouts, 1);
+                bump(counter, 1);
                 self.fallback_now.store(true, Ordering::Relaxed);
                 Err(Unavailable)
             }
