@@ -148,19 +148,28 @@ local function count_check()
   end
 end
 
--- A batch works on the whole ring in memory and writes it back once.
+-- A batch of n outcomes works on the n ring slots it will write (one or two ranges, or the
+-- whole ring), in memory, and writes them back once.
 local ring = nil
-local ring_len = 0
+local ring_ranges = {}
 local ring_dirty = false
-local function ring_load()
+local function ring_load(n)
   ring = {}
-  local s = redis.call('GET', W)
-  if s then
-    ring_len = #s
+  local size = CFG.size
+  local a = geti('wq') % size
+  if n >= size then
+    ring_ranges = { { 0, size - 1 } }
+  elseif a + n - 1 < size then
+    ring_ranges = { { a, a + n - 1 } }
+  else
+    ring_ranges = { { a, size - 1 }, { 0, a + n - 1 - size } }
+  end
+  for _, r in ipairs(ring_ranges) do
+    local s = redis.call('GETRANGE', W, r[1], r[2])
     for i = 1, #s, 4096 do
       local part = { string.byte(s, i, math.min(i + 4095, #s)) }
       for j = 1, #part do
-        ring[i + j - 1] = part[j]
+        ring[r[1] + i + j - 1] = part[j]
       end
     end
   end
@@ -170,15 +179,17 @@ local function ring_store()
   if not (ring and ring_dirty) then
     return
   end
-  local parts = {}
-  for i = 1, ring_len, 4096 do
-    local chunk = {}
-    for j = i, math.min(i + 4095, ring_len) do
-      chunk[#chunk + 1] = ring[j] or 0
+  for _, r in ipairs(ring_ranges) do
+    local parts = {}
+    for i = r[1] + 1, r[2] + 1, 4096 do
+      local chunk = {}
+      for j = i, math.min(i + 4095, r[2] + 1) do
+        chunk[#chunk + 1] = ring[j] or 0
+      end
+      parts[#parts + 1] = string.char(unpack(chunk))
     end
-    parts[#parts + 1] = string.char(unpack(chunk))
+    redis.call('SETRANGE', W, r[1], table.concat(parts))
   end
-  redis.call('SET', W, table.concat(parts), 'KEEPTTL')
 end
 
 -- Time window: hash fields h (newest bucket), c f s (totals), c<i> f<i> s<i> per slot.
@@ -265,9 +276,6 @@ local function window_add(failure, slow)
     if ring then
       ring[slot + 1] = byte
       ring_dirty = true
-      if slot + 1 > ring_len then
-        ring_len = slot + 1
-      end
     else
       redis.call('SETRANGE', W, slot, string.char(byte))
     end
@@ -292,7 +300,6 @@ local function window_reset()
   redis.call('DEL', W, I, Q)
   if ring then
     ring = {}
-    ring_len = 0
     ring_dirty = false
   end
   set('wc', 0)
@@ -318,16 +325,22 @@ local function in_flight_slow()
   return n
 end
 
-local function report_in_flight(count)
-  if count == nil or count < 0 then
-    return
+-- A replica's report of its calls in flight past the slow duration: "epoch:count", or "-1"
+-- for none. A count of another epoch (the replica counted calls the current epoch does not
+-- own) clears the replica's entry. Returns whether a report came.
+local function report_in_flight(report)
+  local e, count = string.match(report or '', '^(%d+):(%d+)$')
+  if e == nil then
+    return false
   end
-  if count == 0 then
+  count = tonumber(count)
+  if tonumber(e) ~= ep or count == 0 then
     redis.call('HDEL', I, replica)
   else
     redis.call('HSET', I, replica, fmt(ep) .. ':' .. fmt(count) .. ':' .. fmt(now + 2 * CFG.slow))
     redis.call('PEXPIRE', I, math.ceil(2 * CFG.slow / 1000) + 1)
   end
+  return true
 end
 
 local function quorum_met()
@@ -491,18 +504,12 @@ end
 -- Operations ---------------------------------------------------------------------------------
 
 local function admit()
-  local inflight = tonumber(ARGV[args + 1])
+  local report = ARGV[args + 1]
   for _ = 1, 4 do
     if st == 'closed' or st == 'metrics-only' then
-      if st == 'closed' and inflight and inflight >= 0 then
-        -- The replica's periodic in-flight check: evaluate every rule with the fleet's count.
-        report_in_flight(inflight)
-        if try_trip(false, true) then
-          -- tripped: loop to the Open answer
-        else
-          return { 'permit' }
-        end
-      else
+      -- A report is the replica's periodic in-flight check: evaluate every rule with the
+      -- fleet's count (tripped: loop to the Open answer).
+      if not (st == 'closed' and report_in_flight(report) and try_trip(false, true)) then
         return { 'permit' }
       end
     elseif st == 'open' then
@@ -525,7 +532,7 @@ local function admit()
   return { 'reject', -1 }
 end
 
--- ARGV[args+1] epoch, +2 outcome (s, f, i), +3 slow (0/1), +4 in-flight count or -1,
+-- ARGV[args+1] epoch, +2 outcome (s, f, i), +3 slow (0/1), +4 in-flight report ("epoch:count" or -1),
 -- +5 Retry-After hint in us (0 = none).
 local function record_window(epoch, outcome, slow, hint)
   if epoch ~= ep then
@@ -549,7 +556,7 @@ local function record_window(epoch, outcome, slow, hint)
       set('cf', 0)
     end
   end
-  if failure == 1 and CFG.quorum > 1 then
+  if (failure == 1 or slow == 1) and CFG.quorum > 1 then
     redis.call('HSET', Q, replica, fmt(now))
   end
   if st == 'closed' then
@@ -570,19 +577,19 @@ end
 
 local function record()
   local epoch = tonumber(ARGV[args + 1])
-  report_in_flight(tonumber(ARGV[args + 4]))
+  report_in_flight(ARGV[args + 4])
   return { record_window(epoch, ARGV[args + 2], tonumber(ARGV[args + 3]), tonumber(ARGV[args + 5])) }
 end
 
 -- ARGV[args+1] epoch, +2 outcomes: one character per call, s f i (fast) or S F I (slow),
--- oldest first, +3 in-flight count or -1.
+-- oldest first, +3 in-flight report ("epoch:count" or -1).
 local function batch()
   local epoch = tonumber(ARGV[args + 1])
   local outcomes = ARGV[args + 2]
-  report_in_flight(tonumber(ARGV[args + 3]))
+  report_in_flight(ARGV[args + 3])
   if CFG.kind == 0 and epoch == ep then
     count_check()
-    ring_load()
+    ring_load(#outcomes)
   end
   local counted, stale, ignored = 0, 0, 0
   for i = 1, #outcomes do

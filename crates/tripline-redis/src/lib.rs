@@ -71,7 +71,9 @@
 //!   `flush_every` or `max_batch` outcomes, whichever comes first; the script applies them
 //!   in order, so a trip happens at the outcome that causes it and the rest of the batch is
 //!   stale. Failures carrying a `Retry-After` hint and every probe are sent at once. A
-//!   replica keeps one batch in flight; outcomes arriving meanwhile wait for the next one, up
+//!   replica keeps one batch in flight (sent by the caller whose outcome made it due, or by a
+//!   background flusher; a caller sends at most one, and one that is cancelled mid-send
+//!   gives the role back); outcomes arriving meanwhile wait for the next one, up
 //!   to 16 batches' worth, beyond which they reach only the shadow breaker (counted in
 //!   [`SharedMetrics::lost_records`]): a replica cannot queue more work on Redis than Redis
 //!   applies.
@@ -81,9 +83,9 @@
 //!   per half slow-call duration, with an acquire that asks Redis to evaluate every rule (the
 //!   in-process breaker's periodic check); the script adds the counts of the current epoch
 //!   that are still fresh.
-//! * **Quorum** (optional): the breaker trips on the rules only when failures come from at
-//!   least `quorum.replicas` distinct replicas within `quorum.within`, so one replica with a
-//!   broken network cannot open it for the fleet.
+//! * **Quorum** (optional): the breaker trips on the rules only when failures or slow calls
+//!   come from at least `quorum.replicas` distinct replicas within `quorum.within`, so one
+//!   replica with a broken network cannot open it for the fleet.
 //! * **Redis is a dependency too.** Every script call is bounded by `redis_timeout` (25 ms by
 //!   default) and goes through a breaker on Redis itself (a tripline
 //!   [`CircuitBreaker`](tripline::CircuitBreaker), 3 consecutive failures, 1 s open). While

@@ -236,6 +236,8 @@ struct Inner<C: Clock> {
     view: Mutex<View>,
     flight: Mutex<Flight>,
     batch: Mutex<Batch>,
+    /// Woken when the batch in flight returns.
+    batch_idle: tokio::sync::Notify,
     rng: Mutex<Pcg64Mcg>,
     counters: Counters,
     fallback_now: AtomicBool,
@@ -527,6 +529,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
                 next_check: clock.now() + (slow_nanos / 2).max(1),
             }),
             batch: Mutex::new(Batch::default()),
+            batch_idle: tokio::sync::Notify::new(),
             rng: Mutex::new(rng),
             counters: Counters::default(),
             fallback_now: AtomicBool::new(false),
@@ -630,6 +633,9 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             Kind::Probe { slot, token } => (Kind::Probe { slot, token }, shadow),
             Kind::Pass => (Kind::Pass, shadow),
         };
+        let runtime = matches!(kind, Kind::Probe { .. })
+            .then(tokio::runtime::Handle::try_current)
+            .and_then(Result::ok);
         Ok(SharedPermit {
             breaker: self.clone(),
             kind,
@@ -637,6 +643,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             started: ticket.started,
             cohort: ticket.cohort,
             shadow,
+            runtime,
             done: false,
         })
     }
@@ -809,8 +816,8 @@ enum Kind<L> {
 enum FromView<C: Clock> {
     /// Decided without Redis.
     Decided(Result<Ticket<C>, Rejected>),
-    /// Ask Redis, sending this in-flight count (-1: none).
-    Ask(i64),
+    /// Ask Redis, sending this in-flight report (`"-1"`: none).
+    Ask(String),
 }
 
 struct Ticket<C: Clock> {
@@ -847,27 +854,31 @@ impl<C: Clock + Clone> Inner<C> {
 
     /// This replica's calls in flight past the slow-call duration (the in-process breaker's
     /// cohort rule), sent with every outcome so that an evaluation in Redis sees the count of
-    /// the moment; -1 when the rule is off.
-    fn in_flight_report(&self, now: u64) -> i64 {
+    /// the moment: `"epoch:count"`, the epoch being the one the count belongs to (the script
+    /// keeps it only if that is still the current epoch), or `"-1"` when the rule is off.
+    fn in_flight_report(&self, now: u64) -> String {
         if !self.config.count_in_flight_as_slow() {
-            return -1;
+            return "-1".into();
         }
+        let epoch = lock(&self.view).epoch;
         let f = lock(&self.flight);
-        f.calls.overdue(now, self.slow_nanos, f.since) as i64
+        format!("{epoch}:{}", f.calls.overdue(now, self.slow_nanos, f.since))
     }
 
-    /// At an acquire in Closed, once per cohort width (as in-process): the overdue count, sent
-    /// so that Redis evaluates the rules with it; -1 when the check is not due.
-    fn in_flight_check(&self, now: u64) -> i64 {
+    /// At an acquire in Closed, once per cohort width (as in-process): the report, sent so
+    /// that Redis evaluates the rules with it; `None` when the check is not due.
+    fn in_flight_check(&self, now: u64) -> Option<String> {
         if !self.config.count_in_flight_as_slow() {
-            return -1;
+            return None;
         }
-        let mut f = lock(&self.flight);
-        if now < f.next_check {
-            return -1;
+        {
+            let mut f = lock(&self.flight);
+            if now < f.next_check {
+                return None;
+            }
+            f.next_check = now + self.cohort_width;
         }
-        f.next_check = now + self.cohort_width;
-        f.calls.overdue(now, self.slow_nanos, f.since) as i64
+        Some(self.in_flight_report(now))
     }
 
     fn exit_flight(&self, cohort: Option<u64>) {
@@ -884,17 +895,13 @@ impl<C: Clock + Clone> Inner<C> {
         if ttl == 0 || !v.valid || now.saturating_sub(v.at) >= ttl {
             // Ask Redis, with the in-flight count when a Closed breaker's check is due.
             let closed = !v.valid || v.state == State::Closed;
-            return FromView::Ask(if closed {
-                self.in_flight_check(now)
-            } else {
-                -1
-            });
+            let report = closed.then(|| self.in_flight_check(now)).flatten();
+            return FromView::Ask(report.unwrap_or_else(|| "-1".into()));
         }
         let decided = match v.state {
             State::Closed | State::MetricsOnly => {
                 if v.state == State::Closed {
-                    let report = self.in_flight_check(now);
-                    if report >= 0 {
+                    if let Some(report) = self.in_flight_check(now) {
                         return FromView::Ask(report);
                     }
                 }
@@ -904,14 +911,14 @@ impl<C: Clock + Clone> Inner<C> {
             State::Open => {
                 let est = v.redis_now + now.saturating_sub(v.at) / 1000;
                 if est >= v.open_until {
-                    return FromView::Ask(-1);
+                    return FromView::Ask("-1".into());
                 }
                 Err(self.rejected(State::Open, Some(v.open_until - est)))
             }
             State::ForcedOpen => Err(self.rejected(State::ForcedOpen, None)),
             State::HalfOpen => {
                 if now >= v.reject_until {
-                    return FromView::Ask(-1);
+                    return FromView::Ask("-1".into());
                 }
                 let retry = v.lease_deadline.map(|d| d.saturating_sub(now) / 1000);
                 Err(self.rejected(State::HalfOpen, retry))
@@ -927,7 +934,7 @@ impl<C: Clock + Clone> Inner<C> {
             FromView::Decided(decided) => return decided,
             FromView::Ask(in_flight) => in_flight,
         };
-        match self.invoke("admit", now, &[report.to_string()]).await {
+        match self.invoke("admit", now, &[report]).await {
             Ok(reply) => {
                 self.absorb(&reply, now);
                 match reply.verdict.as_str() {
@@ -976,8 +983,15 @@ impl<C: Clock + Clone> Inner<C> {
 
     /// Takes in what a reply says about the shared state.
     fn absorb(&self, reply: &Reply, now: u64) {
-        {
+        'view: {
             let mut v = lock(&self.view);
+            // Replies can be taken in out of order (several calls in flight): an older one
+            // must not roll the view back.
+            let older =
+                reply.epoch < v.epoch || (reply.epoch == v.epoch && reply.now < v.redis_now);
+            if v.valid && older {
+                break 'view;
+            }
             if v.valid && v.epoch != reply.epoch {
                 let mut f = lock(&self.flight);
                 if matches!(reply.state, State::Closed | State::MetricsOnly) {
@@ -1113,7 +1127,11 @@ impl<C: Clock + Clone> Inner<C> {
                 let (first, spawn) = {
                     let mut batch = lock(&self.batch);
                     if !batch.outcomes.is_empty() && batch.epoch != epoch {
-                        // Buffered under an epoch that has ended: stale, no need to send.
+                        // Epochs only grow: the older side is stale, no need to send it.
+                        if epoch < batch.epoch {
+                            bump(&self.counters.stale_results, 1);
+                            return Recorded::Stale;
+                        }
                         let n = batch.outcomes.len() as u64;
                         batch.outcomes.clear();
                         bump(&self.counters.stale_results, n);
@@ -1142,7 +1160,7 @@ impl<C: Clock + Clone> Inner<C> {
                     (first, spawn)
                 };
                 if let Some(first) = first {
-                    self.drain(first, b).await;
+                    self.drain(first).await;
                 }
                 if spawn {
                     self.spawn_flusher(b);
@@ -1156,7 +1174,7 @@ impl<C: Clock + Clone> Inner<C> {
             epoch.to_string(),
             code.to_string(),
             u8::from(slow).to_string(),
-            report.to_string(),
+            report,
             hint.to_string(),
         ];
         match self.invoke("record", now, &args).await {
@@ -1232,7 +1250,7 @@ impl<C: Clock + Clone> Inner<C> {
         }
         let n = outcomes.len() as u64;
         let report = self.in_flight_report(now);
-        let args = [epoch.to_string(), outcomes, report.to_string()];
+        let args = [epoch.to_string(), outcomes, report];
         match self.invoke("batch", now, &args).await {
             Ok(reply) => {
                 self.absorb(&reply, now);
@@ -1245,32 +1263,54 @@ impl<C: Clock + Clone> Inner<C> {
         }
     }
 
+    /// Sends everything buffered, after the batch in flight (if any) has returned.
     async fn flush(&self) {
-        let now = self.clock.now();
-        let (epoch, outcomes) = {
-            let mut b = lock(&self.batch);
-            (b.epoch, std::mem::take(&mut b.outcomes))
-        };
-        self.send_batch(epoch, outcomes, now).await;
-    }
-
-    /// Sends `first`, then whatever became due meanwhile, until nothing is due; the one
-    /// sender of this replica while it runs.
-    async fn drain(&self, first: (u64, String), b: Batching) {
-        let mut next = Some(first);
-        while let Some((epoch, outcomes)) = next.take() {
-            self.send_batch(epoch, outcomes, self.clock.now()).await;
-            let now = self.clock.now();
-            let mut batch = lock(&self.batch);
-            let due = !batch.outcomes.is_empty()
-                && (batch.outcomes.len() >= b.max_batch as usize
-                    || now.saturating_sub(batch.first_at) >= nanos(b.flush_every));
-            if due {
-                next = Some((batch.epoch, std::mem::take(&mut batch.outcomes)));
-            } else {
-                batch.sending = false;
+        loop {
+            let idle = self.batch_idle.notified();
+            let taken = {
+                let mut batch = lock(&self.batch);
+                if batch.sending {
+                    None
+                } else if batch.outcomes.is_empty() {
+                    return;
+                } else {
+                    batch.sending = true;
+                    Some((batch.epoch, std::mem::take(&mut batch.outcomes)))
+                }
+            };
+            match taken {
+                Some(first) => self.drain(first).await,
+                None => idle.await,
             }
         }
+    }
+
+    /// Sends one batch as this replica's one sender, then lets the next one go. If the
+    /// caller's future is dropped mid-send, the guard gives the sender's role back and counts
+    /// the batch as unconfirmed.
+    async fn drain(&self, (epoch, outcomes): (u64, String)) {
+        struct Sending<'a> {
+            batch: &'a Mutex<Batch>,
+            idle: &'a tokio::sync::Notify,
+            lost: &'a AtomicU64,
+            outcomes: u64,
+        }
+        impl Drop for Sending<'_> {
+            fn drop(&mut self) {
+                lock(self.batch).sending = false;
+                self.idle.notify_waiters();
+                bump(self.lost, self.outcomes);
+            }
+        }
+        let mut guard = Sending {
+            batch: &self.batch,
+            idle: &self.batch_idle,
+            lost: &self.counters.lost_records,
+            outcomes: outcomes.len() as u64,
+        };
+        self.send_batch(epoch, outcomes, self.clock.now()).await;
+        // Sent (send_batch counted it either way): nothing is lost on the way out.
+        guard.outcomes = 0;
     }
 
     fn spawn_flusher(self: &Arc<Self>, b: Batching) {
@@ -1296,7 +1336,7 @@ impl<C: Clock + Clone> Inner<C> {
                     batch.sending = true;
                     (batch.epoch, std::mem::take(&mut batch.outcomes))
                 };
-                inner.drain(first, b).await;
+                inner.drain(first).await;
             }
         });
     }
@@ -1312,6 +1352,8 @@ pub struct SharedPermit<C: Clock + Clone = MonotonicClock> {
     started: u64,
     cohort: Option<u64>,
     shadow: Option<OwnedPermit<C>>,
+    /// For a probe: the runtime to release its lease on if the permit is dropped.
+    runtime: Option<tokio::runtime::Handle>,
     done: bool,
 }
 
@@ -1394,7 +1436,9 @@ impl<C: Clock + Clone> Drop for SharedPermit<C> {
         inner.exit_flight(self.cohort);
         if let Kind::Probe { slot, token } = self.kind {
             let epoch = self.epoch;
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            // The runtime the permit was acquired on, so that a permit dropped on another
+            // thread still releases its lease.
+            if let Some(rt) = self.runtime.take() {
                 rt.spawn(async move { inner.release(epoch, slot, token).await });
             }
         }

@@ -470,3 +470,99 @@ async fn the_script_clock_never_goes_backwards() {
     assert_eq!(r.retry_after(), Some(10 * SECOND));
     assert_eq!(b.refresh().await.unwrap().now_micros, 10_000_000);
 }
+
+#[tokio::test]
+async fn calls_from_an_ended_epoch_do_not_retrip_a_closed_breaker() {
+    let server = RedisServer::start().unwrap();
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 10 })
+        .minimum_calls(1)
+        .failure_rate_threshold(50.0)
+        .slow_call_rate_threshold(50.0)
+        .slow_call_duration(2 * SECOND)
+        .count_in_flight_as_slow(true)
+        .open_duration(10 * SECOND)
+        .half_open_calls(1)
+        .build()
+        .unwrap();
+    // A decides from its view for an hour and hears nothing while B trips and recovers.
+    let a = SharedBreaker::with_clock(
+        "dep:ended-epoch",
+        config.clone(),
+        SharedConfig::builder()
+            .time_source(TimeSource::Local)
+            .view_ttl(Duration::from_secs(3600))
+            .redis_timeout(10 * SECOND)
+            .replica_id("a")
+            .build()
+            .unwrap(),
+        Backend::single(&server.url()).unwrap(),
+        clock.clone(),
+    )
+    .unwrap();
+    let b = replica(&server.url(), "dep:ended-epoch", "b", config, &clock);
+    let hung = a.acquire().await.unwrap();
+    let p = b.acquire().await.unwrap();
+    p.record(Outcome::Failure).await;
+    clock.advance(10 * SECOND);
+    let probe = b.acquire().await.unwrap();
+    assert!(probe.is_probe());
+    probe.record(Outcome::Success).await;
+    assert_eq!(b.refresh().await.unwrap().state, State::Closed);
+
+    // A's hung call belongs to the first Closed epoch: its periodic check reports it, and the
+    // new epoch does not count it.
+    let p = a.acquire().await.unwrap();
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Closed);
+    assert_eq!(snap.window.in_flight_slow, 0);
+    drop((p, hung));
+}
+
+#[tokio::test]
+async fn the_quorum_counts_slow_calls_too() {
+    let server = RedisServer::start().unwrap();
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 4 })
+        .minimum_calls(4)
+        .slow_call_rate_threshold(50.0)
+        .slow_call_duration(SECOND)
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap();
+    let make = |id: &str| {
+        SharedBreaker::with_clock(
+            "dep:slow-quorum",
+            config.clone(),
+            SharedConfig::builder()
+                .time_source(TimeSource::Local)
+                .view_ttl(Duration::ZERO)
+                .redis_timeout(10 * SECOND)
+                .replica_id(id)
+                .quorum(Quorum {
+                    replicas: 2,
+                    within: 60 * SECOND,
+                })
+                .build()
+                .unwrap(),
+            Backend::single(&server.url()).unwrap(),
+            clock.clone(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (make("a"), make("b"));
+    // Two slow (but successful) calls from each replica: the dependency hangs, nothing fails.
+    let calls = vec![
+        a.acquire().await.unwrap(),
+        a.acquire().await.unwrap(),
+        b.acquire().await.unwrap(),
+        b.acquire().await.unwrap(),
+    ];
+    clock.advance(2 * SECOND);
+    for p in calls {
+        p.record(Outcome::Success).await;
+    }
+    assert_eq!(a.refresh().await.unwrap().state, State::Open);
+}

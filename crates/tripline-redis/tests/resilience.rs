@@ -912,3 +912,49 @@ fn cluster_keeps_a_breaker_in_one_slot_and_behaves_the_same() {
         assert_eq!((m.redis_errors, m.redis_timeouts), (0, 0), "{m:?}");
     });
 }
+
+/// A caller whose `record` sends a batch can be cancelled mid-send (a dropped request, an
+/// outer timeout): the batch counts as unconfirmed and the replica keeps sending afterwards.
+#[tokio::test]
+async fn a_cancelled_batch_send_does_not_stop_batching() {
+    let server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let shared = shared_builder("a")
+        .view_ttl(Duration::from_secs(60))
+        .batching(Batching {
+            flush_every: Duration::from_secs(10),
+            max_batch: 1,
+        })
+        .build()
+        .unwrap();
+    let b = breaker(
+        &backend,
+        "resilience:cancelled",
+        trip_config(Duration::from_secs(10)),
+        shared,
+        &clock,
+    );
+    shared_calls(&b, Outcome::Success, 2).await;
+    assert_eq!(b.metrics().batches, 2);
+
+    // Redis holds our scripts; the caller gives up on its record (its batch is in flight).
+    assert_eq!(
+        server.cli(&["CLIENT", "PAUSE", "20000", "WRITE"]).unwrap(),
+        "OK"
+    );
+    let p = b.acquire().await.unwrap();
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), p.record(Outcome::Success));
+    assert!(
+        gave_up.await.is_err(),
+        "the record should still be waiting on Redis"
+    );
+    assert_eq!(b.metrics().lost_records, 1);
+    assert_eq!(server.cli(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+
+    // The next outcome goes out as a batch of its own: the sender's role was given back.
+    shared_calls(&b, Outcome::Success, 1).await;
+    let m = b.metrics();
+    assert_eq!(m.batches, 3, "{m:?}");
+    assert_eq!(m.redis_timeouts + m.redis_errors, 0, "{m:?}");
+}
