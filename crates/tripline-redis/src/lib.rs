@@ -33,7 +33,9 @@
 //!   second implementation of the in-process breaker's rules, and it passes the same
 //!   conformance vectors (`tripline::conformance`): identical decisions, verdicts, states,
 //!   windows and transitions. A differential property test runs random configurations and
-//!   histories on both and requires them to agree at every step. Rates are compared in integers, in parts per million
+//!   histories on both and requires them to agree at every step. One known difference: past
+//!   65,535 calls in one time-window bucket the in-process window halves that bucket's 16-bit
+//!   counts (keeping its rates), while the script keeps counting exactly. Rates are compared in integers, in parts per million
 //!   (`failures * 1_000_000 >= ppm * calls`), the same integers the in-process breaker uses;
 //!   a 100 % threshold still trips.
 //! * **Keys.** All keys of one breaker share the hash tag `{prefix:scope}` (a Redis Cluster
