@@ -419,6 +419,9 @@ local function transition(to, reason, hint)
   set('st', to)
   set('tr', geti('tr') + 1)
   redis.call('XADD', E, 'MAXLEN', '~', 1000, '*', 'from', from, 'to', to, 'epoch', fmt(ep), 'reason', reason, 'at', fmt(now), 'replica', replica)
+  -- The events stream and the quorum votes outlive no idle breaker: each gets the idle TTL
+  -- when written.
+  redis.call('PEXPIRE', E, CFG.idle)
   trans[#trans + 1] = from .. '>' .. to .. '>' .. reason
 end
 
@@ -558,6 +561,7 @@ local function record_window(epoch, outcome, slow, hint)
   end
   if (failure == 1 or slow == 1) and CFG.quorum > 1 then
     redis.call('HSET', Q, replica, fmt(now))
+    redis.call('PEXPIRE', Q, CFG.idle)
   end
   if st == 'closed' then
     -- As in-process: failures, slow calls and a consecutive run always evaluate; a fast
@@ -737,15 +741,12 @@ if #del > 0 then
 end
 if st == 'closed' then
   redis.call('PEXPIRE', R, CFG.idle)
-  if CFG.kind == 0 and redis.call('EXISTS', W) == 1 then
+  if CFG.kind == 0 then
     redis.call('PEXPIRE', W, CFG.idle)
   end
 else
   redis.call('PERSIST', R)
 end
--- The events stream and the quorum votes outlive no idle breaker.
-redis.call('PEXPIRE', E, CFG.idle)
-redis.call('PEXPIRE', Q, CFG.idle)
 tw_save()
 
 -- Reply: verdict fields (up to 4), then state, epoch, open deadline, now, expired leases, and
