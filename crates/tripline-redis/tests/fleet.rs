@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use tripline::{BreakerConfig, ManualClock, Outcome, Recorded, State, WindowConfig};
 use tripline_redis::server::{RedisCluster, RedisServer};
-use tripline_redis::{Backend, Quorum, SharedBreaker, SharedConfig, TimeSource};
+use tripline_redis::{
+    Backend, Quorum, SharedBreaker, SharedConfig, SharedConfigBuilder, TimeSource,
+};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -23,14 +25,13 @@ fn config(k: u32) -> BreakerConfig {
         .unwrap()
 }
 
-fn shared(replica: &str, time: TimeSource) -> SharedConfig {
+/// The script on the manual clock, asking Redis on every acquire, with a generous timeout.
+fn shared(replica: &str) -> SharedConfigBuilder {
     SharedConfig::builder()
-        .time_source(time)
+        .time_source(TimeSource::Local)
         .view_ttl(Duration::ZERO)
         .redis_timeout(10 * SECOND)
         .replica_id(replica)
-        .build()
-        .unwrap()
 }
 
 /// Where the fleet's Redis is: one server, or a cluster (given by its nodes' urls).
@@ -64,10 +65,20 @@ fn replica_on(
     config: BreakerConfig,
     clock: &ManualClock,
 ) -> SharedBreaker<ManualClock> {
+    replica_with(target, scope, config, clock, shared(id))
+}
+
+fn replica_with(
+    target: Target<'_>,
+    scope: &str,
+    config: BreakerConfig,
+    clock: &ManualClock,
+    shared: SharedConfigBuilder,
+) -> SharedBreaker<ManualClock> {
     SharedBreaker::with_clock(
         scope,
         config,
-        shared(id, TimeSource::Local),
+        shared.build().unwrap(),
         backend(target),
         clock.clone(),
     )
@@ -302,21 +313,16 @@ async fn replicas_with_skewed_clocks_agree_on_timing() {
     let behind = ManualClock::new();
     let ahead = ManualClock::new();
     ahead.advance(3600 * SECOND);
+    let url = server.url();
     let make = |id: &str, clock: &ManualClock, view_ttl: Duration| {
-        SharedBreaker::with_clock(
+        let shared = shared(id).time_source(TimeSource::Redis).view_ttl(view_ttl);
+        replica_with(
+            Target::Single(&url),
             "dep:skew",
             config.clone(),
-            SharedConfig::builder()
-                .time_source(TimeSource::Redis)
-                .view_ttl(view_ttl)
-                .redis_timeout(10 * SECOND)
-                .replica_id(id)
-                .build()
-                .unwrap(),
-            Backend::single(&server.url()).unwrap(),
-            clock.clone(),
+            clock,
+            shared,
         )
-        .unwrap()
     };
     let a = make("behind", &behind, Duration::ZERO);
     let b = make("ahead", &ahead, Duration::from_secs(1));
@@ -343,25 +349,19 @@ async fn replicas_with_skewed_clocks_agree_on_timing() {
 async fn quorum_needs_failures_from_distinct_replicas() {
     let server = RedisServer::start().unwrap();
     let clock = ManualClock::new();
+    let url = server.url();
     let quorum = |id: &str| {
-        SharedBreaker::with_clock(
+        let shared = shared(id).quorum(Quorum {
+            replicas: 2,
+            within: 30 * SECOND,
+        });
+        replica_with(
+            Target::Single(&url),
             "dep:quorum",
             config(1),
-            SharedConfig::builder()
-                .time_source(TimeSource::Local)
-                .view_ttl(Duration::ZERO)
-                .redis_timeout(10 * SECOND)
-                .replica_id(id)
-                .quorum(Quorum {
-                    replicas: 2,
-                    within: 30 * SECOND,
-                })
-                .build()
-                .unwrap(),
-            Backend::single(&server.url()).unwrap(),
-            clock.clone(),
+            &clock,
+            shared,
         )
-        .unwrap()
     };
     let broken = quorum("broken-network");
     let healthy = quorum("healthy");
@@ -487,20 +487,13 @@ async fn calls_from_an_ended_epoch_do_not_retrip_a_closed_breaker() {
         .build()
         .unwrap();
     // A decides from its view for an hour and hears nothing while B trips and recovers.
-    let a = SharedBreaker::with_clock(
+    let a = replica_with(
+        Target::Single(&server.url()),
         "dep:ended-epoch",
         config.clone(),
-        SharedConfig::builder()
-            .time_source(TimeSource::Local)
-            .view_ttl(Duration::from_secs(3600))
-            .redis_timeout(10 * SECOND)
-            .replica_id("a")
-            .build()
-            .unwrap(),
-        Backend::single(&server.url()).unwrap(),
-        clock.clone(),
-    )
-    .unwrap();
+        &clock,
+        shared("a").view_ttl(Duration::from_secs(3600)),
+    );
     let b = replica(&server.url(), "dep:ended-epoch", "b", config, &clock);
     let hung = a.acquire().await.unwrap();
     let p = b.acquire().await.unwrap();
@@ -532,25 +525,19 @@ async fn the_quorum_counts_slow_calls_too() {
         .count_in_flight_as_slow(false)
         .build()
         .unwrap();
+    let url = server.url();
     let make = |id: &str| {
-        SharedBreaker::with_clock(
+        let shared = shared(id).quorum(Quorum {
+            replicas: 2,
+            within: 60 * SECOND,
+        });
+        replica_with(
+            Target::Single(&url),
             "dep:slow-quorum",
             config.clone(),
-            SharedConfig::builder()
-                .time_source(TimeSource::Local)
-                .view_ttl(Duration::ZERO)
-                .redis_timeout(10 * SECOND)
-                .replica_id(id)
-                .quorum(Quorum {
-                    replicas: 2,
-                    within: 60 * SECOND,
-                })
-                .build()
-                .unwrap(),
-            Backend::single(&server.url()).unwrap(),
-            clock.clone(),
+            &clock,
+            shared,
         )
-        .unwrap()
     };
     let (a, b) = (make("a"), make("b"));
     // Two slow (but successful) calls from each replica: the dependency hangs, nothing fails.
