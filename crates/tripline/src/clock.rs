@@ -33,8 +33,10 @@ pub trait Clock: Send + Sync + 'static {
 
 /// The production clock: `quanta`'s TSC-based monotonic clock.
 ///
-/// [`Clock::now`] reads the time-stamp counter through a held `quanta::Clock` and scales the
-/// delta from the origin, with no thread-local lookup and no `Duration` conversion.
+/// [`Clock::now`] reads the time-stamp counter through one process-wide `quanta::Clock` and
+/// scales the delta from the origin, with no thread-local lookup and no `Duration`
+/// conversion. Every `MonotonicClock` of a process shares that clock and its origin (the
+/// first one's creation), so a clock costs 16 bytes in each breaker that holds it.
 /// [`Clock::recent`] reads quanta's coarse clock, which costs about a nanosecond when a
 /// `quanta::Upkeep` thread is running, and falls back to [`Clock::now`] when none is.
 ///
@@ -46,28 +48,41 @@ pub trait Clock: Send + Sync + 'static {
 /// assert!(clock.now() >= a);
 /// assert!(clock.recent() <= clock.now() + 1_000_000_000);
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct MonotonicClock {
+    base: &'static Base,
+    coarse: bool,
+}
+
+/// The calibrated clock and the origin every [`MonotonicClock`] of the process reads from.
+#[derive(Debug)]
+struct Base {
     clock: quanta::Clock,
     origin_raw: u64,
     origin: quanta::Instant,
-    coarse: bool,
 }
+
+static BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
 
 /// The process-wide upkeep thread behind [`MonotonicClock::coarse`]; it runs while the process
 /// does.
 static UPKEEP: std::sync::OnceLock<Option<quanta::Handle>> = std::sync::OnceLock::new();
 
 impl MonotonicClock {
-    /// A clock whose origin is now.
+    /// A clock on the process-wide origin (fixed when the first one is made).
     pub fn new() -> Self {
-        let clock = quanta::Clock::new();
-        let origin_raw = clock.raw();
-        let origin = clock.scaled(origin_raw);
+        let base = BASE.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let origin_raw = clock.raw();
+            let origin = clock.scaled(origin_raw);
+            Base {
+                clock,
+                origin_raw,
+                origin,
+            }
+        });
         Self {
-            clock,
-            origin_raw,
-            origin,
+            base,
             coarse: false,
         }
     }
@@ -112,11 +127,11 @@ impl Clock for MonotonicClock {
         if self.coarse {
             // Never mixed with precise readings, so it never goes backwards; 0 until the first
             // tick after the origin.
-            let r = self.clock.recent();
-            return if r < self.origin {
+            let r = self.base.clock.recent();
+            return if r < self.base.origin {
                 0
             } else {
-                nanos(r.duration_since(self.origin))
+                nanos(r.duration_since(self.base.origin))
             };
         }
         self.precise()
@@ -124,19 +139,20 @@ impl Clock for MonotonicClock {
 
     #[inline]
     fn recent(&self) -> u64 {
-        let r = self.clock.recent();
-        if r < self.origin {
-            // No upkeep thread (quanta reports 0), or its last tick predates this clock.
+        let r = self.base.clock.recent();
+        if r < self.base.origin {
+            // No upkeep thread (quanta reports 0), or its last tick predates the origin.
             return self.precise();
         }
-        nanos(r.duration_since(self.origin))
+        nanos(r.duration_since(self.base.origin))
     }
 }
 
 impl MonotonicClock {
     #[inline]
     fn precise(&self) -> u64 {
-        self.clock.delta_as_nanos(self.origin_raw, self.clock.raw())
+        let b = self.base;
+        b.clock.delta_as_nanos(b.origin_raw, b.clock.raw())
     }
 }
 
