@@ -379,6 +379,33 @@ fn main() {
                 subjects::tripline_with(count.clone(), subjects::monotonic()).memory_bytes()
             ),
         );
+        let shared = std::sync::Arc::new(count.clone());
+        per_instance(
+            "tripline count 100, one shared `Arc<BreakerConfig>`",
+            instances,
+            || subjects::tripline_with(shared.clone(), subjects::monotonic()),
+            &format!(
+                "memory_bytes() = {}; as a registry's keys share their configuration",
+                subjects::tripline_with(shared.clone(), subjects::monotonic()).memory_bytes()
+            ),
+        );
+        let tripped = subjects::tripline_with(shared.clone(), subjects::monotonic());
+        tripped.trip();
+        tripped.reset();
+        per_instance(
+            "tripline count 100, shared configuration, after one trip and reset",
+            instances,
+            || {
+                let b = subjects::tripline_with(shared.clone(), subjects::monotonic());
+                b.trip();
+                b.reset();
+                b
+            },
+            &format!(
+                "memory_bytes() = {}; the transition part is allocated on first use",
+                tripped.memory_bytes()
+            ),
+        );
         let seeded = count
             .to_builder()
             .seed(1)

@@ -81,7 +81,10 @@ pub fn tripline_forced_open() -> CircuitBreaker {
 }
 
 /// Builds a tripline breaker of either window on any clock (for the memory figures).
-pub fn tripline_with<C: Clock>(config: BreakerConfig, clock: C) -> CircuitBreaker<C> {
+pub fn tripline_with<C: Clock>(
+    config: impl Into<std::sync::Arc<BreakerConfig>>,
+    clock: C,
+) -> CircuitBreaker<C> {
     CircuitBreaker::with_clock("bench", config, clock)
 }
 

@@ -21,9 +21,10 @@ use crate::error::{BreakerName, CallError, ConfigError, Rejected};
 use crate::event::{EventKind, Listener, Reason};
 use crate::outcome::{Classification, Classify, Outcome, ResultClassifier};
 use crate::state::{State, Word};
-use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, lock};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, lock};
 use crate::window::{CountWindow, Sample, TimeWindow, Window, WindowSnapshot};
 use crate::{event::Hub, inflight::InFlight};
+use once_cell::race::OnceBox;
 
 const NO_COHORT: u64 = u64::MAX - 1;
 const PPM: u64 = 1_000_000;
@@ -68,26 +69,34 @@ impl<C: Clock> std::fmt::Debug for CircuitBreaker<C> {
 }
 
 /// The thresholds the lock-free paths read, kept in atomics so a live reconfiguration can
-/// change them without a lock.
+/// change them without a lock, and the two flags and the running count the closed path keeps
+/// beside them (one cache line with the state word's neighbours).
 #[derive(Debug)]
 struct Hot {
-    failure_ppm: AtomicU64,
-    slow_ppm: AtomicU64,
     slow_nanos: AtomicU64,
-    minimum_calls: AtomicU64,
-    consecutive: AtomicU64,
+    failure_ppm: AtomicU32,
+    slow_ppm: AtomicU32,
+    minimum_calls: AtomicU32,
+    /// The consecutive-failures limit (0: rule off).
+    consecutive_limit: AtomicU32,
+    /// Consecutive failures so far (kept only while the rule is on).
+    consecutive: AtomicU32,
     in_flight: AtomicBool,
+    /// MetricsOnly: whether the last evaluation would have tripped.
+    would_trip: AtomicBool,
 }
 
 impl Hot {
     fn new(c: &BreakerConfig) -> Self {
         let h = Self {
-            failure_ppm: AtomicU64::new(0),
-            slow_ppm: AtomicU64::new(0),
             slow_nanos: AtomicU64::new(0),
-            minimum_calls: AtomicU64::new(0),
-            consecutive: AtomicU64::new(0),
+            failure_ppm: AtomicU32::new(0),
+            slow_ppm: AtomicU32::new(0),
+            minimum_calls: AtomicU32::new(0),
+            consecutive_limit: AtomicU32::new(0),
+            consecutive: AtomicU32::new(0),
             in_flight: AtomicBool::new(false),
+            would_trip: AtomicBool::new(false),
         };
         h.set(c);
         h
@@ -95,26 +104,37 @@ impl Hot {
 
     fn set(&self, c: &BreakerConfig) {
         let r = Ordering::Relaxed;
-        self.failure_ppm.store(c.failure_ppm(), r);
-        self.slow_ppm.store(c.slow_ppm(), r);
+        // Validated: both rates are at most 1,000,000 ppm.
+        self.failure_ppm
+            .store(u32::try_from(c.failure_ppm()).unwrap_or(u32::MAX), r);
+        self.slow_ppm
+            .store(u32::try_from(c.slow_ppm()).unwrap_or(u32::MAX), r);
         self.slow_nanos.store(nanos(c.slow_call_duration), r);
-        self.minimum_calls.store(u64::from(c.minimum_calls), r);
-        self.consecutive
-            .store(c.consecutive_failures.map_or(0, u64::from), r);
+        self.minimum_calls.store(c.minimum_calls, r);
+        self.consecutive_limit
+            .store(c.consecutive_failures.unwrap_or(0), r);
         self.in_flight.store(c.count_in_flight_as_slow, r);
+    }
+
+    #[inline]
+    fn failure_ppm(&self) -> u64 {
+        u64::from(self.failure_ppm.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    fn slow_ppm(&self) -> u64 {
+        u64::from(self.slow_ppm.load(Ordering::Relaxed))
     }
 }
 
+/// Counters the closed path writes.
 #[derive(Debug, Default)]
 struct Counters {
     successes: AtomicU64,
     failures: AtomicU64,
     slow: AtomicU64,
     ignored: AtomicU64,
-    rejected: AtomicU64,
-    stale: AtomicU64,
     abandoned: AtomicU64,
-    expired_probes: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -149,7 +169,7 @@ impl Round {
 
 #[derive(Debug)]
 struct Core {
-    config: BreakerConfig,
+    config: Arc<BreakerConfig>,
     /// Jitter generator, seeded from the OS on first use unless the configuration seeds it.
     rng: Option<Pcg64Mcg>,
     /// Backoff level: how many times the open wait has grown.
@@ -163,24 +183,37 @@ struct Core {
     transitions: u64,
 }
 
+/// The part of a breaker that only transitions, probes, listeners and the counters of
+/// non-Closed states need. It is allocated the first time one of them is, so a breaker that
+/// has never left Closed (most of a registry's keys) holds only [`Inner`]'s closed-path part.
+#[derive(Debug)]
+struct Cold {
+    core: Mutex<Core>,
+    hub: Hub,
+    rejected: AtomicU64,
+    stale: AtomicU64,
+    expired_probes: AtomicU64,
+    #[cfg(feature = "tokio")]
+    notify: tokio::sync::Notify,
+}
+
 pub(crate) struct Inner<C> {
-    name: BreakerName,
-    clock: C,
     word: AtomicU64,
     open_until: AtomicU64,
     hot: Hot,
     window: Window,
     inflight: InFlight,
-    consecutive: AtomicU64,
     next_inflight_check: AtomicU64,
-    next_success_eval: AtomicU64,
+    /// When the breaker last entered Closed (or MetricsOnly); its creation time until the
+    /// first transition.
     closed_since: AtomicU64,
-    would_trip: AtomicBool,
     counters: Counters,
-    core: Mutex<Core>,
-    hub: Hub,
-    #[cfg(feature = "tokio")]
-    notify: tokio::sync::Notify,
+    name: BreakerName,
+    clock: C,
+    /// The configuration the breaker was built with; the cold part's copy is the one in force
+    /// once that part exists.
+    config: Arc<BreakerConfig>,
+    cold: OnceBox<Cold>,
 }
 
 /// What happened to a recorded result.
@@ -391,7 +424,21 @@ pub struct Metrics {
 
 impl CircuitBreaker<MonotonicClock> {
     /// A breaker on the production clock.
-    pub fn new(name: impl Into<BreakerName>, config: BreakerConfig) -> Self {
+    ///
+    /// `config` is a [`BreakerConfig`] or an `Arc<BreakerConfig>`; breakers built from clones
+    /// of one `Arc` share it instead of each holding a copy (a registry's keys do).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::{BreakerConfig, CircuitBreaker};
+    ///
+    /// let config = Arc::new(BreakerConfig::default());
+    /// let a = CircuitBreaker::new("tenant-a", config.clone());
+    /// let b = CircuitBreaker::new("tenant-b", config.clone());
+    /// assert_eq!(Arc::strong_count(&config), 3);
+    /// # drop((a, b));
+    /// ```
+    pub fn new(name: impl Into<BreakerName>, config: impl Into<Arc<BreakerConfig>>) -> Self {
         Self::with_clock(name, config, MonotonicClock::new())
     }
 }
@@ -405,49 +452,41 @@ impl<C: Clock> CircuitBreaker<C> {
     /// let breaker = CircuitBreaker::with_clock("db", BreakerConfig::default(), clock.clone());
     /// assert_eq!(breaker.name(), "db");
     /// ```
-    pub fn with_clock(name: impl Into<BreakerName>, config: BreakerConfig, clock: C) -> Self {
+    pub fn with_clock(
+        name: impl Into<BreakerName>,
+        config: impl Into<Arc<BreakerConfig>>,
+        clock: C,
+    ) -> Self {
+        let config = config.into();
         let now = clock.now();
         let window = match config.window {
             WindowConfig::Count { size } => Window::Count(CountWindow::new(size)),
             WindowConfig::Time { length, bucket } => Window::Time(TimeWindow::new(
                 nanos(bucket),
-                (length.as_nanos() / bucket.as_nanos()) as u64,
+                // At most 4,096 buckets (validated).
+                u32::try_from(length.as_nanos() / bucket.as_nanos()).unwrap_or(u32::MAX),
                 config.stripes,
             )),
         };
-        let rng = config.seed.map(Pcg64Mcg::seed_from_u64);
         let inflight = InFlight::new(nanos(config.slow_call_duration));
         let inner = Inner {
-            name: name.into(),
             word: AtomicU64::new(Word::new(State::Closed, 0).0),
             open_until: AtomicU64::new(0),
             hot: Hot::new(&config),
             window,
             next_inflight_check: AtomicU64::new(now + inflight.width()),
             inflight,
-            next_success_eval: AtomicU64::new(0),
-            consecutive: AtomicU64::new(0),
             closed_since: AtomicU64::new(now),
-            would_trip: AtomicBool::new(false),
             counters: Counters::default(),
-            core: Mutex::new(Core {
-                // Probe leases are made on entering HalfOpen.
-                round: Round::new(0),
-                config,
-                rng,
-                level: 0,
-                ever_opened: false,
-                entered_at: now,
-                half_open_since: 0,
-                next_token: 1,
-                time_in: [0; 6],
-                transitions: 0,
-            }),
-            hub: Hub::new(),
+            name: name.into(),
             clock,
-            #[cfg(feature = "tokio")]
-            notify: tokio::sync::Notify::new(),
+            config,
+            cold: OnceBox::new(),
         };
+        // loom cannot see through `OnceBox`'s std atomics, so under the model checker the cold
+        // part exists before the breaker is shared; its lazy publication is once_cell's.
+        #[cfg(loom)]
+        let _ = inner.cold();
         Self {
             inner: Arc::new(inner),
         }
@@ -475,7 +514,12 @@ impl<C: Clock> CircuitBreaker<C> {
 
     /// The configuration in force.
     pub fn config(&self) -> BreakerConfig {
-        lock(&self.inner.core).config.clone()
+        BreakerConfig::clone(&self.inner.config_arc())
+    }
+
+    /// The configuration in force, shared.
+    pub(crate) fn inner_config(&self) -> Arc<BreakerConfig> {
+        self.inner.config_arc()
     }
 
     /// Asks to make one call. In Closed this is a few atomic operations; in Open a rejection;
@@ -553,46 +597,62 @@ impl<C: Clock> CircuitBreaker<C> {
     /// A snapshot of the state and counters.
     pub fn metrics(&self) -> Metrics {
         let inner = &*self.inner;
-        let core = lock(&inner.core);
-        let now = inner.clock.now();
-        let word = Word(inner.word.load(Ordering::Acquire));
         let r = Ordering::Relaxed;
         let c = &inner.counters;
-        let current = now.saturating_sub(core.entered_at);
-        let time_in =
-            |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
-        Metrics {
-            state: word.state(),
-            generation: word.generation(),
-            window: inner.snapshot(now),
+        let mut m = Metrics {
+            state: State::Closed,
+            generation: 0,
+            window: WindowSnapshot::default(),
             successful_calls: c.successes.load(r),
             failed_calls: c.failures.load(r),
             slow_calls: c.slow.load(r),
             ignored_calls: c.ignored.load(r),
-            rejected_calls: c.rejected.load(r),
-            stale_results: c.stale.load(r),
+            rejected_calls: 0,
+            stale_results: 0,
             abandoned_permits: c.abandoned.load(r),
-            expired_probes: c.expired_probes.load(r),
-            transitions: core.transitions,
-            probes_in_flight: if word.state() == State::HalfOpen {
-                core.round.in_flight() as u32
-            } else {
-                0
-            },
-            time_open: Duration::from_nanos(time_in(State::Open) + time_in(State::ForcedOpen)),
-            time_half_open: Duration::from_nanos(time_in(State::HalfOpen)),
-            listener_panics: inner.hub.listener_panics.load(r),
+            expired_probes: 0,
+            transitions: 0,
+            probes_in_flight: 0,
+            time_open: Duration::ZERO,
+            time_half_open: Duration::ZERO,
+            listener_panics: 0,
+        };
+        // Without the cold part the breaker has never left Closed: no transition, no time
+        // elsewhere, nothing rejected.
+        let core = inner.cold.get().map(|cold| {
+            m.rejected_calls = cold.rejected.load(r);
+            m.stale_results = cold.stale.load(r);
+            m.expired_probes = cold.expired_probes.load(r);
+            m.listener_panics = cold.hub.listener_panics.load(r);
+            lock(&cold.core)
+        });
+        let now = inner.clock.now();
+        let word = Word(inner.word.load(Ordering::Acquire));
+        (m.state, m.generation) = (word.state(), word.generation());
+        m.window = inner.snapshot(now);
+        if let Some(core) = core {
+            let current = now.saturating_sub(core.entered_at);
+            let time_in =
+                |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
+            m.transitions = core.transitions;
+            if word.state() == State::HalfOpen {
+                m.probes_in_flight = core.round.in_flight() as u32;
+            }
+            m.time_open = Duration::from_nanos(time_in(State::Open) + time_in(State::ForcedOpen));
+            m.time_half_open = Duration::from_nanos(time_in(State::HalfOpen));
         }
+        m
     }
 
     /// Subscribes a listener. It first receives [`EventKind::Initial`] with the current state,
     /// then every later event in order.
     pub fn subscribe(&self, listener: impl Listener) {
         let inner = &*self.inner;
+        let cold = inner.cold();
         {
-            let _core = lock(&inner.core);
+            let _core = lock(&cold.core);
             let word = Word(inner.word.load(Ordering::Acquire));
-            let seq = inner.hub.queue(
+            let seq = cold.hub.queue(
                 inner.clock.now(),
                 &inner.name,
                 EventKind::Initial {
@@ -600,9 +660,9 @@ impl<C: Clock> CircuitBreaker<C> {
                     generation: word.generation(),
                 },
             );
-            inner.hub.add(Arc::new(listener), seq);
+            cold.hub.add(Arc::new(listener), seq);
         }
-        inner.hub.dispatch();
+        cold.hub.dispatch();
     }
 
     /// Operator: reject every call until told otherwise (kill switch).
@@ -654,13 +714,14 @@ impl<C: Clock> CircuitBreaker<C> {
         let word = Word(inner.word.load(Ordering::Acquire));
         match word.state() {
             State::Open => {
-                let auto = lock(&inner.core).config.automatic_transition;
+                let auto = lock(&inner.cold().core).config.automatic_transition;
                 if auto && now >= inner.open_until.load(Ordering::Acquire) {
                     inner.open_to_half_open(word, now);
                 }
             }
             State::HalfOpen => {
-                let mut core = lock(&inner.core);
+                let cold = inner.cold();
+                let mut core = lock(&cold.core);
                 if Word(inner.word.load(Ordering::Acquire)) == word
                     && core
                         .config
@@ -679,7 +740,7 @@ impl<C: Clock> CircuitBreaker<C> {
                     );
                 }
                 drop(core);
-                inner.hub.dispatch();
+                cold.hub.dispatch();
             }
             _ => {}
         }
@@ -689,7 +750,8 @@ impl<C: Clock> CircuitBreaker<C> {
     /// Time until the next timer-driven transition is due, if one is scheduled.
     pub fn next_deadline(&self) -> Option<Duration> {
         let inner = &*self.inner;
-        let core = lock(&inner.core);
+        // Without the cold part the breaker has never left Closed.
+        let core = lock(&inner.cold.get()?.core);
         let now = inner.clock.now();
         let word = Word(inner.word.load(Ordering::Acquire));
         match word.state() {
@@ -712,7 +774,8 @@ impl<C: Clock> CircuitBreaker<C> {
     pub fn trip(&self) {
         let inner = &*self.inner;
         let now = inner.clock.now();
-        let mut core = lock(&inner.core);
+        let cold = inner.cold();
+        let mut core = lock(&cold.core);
         let word = Word(inner.word.load(Ordering::Acquire));
         if matches!(word.state(), State::Closed | State::MetricsOnly) {
             let snap = inner.snapshot(now);
@@ -727,7 +790,7 @@ impl<C: Clock> CircuitBreaker<C> {
             );
         }
         drop(core);
-        inner.hub.dispatch();
+        cold.hub.dispatch();
     }
 
     /// Replaces the configuration, keeping state, generation and window. The window's shape
@@ -743,10 +806,12 @@ impl<C: Clock> CircuitBreaker<C> {
     /// assert_eq!(breaker.reconfigure(other_shape).unwrap_err().field(), "window");
     /// # Ok::<(), tripline::ConfigError>(())
     /// ```
-    pub fn reconfigure(&self, config: BreakerConfig) -> Result<(), ConfigError> {
+    pub fn reconfigure(&self, config: impl Into<Arc<BreakerConfig>>) -> Result<(), ConfigError> {
+        let config = config.into();
         config.validate()?;
         let inner = &*self.inner;
-        let mut core = lock(&inner.core);
+        let cold = inner.cold();
+        let mut core = lock(&cold.core);
         if config.window != core.config.window || config.stripes != core.config.stripes {
             return Err(ConfigError::new(
                 "window",
@@ -766,7 +831,7 @@ impl<C: Clock> CircuitBreaker<C> {
         inner.hot.set(&config);
         core.config = config;
         let now = inner.clock.now();
-        inner.hub.queue(
+        cold.hub.queue(
             now,
             &inner.name,
             EventKind::Reconfigured {
@@ -781,7 +846,7 @@ impl<C: Clock> CircuitBreaker<C> {
             }
         }
         drop(core);
-        inner.hub.dispatch();
+        cold.hub.dispatch();
         Ok(())
     }
 
@@ -797,16 +862,81 @@ impl<C: Clock> CircuitBreaker<C> {
         snap.failures == 0 && snap.slow_calls == 0 && snap.in_flight_slow == 0
     }
 
-    /// Approximate bytes held by this breaker (the shared part plus the window's heap).
+    /// Approximate bytes held by this breaker: the shared part, the window's heap, the name
+    /// and, once allocated, the part transitions need. A configuration shared with other
+    /// breakers (one `Arc<BreakerConfig>` passed to each) is not counted.
     pub fn memory_bytes(&self) -> usize {
+        let inner = &*self.inner;
+        let own_config = if Arc::strong_count(&inner.config) == 1 {
+            std::mem::size_of::<BreakerConfig>()
+        } else {
+            0
+        };
+        let cold = inner.cold.get().map_or(0, |cold| {
+            std::mem::size_of::<Cold>()
+                + lock(&cold.core).round.leases.capacity() * std::mem::size_of::<Option<Lease>>()
+        });
         std::mem::size_of::<Inner<C>>()
-            + self.inner.window.heap_bytes()
-            + self.inner.name.len()
-            + lock(&self.inner.core).round.leases.capacity() * std::mem::size_of::<Option<Lease>>()
+            + inner.window.heap_bytes()
+            + inner.name.len()
+            + own_config
+            + cold
+    }
+}
+
+impl Cold {
+    fn new(config: Arc<BreakerConfig>, created: u64) -> Self {
+        Self {
+            core: Mutex::new(Core {
+                // Probe leases are made on entering HalfOpen.
+                round: Round::new(0),
+                rng: config.seed.map(Pcg64Mcg::seed_from_u64),
+                config,
+                level: 0,
+                ever_opened: false,
+                entered_at: created,
+                half_open_since: 0,
+                next_token: 1,
+                time_in: [0; 6],
+                transitions: 0,
+            }),
+            hub: Hub::new(),
+            rejected: AtomicU64::new(0),
+            stale: AtomicU64::new(0),
+            expired_probes: AtomicU64::new(0),
+            #[cfg(feature = "tokio")]
+            notify: tokio::sync::Notify::new(),
+        }
     }
 }
 
 impl<C: Clock> Inner<C> {
+    /// The cold part, allocated the first time it is needed. Until then the breaker has never
+    /// left Closed, so `closed_since` is still its creation time.
+    #[inline]
+    fn cold(&self) -> &Cold {
+        self.cold.get_or_init(|| {
+            Box::new(Cold::new(
+                self.config.clone(),
+                self.closed_since.load(Ordering::Relaxed),
+            ))
+        })
+    }
+
+    /// The configuration in force.
+    fn config_arc(&self) -> Arc<BreakerConfig> {
+        match self.cold.get() {
+            Some(cold) => lock(&cold.core).config.clone(),
+            None => self.config.clone(),
+        }
+    }
+
+    /// Whether a listener wants per-call events (none can before the cold part exists).
+    #[inline]
+    fn call_events(&self) -> Option<&Cold> {
+        self.cold.get().filter(|c| c.hub.wants_call_events())
+    }
+
     /// Records a permit's result.
     fn settle(&self, t: Ticket, c: Classification) -> Recorded {
         match t.kind {
@@ -888,10 +1018,12 @@ impl<C: Clock> Inner<C> {
 
     #[cold]
     fn reject(&self, state: State, retry_after: Option<u64>, now: u64) -> Rejected {
-        self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        // Only a transition leaves Closed, so the cold part exists.
+        let cold = self.cold();
+        cold.rejected.fetch_add(1, Ordering::Relaxed);
         let retry_after = retry_after.map(Duration::from_nanos);
-        if self.hub.wants_call_events() {
-            self.hub
+        if cold.hub.wants_call_events() {
+            cold.hub
                 .call_event(now, &self.name, EventKind::Rejected { state, retry_after });
         }
         Rejected {
@@ -902,10 +1034,12 @@ impl<C: Clock> Inner<C> {
     }
 
     fn stale(&self, permit_generation: u64, now: u64) -> Recorded {
-        self.counters.stale.fetch_add(1, Ordering::Relaxed);
-        if self.hub.wants_call_events() {
+        // A result is stale only after a transition, so the cold part exists.
+        let cold = self.cold();
+        cold.stale.fetch_add(1, Ordering::Relaxed);
+        if cold.hub.wants_call_events() {
             let generation = Word(self.word.load(Ordering::Acquire)).generation();
-            self.hub.call_event(
+            cold.hub.call_event(
                 now,
                 &self.name,
                 EventKind::StaleResult {
@@ -933,14 +1067,13 @@ impl<C: Clock> Inner<C> {
         if let Some(count) = consecutive {
             return Some((Reason::ConsecutiveFailures { count }, snap));
         }
-        let r = Ordering::Relaxed;
-        let min = self.hot.minimum_calls.load(r).max(1);
-        if snap.calls >= min && snap.failures * PPM >= self.hot.failure_ppm.load(r) * snap.calls {
+        let min = u64::from(self.hot.minimum_calls.load(Ordering::Relaxed).max(1));
+        if snap.calls >= min && snap.failures * PPM >= self.hot.failure_ppm() * snap.calls {
             return Some((Reason::FailureRate, snap));
         }
         let total = snap.total();
         if total >= min
-            && (snap.slow_calls + snap.in_flight_slow) * PPM >= self.hot.slow_ppm.load(r) * total
+            && (snap.slow_calls + snap.in_flight_slow) * PPM >= self.hot.slow_ppm() * total
         {
             return Some((Reason::SlowCallRate, snap));
         }
@@ -955,19 +1088,7 @@ impl<C: Clock> Inner<C> {
         match &self.window {
             // A full ring: the success replaced an outcome, which cannot raise either rate.
             Window::Count(w) => w.filling(),
-            Window::Time(w) => {
-                let due = self.next_success_eval.load(Ordering::Relaxed);
-                now >= due
-                    && self
-                        .next_success_eval
-                        .compare_exchange(
-                            due,
-                            now.saturating_add(w.bucket_nanos()),
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
-            }
+            Window::Time(w) => w.success_evaluation_due(now),
         }
     }
 
@@ -1003,15 +1124,15 @@ impl<C: Clock> Inner<C> {
         }
         self.window.record(now, Sample { failure, slow });
         let mut consecutive = None;
-        let limit = self.hot.consecutive.load(r);
+        let limit = self.hot.consecutive_limit.load(r);
         if limit != 0 {
             if failure {
-                let n = self.consecutive.fetch_add(1, r) + 1;
+                let n = self.hot.consecutive.fetch_add(1, r).saturating_add(1);
                 if n >= limit {
-                    consecutive = Some(n);
+                    consecutive = Some(u64::from(n));
                 }
-            } else if self.consecutive.load(r) != 0 {
-                self.consecutive.store(0, r);
+            } else if self.hot.consecutive.load(r) != 0 {
+                self.hot.consecutive.store(0, r);
             }
         }
         if word.state() == State::MetricsOnly {
@@ -1028,18 +1149,19 @@ impl<C: Clock> Inner<C> {
     fn shadow_evaluate(&self, now: u64, consecutive: Option<u64>) {
         match self.trip_reason(now, consecutive, true) {
             Some((reason, window)) => {
-                if !self.would_trip.swap(true, Ordering::Relaxed) {
+                if !self.hot.would_trip.swap(true, Ordering::Relaxed) {
                     let word = Word(self.word.load(Ordering::Acquire));
-                    let core = lock(&self.core);
+                    let cold = self.cold();
+                    let core = lock(&cold.core);
                     if word == Word(self.word.load(Ordering::Acquire)) {
-                        self.hub
+                        cold.hub
                             .queue(now, &self.name, EventKind::WouldTrip { reason, window });
                     }
                     drop(core);
-                    self.hub.dispatch();
+                    cold.hub.dispatch();
                 }
             }
-            None => self.would_trip.store(false, Ordering::Relaxed),
+            None => self.hot.would_trip.store(false, Ordering::Relaxed),
         }
     }
 
@@ -1076,19 +1198,21 @@ impl<C: Clock> Inner<C> {
         snap: WindowSnapshot,
         retry_after: Option<Duration>,
     ) -> bool {
-        let mut core = lock(&self.core);
+        let cold = self.cold();
+        let mut core = lock(&cold.core);
         let done = Word(self.word.load(Ordering::Acquire)) == word;
         if done {
             self.transition(&mut core, word, State::Open, reason, snap, now, retry_after);
         }
         drop(core);
-        self.hub.dispatch();
+        cold.hub.dispatch();
         done
     }
 
     #[cold]
     fn open_to_half_open(&self, word: Word, now: u64) {
-        let mut core = lock(&self.core);
+        let cold = self.cold();
+        let mut core = lock(&cold.core);
         if Word(self.word.load(Ordering::Acquire)) == word
             && now >= self.open_until.load(Ordering::Acquire)
         {
@@ -1104,13 +1228,14 @@ impl<C: Clock> Inner<C> {
             );
         }
         drop(core);
-        self.hub.dispatch();
+        cold.hub.dispatch();
     }
 
     /// Claims a probe slot. `None`: the state moved; look again.
     fn claim_probe(&self, word: Word) -> Option<Result<Ticket, Rejected>> {
         let now = self.clock.now();
-        let mut core = lock(&self.core);
+        let cold = self.cold();
+        let mut core = lock(&cold.core);
         if Word(self.word.load(Ordering::Acquire)) != word {
             return None;
         }
@@ -1127,7 +1252,7 @@ impl<C: Clock> Inner<C> {
                     None,
                 );
                 drop(core);
-                self.hub.dispatch();
+                cold.hub.dispatch();
                 return None;
             }
         }
@@ -1135,7 +1260,7 @@ impl<C: Clock> Inner<C> {
         for lease in core.round.leases.iter_mut() {
             if lease.is_some_and(|l| l.deadline <= now) {
                 *lease = None;
-                self.counters.expired_probes.fetch_add(1, Ordering::Relaxed);
+                cold.expired_probes.fetch_add(1, Ordering::Relaxed);
             }
         }
         let k = core.config.half_open_calls;
@@ -1180,7 +1305,8 @@ impl<C: Clock> Inner<C> {
         c: Classification,
     ) -> Recorded {
         let now = self.clock.now();
-        let mut core = lock(&self.core);
+        let cold = self.cold();
+        let mut core = lock(&cold.core);
         let word = Word(self.word.load(Ordering::Acquire));
         let lease_ok = core
             .round
@@ -1223,9 +1349,8 @@ impl<C: Clock> Inner<C> {
         let verdict = match core.config.half_open_policy {
             HalfOpenPolicy::AllProbes => {
                 let kk = u64::from(k);
-                let too_many_failures =
-                    u64::from(failures) * PPM >= self.hot.failure_ppm.load(r) * kk;
-                let too_slow = u64::from(slow_n) * PPM >= self.hot.slow_ppm.load(r) * kk;
+                let too_many_failures = u64::from(failures) * PPM >= self.hot.failure_ppm() * kk;
+                let too_slow = u64::from(slow_n) * PPM >= self.hot.slow_ppm() * kk;
                 if too_many_failures || too_slow {
                     Some(State::Open)
                 } else if probes >= k {
@@ -1262,7 +1387,7 @@ impl<C: Clock> Inner<C> {
             self.transition(&mut core, word, to, reason, snap, now, c.retry_after);
         }
         drop(core);
-        self.hub.dispatch();
+        cold.hub.dispatch();
         Recorded::Counted
     }
 
@@ -1276,7 +1401,7 @@ impl<C: Clock> Inner<C> {
                 false
             }
             Kind::Probe { slot, token } => {
-                let mut core = lock(&self.core);
+                let mut core = lock(&self.cold().core);
                 if let Some(lease) = core.round.leases.get_mut(slot as usize) {
                     if lease.is_some_and(|l| l.token == token) {
                         *lease = None;
@@ -1286,8 +1411,8 @@ impl<C: Clock> Inner<C> {
             }
         };
         self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
-        if self.hub.wants_call_events() {
-            self.hub.call_event(
+        if let Some(cold) = self.call_events() {
+            cold.hub.call_event(
                 self.clock.now(),
                 &self.name,
                 EventKind::Abandoned { generation, probe },
@@ -1297,14 +1422,15 @@ impl<C: Clock> Inner<C> {
 
     fn operator(&self, to: State) {
         let now = self.clock.now();
-        let mut core = lock(&self.core);
+        let cold = self.cold();
+        let mut core = lock(&cold.core);
         let word = Word(self.word.load(Ordering::Acquire));
         if word.state() != to || to == State::Closed {
             let snap = self.snapshot(now);
             self.transition(&mut core, word, to, Reason::Operator, snap, now, None);
         }
         drop(core);
-        self.hub.dispatch();
+        cold.hub.dispatch();
     }
 
     /// The open wait for the next open period, at the current backoff level.
@@ -1380,11 +1506,11 @@ impl<C: Clock> Inner<C> {
             }
             State::Closed | State::MetricsOnly => {
                 self.window.reset();
-                self.consecutive.store(0, Ordering::Relaxed);
+                self.hot.consecutive.store(0, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
                 self.next_inflight_check
                     .store(now + self.inflight.width(), Ordering::Relaxed);
-                self.would_trip.store(false, Ordering::Relaxed);
+                self.hot.would_trip.store(false, Ordering::Relaxed);
             }
             State::Disabled | State::ForcedOpen => {}
         }
@@ -1395,7 +1521,8 @@ impl<C: Clock> Inner<C> {
         }
         self.word.store(new.0, Ordering::Release);
         core.transitions += 1;
-        self.hub.queue(
+        let cold = self.cold();
+        cold.hub.queue(
             now,
             &self.name,
             EventKind::Transition {
@@ -1408,7 +1535,7 @@ impl<C: Clock> Inner<C> {
             },
         );
         #[cfg(feature = "tokio")]
-        self.notify.notify_one();
+        cold.notify.notify_one();
     }
 }
 
@@ -1535,7 +1662,7 @@ mod async_call {
         /// ```
         pub async fn run_timer(&self) {
             loop {
-                let notified = self.inner.notify.notified();
+                let notified = self.inner.cold().notify.notified();
                 match self.tick() {
                     Some(d) => {
                         let _ =

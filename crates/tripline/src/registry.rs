@@ -463,17 +463,39 @@ impl RegistryConfig {
         Ok(())
     }
 
-    fn config_for(&self, key: &Key) -> BreakerConfig {
-        let name = self
-            .keys
+    /// The name of the configuration `key` uses.
+    fn config_name_for(&self, key: &Key) -> &str {
+        self.keys
             .get(&key.to_string())
             .or_else(|| self.dependencies.get(key.dependency()))
-            .map_or("default", String::as_str);
-        self.configs
-            .get(name)
-            .or_else(|| self.configs.get("default"))
-            .cloned()
-            .unwrap_or_default()
+            .map_or("default", String::as_str)
+    }
+}
+
+/// The registry configuration in force, each named breaker configuration behind one `Arc`
+/// that every breaker using it shares (a key's breaker holds a pointer, not a copy).
+struct Active {
+    config: RegistryConfig,
+    shared: BTreeMap<String, Arc<BreakerConfig>>,
+}
+
+impl Active {
+    fn new(config: RegistryConfig) -> Self {
+        let mut shared: BTreeMap<String, Arc<BreakerConfig>> = config
+            .configs
+            .iter()
+            .map(|(name, c)| (name.clone(), Arc::new(c.clone())))
+            .collect();
+        shared
+            .entry("default".to_string())
+            .or_insert_with(|| Arc::new(BreakerConfig::default()));
+        Self { config, shared }
+    }
+
+    fn config_for(&self, key: &Key) -> Arc<BreakerConfig> {
+        let name = self.config.config_name_for(key);
+        let found = self.shared.get(name).or_else(|| self.shared.get("default"));
+        found.cloned().unwrap_or_default()
     }
 }
 
@@ -520,7 +542,6 @@ pub struct ReloadReport {
 
 struct Entry<C: Clock> {
     breaker: CircuitBreaker<C>,
-    config: Mutex<BreakerConfig>,
     last_used: AtomicU64,
     applied: Mutex<OperatorState>,
     #[cfg(feature = "metrics")]
@@ -530,7 +551,7 @@ struct Entry<C: Clock> {
 /// A bounded, lock-free-read registry of keyed breakers.
 pub struct Registry<C: Clock + Clone = MonotonicClock> {
     map: papaya::HashMap<Key, Arc<Entry<C>>>,
-    config: RwLock<Arc<RegistryConfig>>,
+    config: RwLock<Arc<Active>>,
     overrides: RwLock<HashMap<String, OperatorState>>,
     listeners: Mutex<Vec<Arc<dyn Listener>>>,
     maintenance: Mutex<()>,
@@ -570,7 +591,7 @@ impl<C: Clock + Clone> Registry<C> {
         let overrides = config.operator.clone().into_iter().collect();
         Ok(Self {
             map: papaya::HashMap::new(),
-            config: RwLock::new(Arc::new(config)),
+            config: RwLock::new(Arc::new(Active::new(config))),
             overrides: RwLock::new(overrides),
             listeners: Mutex::new(Vec::new()),
             maintenance: Mutex::new(()),
@@ -608,7 +629,7 @@ impl<C: Clock + Clone> Registry<C> {
                 return Ok(e.breaker.clone());
             }
         }
-        let max = read(&self.config).max_breakers;
+        let max = read(&self.config).config.max_breakers;
         if self.map.len() >= max {
             self.make_room(max);
             if self.map.len() >= max {
@@ -628,8 +649,7 @@ impl<C: Clock + Clone> Registry<C> {
 
     fn create(&self, key: &Key, now: u64) -> Arc<Entry<C>> {
         let config = read(&self.config).config_for(key);
-        let breaker =
-            CircuitBreaker::with_clock(key.to_string(), config.clone(), self.clock.clone());
+        let breaker = CircuitBreaker::with_clock(key.to_string(), config, self.clock.clone());
         #[cfg(feature = "tracing")]
         breaker.subscribe(crate::observe::TracingListener);
         for l in lock(&self.listeners).iter() {
@@ -641,7 +661,6 @@ impl<C: Clock + Clone> Registry<C> {
             #[cfg(feature = "metrics")]
             metrics: crate::observe::BreakerMetrics::for_key(&breaker, key),
             breaker,
-            config: Mutex::new(config),
             last_used: AtomicU64::new(now),
             applied: Mutex::new(state),
         })
@@ -685,7 +704,7 @@ impl<C: Clock + Clone> Registry<C> {
     /// Evicts breakers unused for `idle_after` that may go (Closed, clean, not in use).
     /// Returns how many were evicted. Call it periodically, or let `get` call it when full.
     pub fn evict_idle(&self) -> usize {
-        let idle = nanos(read(&self.config).idle_after);
+        let idle = nanos(read(&self.config).config.idle_after);
         let now = self.clock.now();
         let map = self.map.pin();
         let stale: Vec<Key> = map
@@ -779,21 +798,20 @@ impl<C: Clock + Clone> Registry<C> {
     pub fn reload(&self, config: RegistryConfig) -> Result<ReloadReport, ConfigError> {
         config.validate()?;
         let _g = lock(&self.maintenance);
-        let config = Arc::new(config);
-        *write(&self.config) = config.clone();
-        *write(&self.overrides) = config.operator.clone().into_iter().collect();
+        let active = Arc::new(Active::new(config));
+        *write(&self.config) = active.clone();
+        *write(&self.overrides) = active.config.operator.clone().into_iter().collect();
         let mut report = ReloadReport::default();
         let map = self.map.pin();
         for (k, e) in map.iter() {
-            let want = config.config_for(k);
-            let mut current = lock(&e.config);
-            if want == *current {
+            let want = active.config_for(k);
+            let current = e.breaker.inner_config();
+            if Arc::ptr_eq(&want, &current) || want == current {
                 continue;
             }
             if want.window == current.window && want.stripes == current.stripes {
                 // Same shape and validated above, so this cannot fail.
-                if e.breaker.reconfigure(want.clone()).is_ok() {
-                    *current = want;
+                if e.breaker.reconfigure(want).is_ok() {
                     report.reconfigured.push(k.clone());
                 }
             } else if e.breaker.state() == State::Closed {

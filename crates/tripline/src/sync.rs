@@ -4,12 +4,12 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::{
     Mutex, MutexGuard,
-    atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering},
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
     Mutex, MutexGuard,
-    atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering},
 };
 
 /// Locks a mutex; a poisoned lock (a panicking listener elsewhere) is still usable because

@@ -21,7 +21,7 @@
 //! that hung for longer than the window would otherwise land in an expired bucket and never be
 //! seen, which is exactly the case (a hung dependency) the breaker exists for.
 
-use crate::sync::{AtomicI64, AtomicU64, Ordering};
+use crate::sync::{AtomicI32, AtomicU64, Ordering};
 
 /// What the window holds, or what a decision was based on.
 ///
@@ -117,30 +117,29 @@ impl Window {
 
 #[derive(Debug)]
 pub(crate) struct CountWindow {
-    size: u64,
     /// `u64::MAX / size + 1`: the multiplier of Lemire's fastmod, so the slot of a record is
     /// two multiplications instead of a 64-bit division.
     fastmod: u64,
-    words: usize,
     seq: AtomicU64,
-    /// `words` failure words followed by `words` slow words.
+    /// `size.div_ceil(64)` failure words followed by as many slow words.
     bits: Box<[AtomicU64]>,
-    failures: AtomicI64,
-    slow: AtomicI64,
+    /// At most 1,000,000 (validated), so the running totals fit 32 bits.
+    size: u32,
+    failures: AtomicI32,
+    slow: AtomicI32,
 }
 
 impl CountWindow {
     pub(crate) fn new(size: u32) -> Self {
         let words = (size as usize).div_ceil(64);
         Self {
-            size: u64::from(size),
             // Wraps to 0 for size 1, which yields the right remainder, 0.
             fastmod: (u64::MAX / u64::from(size.max(1))).wrapping_add(1),
-            words,
             seq: AtomicU64::new(0),
             bits: (0..words * 2).map(|_| AtomicU64::new(0)).collect(),
-            failures: AtomicI64::new(0),
-            slow: AtomicI64::new(0),
+            size,
+            failures: AtomicI32::new(0),
+            slow: AtomicI32::new(0),
         }
     }
 
@@ -158,18 +157,19 @@ impl CountWindow {
         let idx = self.slot(self.seq.fetch_add(1, Ordering::Relaxed));
         let word = (idx / 64) as usize;
         let mask = 1u64 << (idx % 64);
-        set_bit(&self.bits[word], mask, s.failure, &self.failures);
-        set_bit(&self.bits[self.words + word], mask, s.slow, &self.slow);
+        let (failed, slow) = self.bits.split_at(self.bits.len() / 2);
+        set_bit(&failed[word], mask, s.failure, &self.failures);
+        set_bit(&slow[word], mask, s.slow, &self.slow);
     }
 
     /// Whether the ring has not yet been filled (every record so far is still in it).
     #[inline]
     pub(crate) fn filling(&self) -> bool {
-        self.seq.load(Ordering::Relaxed) <= self.size
+        self.seq.load(Ordering::Relaxed) <= u64::from(self.size)
     }
 
     fn snapshot(&self) -> WindowSnapshot {
-        let calls = self.seq.load(Ordering::Relaxed).min(self.size);
+        let calls = self.seq.load(Ordering::Relaxed).min(u64::from(self.size));
         WindowSnapshot {
             calls,
             failures: clamp(self.failures.load(Ordering::Relaxed), calls),
@@ -192,7 +192,7 @@ impl CountWindow {
 /// by what the atomic read-modify-write saw, so it always equals the number of set bits once
 /// concurrent writers are done (a reader may see a transient off-by-one, clamped).
 #[inline]
-fn set_bit(word: &AtomicU64, mask: u64, value: bool, total: &AtomicI64) {
+fn set_bit(word: &AtomicU64, mask: u64, value: bool, total: &AtomicI32) {
     if (word.load(Ordering::Relaxed) & mask != 0) == value {
         return;
     }
@@ -206,7 +206,7 @@ fn set_bit(word: &AtomicU64, mask: u64, value: bool, total: &AtomicI64) {
     }
 }
 
-fn clamp(v: i64, max: u64) -> u64 {
+fn clamp(v: i32, max: u64) -> u64 {
     (v.max(0) as u64).min(max)
 }
 
@@ -215,10 +215,14 @@ const FIELD: u64 = 0xFFFF;
 #[derive(Debug)]
 pub(crate) struct TimeWindow {
     bucket_nanos: u64,
-    buckets: u64,
-    stripes: usize,
-    stride: usize,
+    /// When a good result next evaluates the rules (see [`TimeWindow::success_evaluation_due`]).
+    next_success_eval: AtomicU64,
     cells: Box<[AtomicU64]>,
+    /// At most 4,096 (validated).
+    buckets: u32,
+    stripes: u32,
+    /// Cells from one stripe's first bucket to the next stripe's.
+    stride: u32,
 }
 
 #[inline]
@@ -232,21 +236,42 @@ fn unpack(w: u64) -> (u64, u64, u64, u64) {
 }
 
 impl TimeWindow {
-    pub(crate) fn new(bucket_nanos: u64, buckets: u64, stripes: u32) -> Self {
-        let stripes = stripes.max(1) as usize;
+    pub(crate) fn new(bucket_nanos: u64, buckets: u32, stripes: u32) -> Self {
+        let stripes = stripes.max(1);
         // One stripe: packed. Several: each stripe starts on its own pair of cache lines.
         let stride = if stripes == 1 {
-            buckets as usize
+            buckets
         } else {
-            (buckets as usize).div_ceil(16) * 16
+            buckets.div_ceil(16) * 16
         };
         Self {
             bucket_nanos,
+            next_success_eval: AtomicU64::new(0),
+            cells: (0..stride as usize * stripes as usize)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             buckets,
             stripes,
             stride,
-            cells: (0..stride * stripes).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Whether a good result recorded at `now` should evaluate the rules: it can trip only
+    /// after old buckets expired, so at most once per bucket (the first caller past the due
+    /// time wins).
+    #[inline]
+    pub(crate) fn success_evaluation_due(&self, now: u64) -> bool {
+        let due = self.next_success_eval.load(Ordering::Relaxed);
+        now >= due
+            && self
+                .next_success_eval
+                .compare_exchange(
+                    due,
+                    now.saturating_add(self.bucket_nanos),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
     }
 
     #[inline]
@@ -256,9 +281,10 @@ impl TimeWindow {
         let stripe = if self.stripes == 1 {
             0
         } else {
-            crate::sync::stripe_index() % self.stripes
+            crate::sync::stripe_index() % self.stripes as usize
         };
-        let cell = &self.cells[stripe * self.stride + (epoch % self.buckets) as usize];
+        let slot = (epoch % u64::from(self.buckets)) as usize;
+        let cell = &self.cells[stripe * self.stride as usize + slot];
         let mut cur = cell.load(Ordering::Relaxed);
         loop {
             let (cstamp, mut calls, mut failures, mut slow) = unpack(cur);
@@ -289,15 +315,17 @@ impl TimeWindow {
 
     fn snapshot(&self, now: u64) -> WindowSnapshot {
         let epoch = now / self.bucket_nanos;
+        let buckets = u64::from(self.buckets);
         let mut snap = WindowSnapshot::default();
-        for stripe in 0..self.stripes {
-            for i in 0..self.buckets {
+        for stripe in 0..self.stripes as usize {
+            for i in 0..buckets {
                 // The epoch slot `i` would hold if it is inside the window.
-                let back = (epoch % self.buckets + self.buckets - i) % self.buckets;
+                let back = (epoch % buckets + buckets - i) % buckets;
                 let Some(expected) = epoch.checked_sub(back) else {
                     continue;
                 };
-                let w = self.cells[stripe * self.stride + i as usize].load(Ordering::Relaxed);
+                let w =
+                    self.cells[stripe * self.stride as usize + i as usize].load(Ordering::Relaxed);
                 let (stamp, calls, failures, slow) = unpack(w);
                 if calls != 0 && stamp == expected & FIELD {
                     snap.calls += calls;
@@ -307,10 +335,6 @@ impl TimeWindow {
             }
         }
         snap
-    }
-
-    pub(crate) fn bucket_nanos(&self) -> u64 {
-        self.bucket_nanos
     }
 
     fn reset(&self) {

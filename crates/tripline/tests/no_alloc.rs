@@ -53,3 +53,49 @@ fn hot_paths_do_not_allocate() {
         assert_eq!(n, 0, "open rejection allocated");
     }
 }
+
+/// A breaker that never leaves Closed holds only its closed-path part: reading its metrics and
+/// configuration allocates nothing, and the part transitions need appears with the first one.
+#[test]
+fn the_transition_part_is_allocated_on_first_use() {
+    let clock = tripline::ManualClock::new();
+    let config = std::sync::Arc::new(BreakerConfig::builder().count_window(100).build().unwrap());
+    let breaker = CircuitBreaker::with_clock("dep", config.clone(), clock.clone());
+    let closed_bytes = breaker.memory_bytes();
+    let n = allocations(|| {
+        for i in 0..100 {
+            let _ = breaker.try_acquire().unwrap().record(if i % 5 == 0 {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            });
+        }
+        drop(breaker.try_acquire().unwrap()); // abandoned
+        clock.advance(Duration::from_secs(3));
+        let m = breaker.metrics();
+        assert_eq!(
+            (m.successful_calls, m.failed_calls, m.abandoned_permits),
+            (80, 20, 1)
+        );
+        assert_eq!(
+            (m.transitions, m.rejected_calls, m.time_open),
+            (0, 0, Duration::ZERO)
+        );
+        assert_eq!(breaker.next_deadline(), None);
+        assert_eq!(breaker.tick(), None);
+    });
+    assert_eq!(n, 0, "a closed breaker allocated");
+    assert_eq!(breaker.memory_bytes(), closed_bytes);
+    // The configuration is shared, not copied.
+    assert_eq!(std::sync::Arc::strong_count(&config), 2);
+    assert_eq!(breaker.config(), *config);
+
+    breaker.trip();
+    assert!(breaker.memory_bytes() > closed_bytes);
+    clock.advance(Duration::from_secs(2));
+    assert!(breaker.try_acquire().is_err());
+    let m = breaker.metrics();
+    assert_eq!((m.transitions, m.rejected_calls), (1, 1));
+    assert_eq!(m.time_open, Duration::from_secs(2));
+    assert_eq!(m.successful_calls, 80);
+}
