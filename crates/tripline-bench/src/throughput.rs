@@ -207,6 +207,8 @@ pub fn standard_table(threads: &[usize], plan: Plan) {
         .map(|(s, f)| (s, f, subjects::tripline_time(s, f)))
         .collect();
     let open = subjects::tripline_open();
+    let open_striped = subjects::tripline_time(4, true);
+    open_striped.trip();
     let open_owned = subjects::tripline_open_owned_name();
     let rec_closed = subjects::recloser_closed();
     let rec_open = subjects::recloser_open();
@@ -251,6 +253,9 @@ pub fn standard_table(threads: &[usize], plan: Plan) {
             ops::failsafe_success(&fs_closed)
         }),
         Case::new("tripline open: rejection", || ops::tripline_reject(&open)),
+        Case::new("tripline open: rejection, stripes 4", || {
+            ops::tripline_reject(&open_striped)
+        }),
         Case::new("tripline open: rejection, String name", || {
             ops::tripline_reject(&open_owned)
         }),

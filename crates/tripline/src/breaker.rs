@@ -127,15 +127,62 @@ impl Hot {
     }
 }
 
-/// Counters the closed path writes.
-#[derive(Debug, Default)]
-struct Counters {
+/// What each call writes: outcome and rejection counters and the calls in flight. A
+/// breaker with one stripe has one lane; a striped breaker gives each writer stripe (thread)
+/// its own, so concurrent callers write different cache lines.
+#[derive(Debug)]
+struct Lane {
     successes: AtomicU64,
     failures: AtomicU64,
     slow: AtomicU64,
     ignored: AtomicU64,
     abandoned: AtomicU64,
+    rejected: AtomicU64,
+    inflight: InFlight,
 }
+
+impl Lane {
+    fn new(slow_nanos: u64) -> Self {
+        Self {
+            successes: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            slow: AtomicU64::new(0),
+            ignored: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            inflight: InFlight::new(slow_nanos),
+        }
+    }
+
+    /// Counts one result; `None` for an ignored outcome, else whether it failed.
+    #[inline]
+    fn count(&self, outcome: Outcome, slow: bool) -> Option<bool> {
+        let r = Ordering::Relaxed;
+        let failure = match outcome {
+            Outcome::Ignored => {
+                self.ignored.fetch_add(1, r);
+                return None;
+            }
+            Outcome::Failure => {
+                self.failures.fetch_add(1, r);
+                true
+            }
+            Outcome::Success => {
+                self.successes.fetch_add(1, r);
+                false
+            }
+        };
+        if slow {
+            self.slow.fetch_add(1, r);
+        }
+        Some(failure)
+    }
+}
+
+/// A lane on its own pair of cache lines (adjacent-line prefetchers fetch lines in pairs).
+#[derive(Debug)]
+#[repr(align(128))]
+struct PaddedLane(Lane);
 
 #[derive(Clone, Copy, Debug)]
 struct Lease {
@@ -184,13 +231,12 @@ struct Core {
 }
 
 /// The part of a breaker that only transitions, probes, listeners and the counters of
-/// non-Closed states need. It is allocated the first time one of them is, so a breaker that
+/// stale results and expired probes need. It is allocated the first time one of them is, so a breaker that
 /// has never left Closed (most of a registry's keys) holds only [`Inner`]'s closed-path part.
 #[derive(Debug)]
 struct Cold {
     core: Mutex<Core>,
     hub: Hub,
-    rejected: AtomicU64,
     stale: AtomicU64,
     expired_probes: AtomicU64,
     #[cfg(feature = "tokio")]
@@ -202,12 +248,14 @@ pub(crate) struct Inner<C> {
     open_until: AtomicU64,
     hot: Hot,
     window: Window,
-    inflight: InFlight,
     next_inflight_check: AtomicU64,
     /// When the breaker last entered Closed (or MetricsOnly); its creation time until the
     /// first transition.
     closed_since: AtomicU64,
-    counters: Counters,
+    /// The lane of an unstriped breaker.
+    lane: Lane,
+    /// A striped breaker's lanes, one per stripe (empty when unstriped).
+    lanes: Box<[PaddedLane]>,
     name: BreakerName,
     clock: C,
     /// The configuration the breaker was built with; the cold part's copy is the one in force
@@ -248,7 +296,7 @@ impl Recorded {
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
-    Window { cohort: u64 },
+    Window { cohort: u64, lane: u32 },
     Probe { slot: u32, token: u64 },
     Passthrough,
 }
@@ -468,16 +516,24 @@ impl<C: Clock> CircuitBreaker<C> {
                 config.stripes,
             )),
         };
-        let inflight = InFlight::new(nanos(config.slow_call_duration));
+        let slow_nanos = nanos(config.slow_call_duration);
+        let lane = Lane::new(slow_nanos);
+        let lanes = if config.stripes > 1 {
+            (0..config.stripes)
+                .map(|_| PaddedLane(Lane::new(slow_nanos)))
+                .collect()
+        } else {
+            Box::default()
+        };
         let inner = Inner {
             word: AtomicU64::new(Word::new(State::Closed, 0).0),
             open_until: AtomicU64::new(0),
             hot: Hot::new(&config),
             window,
-            next_inflight_check: AtomicU64::new(now + inflight.width()),
-            inflight,
+            next_inflight_check: AtomicU64::new(now + lane.inflight.width()),
             closed_since: AtomicU64::new(now),
-            counters: Counters::default(),
+            lane,
+            lanes,
             name: name.into(),
             clock,
             config,
@@ -598,18 +654,18 @@ impl<C: Clock> CircuitBreaker<C> {
     pub fn metrics(&self) -> Metrics {
         let inner = &*self.inner;
         let r = Ordering::Relaxed;
-        let c = &inner.counters;
+        let sum = |f: fn(&Lane) -> &AtomicU64| inner.lanes().map(|l| f(l).load(r)).sum();
         let mut m = Metrics {
             state: State::Closed,
             generation: 0,
             window: WindowSnapshot::default(),
-            successful_calls: c.successes.load(r),
-            failed_calls: c.failures.load(r),
-            slow_calls: c.slow.load(r),
-            ignored_calls: c.ignored.load(r),
-            rejected_calls: 0,
+            successful_calls: sum(|l| &l.successes),
+            failed_calls: sum(|l| &l.failures),
+            slow_calls: sum(|l| &l.slow),
+            ignored_calls: sum(|l| &l.ignored),
+            rejected_calls: sum(|l| &l.rejected),
             stale_results: 0,
-            abandoned_permits: c.abandoned.load(r),
+            abandoned_permits: sum(|l| &l.abandoned),
             expired_probes: 0,
             transitions: 0,
             probes_in_flight: 0,
@@ -620,7 +676,6 @@ impl<C: Clock> CircuitBreaker<C> {
         // Without the cold part the breaker has never left Closed: no transition, no time
         // elsewhere, nothing rejected.
         let core = inner.cold.get().map(|cold| {
-            m.rejected_calls = cold.rejected.load(r);
             m.stale_results = cold.stale.load(r);
             m.expired_probes = cold.expired_probes.load(r);
             m.listener_panics = cold.hub.listener_panics.load(r);
@@ -877,6 +932,7 @@ impl<C: Clock> CircuitBreaker<C> {
                 + lock(&cold.core).round.leases.capacity() * std::mem::size_of::<Option<Lease>>()
         });
         std::mem::size_of::<Inner<C>>()
+            + std::mem::size_of_val::<[PaddedLane]>(&inner.lanes)
             + inner.window.heap_bytes()
             + inner.name.len()
             + own_config
@@ -901,7 +957,6 @@ impl Cold {
                 transitions: 0,
             }),
             hub: Hub::new(),
-            rejected: AtomicU64::new(0),
             stale: AtomicU64::new(0),
             expired_probes: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
@@ -923,6 +978,32 @@ impl<C: Clock> Inner<C> {
         })
     }
 
+    /// The calling thread's lane and its index.
+    #[inline]
+    fn lane(&self) -> (u32, &Lane) {
+        if self.lanes.is_empty() {
+            (0, &self.lane)
+        } else {
+            let i = crate::sync::stripe_index() % self.lanes.len();
+            (i as u32, &self.lanes[i].0)
+        }
+    }
+
+    /// The lane a permit entered.
+    #[inline]
+    fn lane_at(&self, i: u32) -> &Lane {
+        match self.lanes.get(i as usize) {
+            Some(l) => &l.0,
+            None => &self.lane,
+        }
+    }
+
+    /// Every lane in use.
+    fn lanes(&self) -> impl Iterator<Item = &Lane> {
+        let unstriped = self.lanes.is_empty().then_some(&self.lane);
+        unstriped.into_iter().chain(self.lanes.iter().map(|l| &l.0))
+    }
+
     /// The configuration in force.
     fn config_arc(&self) -> Arc<BreakerConfig> {
         match self.cold.get() {
@@ -941,9 +1022,9 @@ impl<C: Clock> Inner<C> {
     fn settle(&self, t: Ticket, c: Classification) -> Recorded {
         match t.kind {
             Kind::Passthrough => Recorded::Disabled,
-            Kind::Window { cohort } => {
+            Kind::Window { cohort, lane } => {
                 if cohort != NO_COHORT {
-                    self.inflight.exit(cohort);
+                    self.lane_at(lane).inflight.exit(cohort);
                 }
                 let now = self.clock.now();
                 self.record_window(t.generation, now.saturating_sub(t.started), now, c)
@@ -962,6 +1043,7 @@ impl<C: Clock> Inner<C> {
                 State::Closed | State::MetricsOnly => {
                     let now = self.clock.now();
                     let mut cohort = NO_COHORT;
+                    let mut lane = 0;
                     if self.hot.in_flight.load(Ordering::Relaxed) {
                         if word.state() == State::Closed
                             && now >= self.next_inflight_check.load(Ordering::Relaxed)
@@ -969,12 +1051,14 @@ impl<C: Clock> Inner<C> {
                         {
                             continue;
                         }
-                        cohort = self.inflight.enter(now);
+                        let l;
+                        (lane, l) = self.lane();
+                        cohort = l.inflight.enter(now);
                     }
                     return Ok(Ticket {
                         generation: word.generation(),
                         started: now,
-                        kind: Kind::Window { cohort },
+                        kind: Kind::Window { cohort, lane },
                     });
                 }
                 State::Open => {
@@ -1007,22 +1091,21 @@ impl<C: Clock> Inner<C> {
     fn snapshot(&self, now: u64) -> WindowSnapshot {
         let mut snap = self.window.snapshot(now);
         if self.hot.in_flight.load(Ordering::Relaxed) {
-            snap.in_flight_slow = self.inflight.overdue(
-                now,
-                self.hot.slow_nanos.load(Ordering::Relaxed),
-                self.closed_since.load(Ordering::Relaxed),
-            );
+            let slow = self.hot.slow_nanos.load(Ordering::Relaxed);
+            let since = self.closed_since.load(Ordering::Relaxed);
+            snap.in_flight_slow = self
+                .lanes()
+                .map(|l| l.inflight.overdue(now, slow, since))
+                .sum();
         }
         snap
     }
 
     #[cold]
     fn reject(&self, state: State, retry_after: Option<u64>, now: u64) -> Rejected {
-        // Only a transition leaves Closed, so the cold part exists.
-        let cold = self.cold();
-        cold.rejected.fetch_add(1, Ordering::Relaxed);
+        self.lane().1.rejected.fetch_add(1, Ordering::Relaxed);
         let retry_after = retry_after.map(Duration::from_nanos);
-        if cold.hub.wants_call_events() {
+        if let Some(cold) = self.call_events() {
             cold.hub
                 .call_event(now, &self.name, EventKind::Rejected { state, retry_after });
         }
@@ -1104,24 +1187,10 @@ impl<C: Clock> Inner<C> {
             return self.stale(generation, now);
         }
         let r = Ordering::Relaxed;
-        let failure = match c.outcome {
-            Outcome::Ignored => {
-                self.counters.ignored.fetch_add(1, r);
-                return Recorded::Ignored;
-            }
-            Outcome::Failure => {
-                self.counters.failures.fetch_add(1, r);
-                true
-            }
-            Outcome::Success => {
-                self.counters.successes.fetch_add(1, r);
-                false
-            }
-        };
         let slow = elapsed > self.hot.slow_nanos.load(r);
-        if slow {
-            self.counters.slow.fetch_add(1, r);
-        }
+        let Some(failure) = self.lane().1.count(c.outcome, slow) else {
+            return Recorded::Ignored;
+        };
         self.window.record(now, Sample { failure, slow });
         let mut consecutive = None;
         let limit = self.hot.consecutive_limit.load(r);
@@ -1175,7 +1244,7 @@ impl<C: Clock> Inner<C> {
                 .next_inflight_check
                 .compare_exchange(
                     due,
-                    now + self.inflight.width(),
+                    now + self.lane.inflight.width(),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 )
@@ -1320,25 +1389,10 @@ impl<C: Clock> Inner<C> {
             return self.stale(generation, now);
         }
         core.round.leases[slot as usize] = None;
-        let r = Ordering::Relaxed;
-        let failure = match c.outcome {
-            Outcome::Ignored => {
-                self.counters.ignored.fetch_add(1, r);
-                return Recorded::Ignored;
-            }
-            Outcome::Failure => {
-                self.counters.failures.fetch_add(1, r);
-                true
-            }
-            Outcome::Success => {
-                self.counters.successes.fetch_add(1, r);
-                false
-            }
+        let slow = now.saturating_sub(started) > self.hot.slow_nanos.load(Ordering::Relaxed);
+        let Some(failure) = self.lane().1.count(c.outcome, slow) else {
+            return Recorded::Ignored;
         };
-        let slow = now.saturating_sub(started) > self.hot.slow_nanos.load(r);
-        if slow {
-            self.counters.slow.fetch_add(1, r);
-        }
         let k = core.config.half_open_calls;
         let round = &mut core.round;
         round.results += 1;
@@ -1394,9 +1448,9 @@ impl<C: Clock> Inner<C> {
     fn abandon(&self, generation: u64, kind: Kind) {
         let probe = match kind {
             Kind::Passthrough => return,
-            Kind::Window { cohort } => {
+            Kind::Window { cohort, lane } => {
                 if cohort != NO_COHORT {
-                    self.inflight.exit(cohort);
+                    self.lane_at(lane).inflight.exit(cohort);
                 }
                 false
             }
@@ -1410,7 +1464,7 @@ impl<C: Clock> Inner<C> {
                 true
             }
         };
-        self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
+        self.lane().1.abandoned.fetch_add(1, Ordering::Relaxed);
         if let Some(cold) = self.call_events() {
             cold.hub.call_event(
                 self.clock.now(),
@@ -1509,7 +1563,7 @@ impl<C: Clock> Inner<C> {
                 self.hot.consecutive.store(0, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
                 self.next_inflight_check
-                    .store(now + self.inflight.width(), Ordering::Relaxed);
+                    .store(now + self.lane.inflight.width(), Ordering::Relaxed);
                 self.hot.would_trip.store(false, Ordering::Relaxed);
             }
             State::Disabled | State::ForcedOpen => {}

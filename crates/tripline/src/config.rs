@@ -226,7 +226,10 @@ impl BreakerConfig {
         probe_lease: Duration;
         /// Whether a timer (see `CircuitBreaker::tick`) moves Open to HalfOpen, rather than the next acquire.
         automatic_transition: bool;
-        /// Writer stripes of a time window (spreads concurrent writers over cache lines).
+        /// Writer stripes: each thread writes its stripe's outcome counters, in-flight cohorts and
+        /// (time window) buckets, on cache lines of their own, so concurrent callers do not
+        /// contend. A count window's ring stays shared (it orders outcomes). Costs about 256 bytes
+        /// per stripe.
         stripes: u32;
         /// Seed of the jitter generator; random when `None`.
         seed: Option<u64>;
@@ -449,7 +452,8 @@ impl BreakerConfigBuilder {
         probe_lease(probe_lease: Duration) => probe_lease;
         /// Whether a timer moves Open to HalfOpen.
         automatic_transition(automatic_transition: bool) => automatic_transition;
-        /// Writer stripes of a time window, in [1, 64].
+        /// Writer stripes (per-thread counters, in-flight cohorts and time-window buckets), in
+        /// [1, 64].
         stripes(stripes: u32) => stripes;
     }
 

@@ -477,3 +477,54 @@ fn owned_permits_follow_the_same_rules() {
     assert_eq!(handle.join().unwrap(), Recorded::Counted);
     assert_eq!(b.state(), State::Closed);
 }
+
+/// A striped breaker: each thread counts on its own lane, permits may finish on another
+/// thread, and every figure (counters, calls in flight, the window) sums all lanes.
+#[test]
+fn striped_breakers_sum_every_lane() {
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .time_window(10 * S, S)
+        .stripes(4)
+        .minimum_calls(100)
+        .slow_call_duration(S)
+        .count_in_flight_as_slow(true)
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("dep", config, clock.clone());
+    // Eight threads, so several stripes are in use; each leaves one call in flight and records
+    // one success and one failure.
+    let permits: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    let _ = b.call(|| Ok::<_, ()>(()));
+                    let _ = b.call(|| Err::<(), _>(()));
+                    b.try_acquire_owned().unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let m = b.metrics();
+    assert_eq!((m.successful_calls, m.failed_calls), (8, 8));
+    assert_eq!(
+        (m.window.calls, m.window.failures, m.window.in_flight_slow),
+        (16, 8, 0)
+    );
+    // Past the slow-call duration plus a cohort, all eight count as slow while in flight.
+    clock.advance(2 * S);
+    assert_eq!(b.metrics().window.in_flight_slow, 8);
+    // Finishing them here, on another thread than the one that acquired them, takes them out
+    // of their own lanes' cohorts.
+    for p in permits {
+        assert_eq!(p.record(Outcome::Success), Recorded::Counted);
+    }
+    let m = b.metrics();
+    assert_eq!((m.successful_calls, m.slow_calls), (16, 8));
+    assert_eq!(
+        (m.window.calls, m.window.slow_calls, m.window.in_flight_slow),
+        (24, 8, 0)
+    );
+    assert_eq!(m.state, State::Closed);
+}
