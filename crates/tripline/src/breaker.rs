@@ -707,7 +707,8 @@ impl<C: Clock> CircuitBreaker<C> {
         {
             let _core = lock(&cold.core);
             let word = Word(inner.word.load(Ordering::Acquire));
-            let seq = cold.hub.queue(
+            cold.hub.subscribe(
+                Arc::new(listener),
                 inner.clock.now(),
                 &inner.name,
                 EventKind::Initial {
@@ -715,7 +716,6 @@ impl<C: Clock> CircuitBreaker<C> {
                     generation: word.generation(),
                 },
             );
-            cold.hub.add(Arc::new(listener), seq);
         }
         cold.hub.dispatch();
     }

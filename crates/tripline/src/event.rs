@@ -255,21 +255,40 @@ impl Hub {
     }
 
     /// Queues an ordered event. Called with the breaker's core lock held, so queue order is
-    /// sequence order.
-    pub(crate) fn queue(&self, at: u64, breaker: &BreakerName, kind: EventKind) -> u64 {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+    /// sequence order. With no listener the event only takes its sequence number: a listener
+    /// added later (also under the core lock) starts after it anyway.
+    pub(crate) fn queue(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
+        let seq = self.next_seq();
+        if lock(&self.listeners).is_empty() {
+            return;
+        }
+        self.push(seq, at, breaker, kind);
+    }
+
+    fn push(&self, seq: u64, at: u64, breaker: &BreakerName, kind: EventKind) {
         lock(&self.pending).push_back(Event {
             seq,
             at: Duration::from_nanos(at),
             breaker: breaker.clone(),
             kind,
         });
-        seq
     }
 
-    /// Adds a listener; its Initial event is queued by the caller (under the core lock) with
-    /// the returned sequence number.
-    pub(crate) fn add(&self, listener: Arc<dyn Listener>, from_seq: u64) {
+    /// Adds a listener and queues its `initial` event, the first it will receive. Called with
+    /// the breaker's core lock held.
+    pub(crate) fn subscribe(
+        &self,
+        listener: Arc<dyn Listener>,
+        at: u64,
+        breaker: &BreakerName,
+        initial: EventKind,
+    ) {
+        let seq = self.next_seq();
+        self.add(listener, seq);
+        self.push(seq, at, breaker, initial);
+    }
+
+    fn add(&self, listener: Arc<dyn Listener>, from_seq: u64) {
         let calls = listener.wants_call_events();
         let mut guard = lock(&self.listeners);
         let mut list: Vec<Entry> = guard
