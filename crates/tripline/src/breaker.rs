@@ -573,11 +573,6 @@ impl<C: Clock> CircuitBreaker<C> {
         BreakerConfig::clone(&self.inner.config_arc())
     }
 
-    /// The configuration in force, shared.
-    pub(crate) fn inner_config(&self) -> Arc<BreakerConfig> {
-        self.inner.config_arc()
-    }
-
     /// Asks to make one call. In Closed this is a few atomic operations; in Open a rejection;
     /// in HalfOpen a probe slot if one is free. An open breaker whose wait has elapsed moves to
     /// HalfOpen here (lazily), unless a timer already did.
@@ -673,16 +668,19 @@ impl<C: Clock> CircuitBreaker<C> {
             time_half_open: Duration::ZERO,
             listener_panics: 0,
         };
-        // Without the cold part the breaker has never left Closed: no transition, no time
-        // elsewhere, nothing rejected.
+        // The word first: if the cold part is missing after it was read, no transition had
+        // happened by then (Closed, generation 0, no time elsewhere); if it exists, the word is
+        // read again under the core lock, consistent with the core's figures.
+        let mut word = Word(inner.word.load(Ordering::Acquire));
         let core = inner.cold.get().map(|cold| {
             m.stale_results = cold.stale.load(r);
             m.expired_probes = cold.expired_probes.load(r);
             m.listener_panics = cold.hub.listener_panics.load(r);
-            lock(&cold.core)
+            let core = lock(&cold.core);
+            word = Word(inner.word.load(Ordering::Acquire));
+            core
         });
         let now = inner.clock.now();
-        let word = Word(inner.word.load(Ordering::Acquire));
         (m.state, m.generation) = (word.state(), word.generation());
         m.window = inner.snapshot(now);
         if let Some(core) = core {
@@ -922,15 +920,27 @@ impl<C: Clock> CircuitBreaker<C> {
     /// breakers (one `Arc<BreakerConfig>` passed to each) is not counted.
     pub fn memory_bytes(&self) -> usize {
         let inner = &*self.inner;
-        let own_config = if Arc::strong_count(&inner.config) == 1 {
-            std::mem::size_of::<BreakerConfig>()
-        } else {
-            0
+        // A configuration counts when this breaker holds every reference to it.
+        let held = |c: &Arc<BreakerConfig>, refs: usize| {
+            if Arc::strong_count(c) <= refs {
+                std::mem::size_of::<BreakerConfig>()
+            } else {
+                0
+            }
         };
-        let cold = inner.cold.get().map_or(0, |cold| {
-            std::mem::size_of::<Cold>()
-                + lock(&cold.core).round.leases.capacity() * std::mem::size_of::<Option<Lease>>()
-        });
+        let (own_config, cold) = match inner.cold.get() {
+            None => (held(&inner.config, 1), 0),
+            Some(cold) => {
+                let core = lock(&cold.core);
+                let configs = if Arc::ptr_eq(&inner.config, &core.config) {
+                    held(&inner.config, 2)
+                } else {
+                    held(&inner.config, 1) + held(&core.config, 1)
+                };
+                let leases = core.round.leases.capacity() * std::mem::size_of::<Option<Lease>>();
+                (configs, std::mem::size_of::<Cold>() + leases)
+            }
+        };
         std::mem::size_of::<Inner<C>>()
             + std::mem::size_of_val::<[PaddedLane]>(&inner.lanes)
             + inner.window.heap_bytes()
@@ -1196,7 +1206,15 @@ impl<C: Clock> Inner<C> {
         let limit = self.hot.consecutive_limit.load(r);
         if limit != 0 {
             if failure {
-                let n = self.hot.consecutive.fetch_add(1, r).saturating_add(1);
+                // Saturating: in MetricsOnly nothing resets a run of failures.
+                let n = match self
+                    .hot
+                    .consecutive
+                    .fetch_update(r, r, |n| n.checked_add(1))
+                {
+                    Ok(before) => before + 1,
+                    Err(max) => max,
+                };
                 if n >= limit {
                     consecutive = Some(u64::from(n));
                 }

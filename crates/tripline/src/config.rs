@@ -228,8 +228,8 @@ impl BreakerConfig {
         automatic_transition: bool;
         /// Writer stripes: each thread writes its stripe's outcome counters, in-flight cohorts and
         /// (time window) buckets, on cache lines of their own, so concurrent callers do not
-        /// contend. A count window's ring stays shared (it orders outcomes). Costs about 256 bytes
-        /// per stripe.
+        /// contend. A count window's ring stays shared (it orders outcomes). Each stripe costs
+        /// 128 bytes, plus, for a time window, its own buckets (8 bytes each, rounded up to 16).
         stripes: u32;
         /// Seed of the jitter generator; random when `None`.
         seed: Option<u64>;

@@ -11,6 +11,11 @@
 //!   window holds failures or slow calls, while a call is in flight, or while anyone outside
 //!   the registry holds a handle to it: a missing breaker reads as a fresh Closed one, so
 //!   evicting an Open breaker would admit everything.
+//! * Keys are cheap: every breaker of a named configuration shares one `Arc` of it, and a
+//!   breaker holds only its closed-path part (about 370 bytes with a count window of 100) until
+//!   it first transitions, is reconfigured by a reload, or gets a listener
+//!   ([`Registry::subscribe`], or the `tracing` feature's listener on every key); then it also
+//!   allocates the part transitions need (about 380 bytes).
 //! * Operators steer breakers per key or per dependency, from code or from the configuration;
 //!   a dependency-wide override also applies to breakers created later. Every change is an
 //!   event on the breakers' listeners.
@@ -480,15 +485,23 @@ struct Active {
 }
 
 impl Active {
-    fn new(config: RegistryConfig) -> Self {
+    /// The configuration in force; a named configuration equal to one of `previous` keeps its
+    /// `Arc`, so the breakers built before and after a reload still share it.
+    fn new(config: RegistryConfig, previous: Option<&Active>) -> Self {
+        let arc = |c: &BreakerConfig| {
+            previous
+                .and_then(|p| p.shared.values().find(|a| ***a == *c))
+                .cloned()
+                .unwrap_or_else(|| Arc::new(c.clone()))
+        };
         let mut shared: BTreeMap<String, Arc<BreakerConfig>> = config
             .configs
             .iter()
-            .map(|(name, c)| (name.clone(), Arc::new(c.clone())))
+            .map(|(name, c)| (name.clone(), arc(c)))
             .collect();
         shared
             .entry("default".to_string())
-            .or_insert_with(|| Arc::new(BreakerConfig::default()));
+            .or_insert_with(|| arc(&BreakerConfig::default()));
         Self { config, shared }
     }
 
@@ -542,6 +555,8 @@ pub struct ReloadReport {
 
 struct Entry<C: Clock> {
     breaker: CircuitBreaker<C>,
+    /// The configuration the registry last applied to this breaker (shared, not a copy).
+    config: Mutex<Arc<BreakerConfig>>,
     last_used: AtomicU64,
     applied: Mutex<OperatorState>,
     #[cfg(feature = "metrics")]
@@ -591,7 +606,7 @@ impl<C: Clock + Clone> Registry<C> {
         let overrides = config.operator.clone().into_iter().collect();
         Ok(Self {
             map: papaya::HashMap::new(),
-            config: RwLock::new(Arc::new(Active::new(config))),
+            config: RwLock::new(Arc::new(Active::new(config, None))),
             overrides: RwLock::new(overrides),
             listeners: Mutex::new(Vec::new()),
             maintenance: Mutex::new(()),
@@ -649,7 +664,8 @@ impl<C: Clock + Clone> Registry<C> {
 
     fn create(&self, key: &Key, now: u64) -> Arc<Entry<C>> {
         let config = read(&self.config).config_for(key);
-        let breaker = CircuitBreaker::with_clock(key.to_string(), config, self.clock.clone());
+        let breaker =
+            CircuitBreaker::with_clock(key.to_string(), config.clone(), self.clock.clone());
         #[cfg(feature = "tracing")]
         breaker.subscribe(crate::observe::TracingListener);
         for l in lock(&self.listeners).iter() {
@@ -661,6 +677,7 @@ impl<C: Clock + Clone> Registry<C> {
             #[cfg(feature = "metrics")]
             metrics: crate::observe::BreakerMetrics::for_key(&breaker, key),
             breaker,
+            config: Mutex::new(config),
             last_used: AtomicU64::new(now),
             applied: Mutex::new(state),
         })
@@ -798,20 +815,22 @@ impl<C: Clock + Clone> Registry<C> {
     pub fn reload(&self, config: RegistryConfig) -> Result<ReloadReport, ConfigError> {
         config.validate()?;
         let _g = lock(&self.maintenance);
-        let active = Arc::new(Active::new(config));
+        let previous = read(&self.config).clone();
+        let active = Arc::new(Active::new(config, Some(&previous)));
         *write(&self.config) = active.clone();
         *write(&self.overrides) = active.config.operator.clone().into_iter().collect();
         let mut report = ReloadReport::default();
         let map = self.map.pin();
         for (k, e) in map.iter() {
             let want = active.config_for(k);
-            let current = e.breaker.inner_config();
-            if Arc::ptr_eq(&want, &current) || want == current {
+            let mut current = lock(&e.config);
+            if Arc::ptr_eq(&want, &current) || want == *current {
                 continue;
             }
             if want.window == current.window && want.stripes == current.stripes {
                 // Same shape and validated above, so this cannot fail.
-                if e.breaker.reconfigure(want).is_ok() {
+                if e.breaker.reconfigure(want.clone()).is_ok() {
+                    *current = want;
                     report.reconfigured.push(k.clone());
                 }
             } else if e.breaker.state() == State::Closed {
