@@ -99,8 +99,10 @@ fn run_case(case: &str, n: u64) {
             go(n, || ops::tripline_permit_success(&b));
         }
         "closed/tripline_count_coarse_clock" => {
-            quanta::set_recent(quanta::Instant::now());
+            // After the breaker's clock exists: a coarse reading older than its origin
+            // falls back to a precise one.
             let b = subjects::tripline_count_coarse(true);
+            quanta::set_recent(quanta::Instant::now());
             go(n, || ops::tripline_permit_success(&b));
         }
         "closed/tripline_count_held_quanta_clock" => {
@@ -140,13 +142,17 @@ fn run_case(case: &str, n: u64) {
             go(n, || ops::tripline_reject(&b));
         }
         "open/tripline_tripped_coarse" => {
-            quanta::set_recent(quanta::Instant::now());
+            // After the breaker's clock exists: a coarse reading older than its origin
+            // falls back to a precise one.
             let b = subjects::tripline_open();
+            quanta::set_recent(quanta::Instant::now());
             go(n, || ops::tripline_reject(&b));
         }
         "open/tripline_forced_open_coarse" => {
-            quanta::set_recent(quanta::Instant::now());
+            // After the breaker's clock exists: a coarse reading older than its origin
+            // falls back to a precise one.
             let b = subjects::tripline_forced_open();
+            quanta::set_recent(quanta::Instant::now());
             go(n, || ops::tripline_reject(&b));
         }
         "open/recloser" => {
