@@ -201,7 +201,13 @@ pub fn standard_table(threads: &[usize], plan: Plan) {
 
     let count_on = subjects::tripline_count(true);
     let count_off = subjects::tripline_count(false);
-    let time: Vec<_> = [1, 2, 4]
+    // One stripe per thread at the largest count measured (16 on a 16-core machine).
+    let most = threads.iter().copied().max().unwrap_or(1);
+    let mut stripe_counts = vec![1, 2, 4];
+    if most > 4 {
+        stripe_counts.push(u32::try_from(most.min(64)).unwrap_or(64));
+    }
+    let time: Vec<_> = stripe_counts
         .into_iter()
         .flat_map(|s| [(s, true), (s, false)])
         .map(|(s, f)| (s, f, subjects::tripline_time(s, f)))
