@@ -74,6 +74,7 @@ mod clock;
 mod config;
 #[cfg(feature = "serde")]
 pub mod conformance;
+mod divide;
 mod error;
 mod event;
 pub mod inflight;

@@ -21,6 +21,7 @@
 //! that hung for longer than the window would otherwise land in an expired bucket and never be
 //! seen, which is exactly the case (a hung dependency) the breaker exists for.
 
+use crate::divide::Divisor;
 use crate::sync::{AtomicI32, AtomicU64, Ordering};
 
 /// What the window holds, or what a decision was based on.
@@ -214,7 +215,7 @@ const FIELD: u64 = 0xFFFF;
 
 #[derive(Debug)]
 pub(crate) struct TimeWindow {
-    bucket_nanos: u64,
+    bucket: Divisor,
     /// When a good result next evaluates the rules (see [`TimeWindow::success_evaluation_due`]).
     next_success_eval: AtomicU64,
     cells: Box<[AtomicU64]>,
@@ -245,7 +246,7 @@ impl TimeWindow {
             buckets.div_ceil(16) * 16
         };
         Self {
-            bucket_nanos,
+            bucket: Divisor::new(bucket_nanos),
             next_success_eval: AtomicU64::new(0),
             cells: (0..stride as usize * stripes as usize)
                 .map(|_| AtomicU64::new(0))
@@ -267,7 +268,7 @@ impl TimeWindow {
                 .next_success_eval
                 .compare_exchange(
                     due,
-                    now.saturating_add(self.bucket_nanos),
+                    now.saturating_add(self.bucket.get()),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 )
@@ -276,7 +277,7 @@ impl TimeWindow {
 
     #[inline]
     fn record(&self, now: u64, s: Sample) {
-        let epoch = now / self.bucket_nanos;
+        let epoch = self.bucket.div(now);
         let stamp = epoch & FIELD;
         let stripe = if self.stripes == 1 {
             0
@@ -314,7 +315,7 @@ impl TimeWindow {
     }
 
     fn snapshot(&self, now: u64) -> WindowSnapshot {
-        let epoch = now / self.bucket_nanos;
+        let epoch = self.bucket.div(now);
         let buckets = u64::from(self.buckets);
         let mut snap = WindowSnapshot::default();
         for stripe in 0..self.stripes as usize {
