@@ -1,4 +1,5 @@
-//! Model checking of the atomic kernel with loom: every interleaving of two threads.
+//! Model checking of the atomic kernel with loom: every interleaving of two threads (the
+//! half-open probes, tripping, and the in-flight cohorts racing their recycling).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p tripline --test loom --release`.
 #![cfg(loom)]
@@ -100,5 +101,52 @@ fn a_probe_result_racing_an_abandoned_probe_never_leaks_a_slot() {
         let m = b.metrics();
         assert_eq!(m.probes_in_flight, 1 + u32::from(kept));
         assert_eq!(b.state(), State::HalfOpen);
+    });
+}
+
+/// Every call the tracker holds, aged ones included (all overdue at the end of time).
+fn in_flight(f: &tripline::inflight::InFlight) -> u64 {
+    f.overdue(u64::MAX / 2, 0, 0)
+}
+
+/// A slow-call duration of 100 gives cohorts 50 wide; cohort 8 reuses cohort 0's slot.
+const RECYCLING_START: u64 = 8 * 50;
+
+#[test]
+fn an_exit_racing_the_recycling_of_its_slot_keeps_the_count() {
+    loom::model(|| {
+        let f = loom::sync::Arc::new(tripline::inflight::InFlight::new(100));
+        let old = f.enter(0);
+        let f2 = f.clone();
+        let t = thread::spawn(move || f2.exit(old));
+        let newer = f.enter(RECYCLING_START);
+        t.join().unwrap();
+        assert_eq!(in_flight(&f), 1);
+        f.exit(newer);
+        assert_eq!(in_flight(&f), 0);
+    });
+}
+
+#[test]
+fn joins_and_exits_racing_a_recycling_keep_the_count() {
+    loom::model(|| {
+        let f = loom::sync::Arc::new(tripline::inflight::InFlight::new(100));
+        let a = f.enter(0);
+        let f2 = f.clone();
+        let t = thread::spawn(move || {
+            // Joins cohort 0, or the aged calls if the slot already holds the newer cohort.
+            let b = f2.enter(10);
+            assert!(b == 0 || b == u64::MAX, "cohort {b}");
+            f2.exit(b);
+            f2.exit(a);
+        });
+        let c = f.enter(RECYCLING_START);
+        // c at least, and never a call that is not there: a, b and c at most.
+        let seen = in_flight(&f);
+        assert!((1..=3).contains(&seen), "{seen} in flight");
+        t.join().unwrap();
+        assert_eq!(in_flight(&f), 1);
+        f.exit(c);
+        assert_eq!(in_flight(&f), 0);
     });
 }
