@@ -70,7 +70,7 @@ impl<C: Clock> std::fmt::Debug for CircuitBreaker<C> {
 
 /// The thresholds the lock-free paths read, kept in atomics so a live reconfiguration can
 /// change them without a lock, and the two flags and the running count the closed path keeps
-/// beside them (one cache line with the state word's neighbours).
+/// beside them.
 #[derive(Debug)]
 struct Hot {
     slow_nanos: AtomicU64,
@@ -230,9 +230,10 @@ struct Core {
     transitions: u64,
 }
 
-/// The part of a breaker that only transitions, probes, listeners and the counters of
-/// stale results and expired probes need. It is allocated the first time one of them is, so a breaker that
-/// has never left Closed (most of a registry's keys) holds only [`Inner`]'s closed-path part.
+/// The part of a breaker that only transitions, probes, listeners and the counters of stale
+/// results and expired probes need. It is allocated the first time one of them is, so a
+/// breaker that has never left Closed (most of a registry's keys) holds only [`Inner`]'s
+/// closed-path part.
 #[derive(Debug)]
 struct Cold {
     core: Mutex<Core>,
