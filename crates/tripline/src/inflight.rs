@@ -19,7 +19,6 @@
 //! [`InFlight`] is public so that other hosts of the rules (the Redis store tracks each
 //! replica's own calls with it) apply exactly the same rule.
 
-use crate::divide::Divisor;
 use crate::sync::{AtomicI64, AtomicU64, Ordering};
 
 const SLOTS: usize = 8;
@@ -42,7 +41,7 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// ```
 #[derive(Debug)]
 pub struct InFlight {
-    width: Divisor,
+    width: u64,
     /// Each slot: `(cohort + 1) << 24 | count`; 0 is empty.
     slots: [AtomicU64; SLOTS],
     aged: AtomicI64,
@@ -52,7 +51,7 @@ impl InFlight {
     /// A tracker for a slow-call duration of `slow_nanos`.
     pub fn new(slow_nanos: u64) -> Self {
         Self {
-            width: Divisor::new(slow_nanos / 2),
+            width: (slow_nanos / 2).max(1),
             slots: std::array::from_fn(|_| AtomicU64::new(0)),
             aged: AtomicI64::new(0),
         }
@@ -61,7 +60,7 @@ impl InFlight {
     /// Registers a call starting at `now`; returns its cohort.
     #[inline]
     pub fn enter(&self, now: u64) -> u64 {
-        let cohort = self.width.div(now);
+        let cohort = now / self.width;
         let tag = cohort + 1;
         let slot = &self.slots[(cohort % SLOTS as u64) as usize];
         let mut cur = slot.load(Ordering::Relaxed);
@@ -122,14 +121,14 @@ impl InFlight {
                 continue;
             }
             let cohort = tag - 1;
-            let start = cohort.saturating_mul(self.width.get());
-            let end = start.saturating_add(self.width.get());
+            let start = cohort.saturating_mul(self.width);
+            let end = start.saturating_add(self.width);
             if start >= since && end.saturating_add(slow) <= now {
                 n += count;
             }
         }
         // Aged calls started before the oldest slot; they count only if that is after `since`.
-        let horizon = now.saturating_sub(self.width.get() * SLOTS as u64);
+        let horizon = now.saturating_sub(self.width * SLOTS as u64);
         if horizon >= since {
             n += self.aged.load(Ordering::Relaxed).max(0) as u64;
         }
@@ -138,7 +137,7 @@ impl InFlight {
 
     /// How often the closed breaker re-checks in-flight calls on acquire.
     pub fn width(&self) -> u64 {
-        self.width.get()
+        self.width
     }
 }
 

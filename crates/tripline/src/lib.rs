@@ -74,7 +74,6 @@ mod clock;
 mod config;
 #[cfg(feature = "serde")]
 pub mod conformance;
-mod divide;
 mod error;
 mod event;
 pub mod inflight;

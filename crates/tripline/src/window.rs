@@ -21,7 +21,6 @@
 //! that hung for longer than the window would otherwise land in an expired bucket and never be
 //! seen, which is exactly the case (a hung dependency) the breaker exists for.
 
-use crate::divide::Divisor;
 use crate::sync::{AtomicI32, AtomicU64, Ordering};
 
 /// What the window holds, or what a decision was based on.
@@ -215,7 +214,7 @@ const FIELD: u64 = 0xFFFF;
 
 #[derive(Debug)]
 pub(crate) struct TimeWindow {
-    bucket: Divisor,
+    bucket_nanos: u64,
     /// When a good result next evaluates the rules (see [`TimeWindow::success_evaluation_due`]).
     next_success_eval: AtomicU64,
     cells: Box<[AtomicU64]>,
@@ -246,7 +245,7 @@ impl TimeWindow {
             buckets.div_ceil(16) * 16
         };
         Self {
-            bucket: Divisor::new(bucket_nanos),
+            bucket_nanos,
             next_success_eval: AtomicU64::new(0),
             cells: (0..stride as usize * stripes as usize)
                 .map(|_| AtomicU64::new(0))
@@ -268,7 +267,7 @@ impl TimeWindow {
                 .next_success_eval
                 .compare_exchange(
                     due,
-                    now.saturating_add(self.bucket.get()),
+                    now.saturating_add(self.bucket_nanos),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 )
@@ -277,7 +276,7 @@ impl TimeWindow {
 
     #[inline]
     fn record(&self, now: u64, s: Sample) {
-        let epoch = self.bucket.div(now);
+        let epoch = now / self.bucket_nanos;
         let stamp = epoch & FIELD;
         let stripe = if self.stripes == 1 {
             0
@@ -315,7 +314,7 @@ impl TimeWindow {
     }
 
     fn snapshot(&self, now: u64) -> WindowSnapshot {
-        let epoch = self.bucket.div(now);
+        let epoch = now / self.bucket_nanos;
         let buckets = u64::from(self.buckets);
         let mut snap = WindowSnapshot::default();
         for stripe in 0..self.stripes as usize {
