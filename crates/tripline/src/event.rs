@@ -5,7 +5,8 @@
 //! exactly once, by whichever thread is free to dispatch; no breaker lock is held while a
 //! listener runs, so a listener may call back into the breaker. Per-call events (rejections,
 //! stale results, abandoned permits) are delivered on the calling thread, only to listeners that
-//! ask for them ([`Listener::wants_call_events`]), and may interleave with transition events.
+//! ask for them ([`Listener::wants_call_events`]), and may interleave with transition events;
+//! a listener gets them only once its Initial event has been delivered.
 //! A panicking listener is isolated: the panic is caught and counted.
 
 use std::collections::VecDeque;
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use crate::error::BreakerName;
 use crate::state::State;
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, lock};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, lock};
 use crate::window::WindowSnapshot;
 
 /// One thing that happened to a breaker.
@@ -223,6 +224,9 @@ struct Entry {
     /// Sequence number of this listener's Initial event: it sees nothing earlier.
     from_seq: u64,
     calls: bool,
+    /// Whether its Initial event has been delivered; per-call events (delivered on the calling
+    /// thread, not through the queue) wait for it, so Initial is always the first.
+    started: Arc<AtomicBool>,
 }
 
 pub(crate) struct Hub {
@@ -297,12 +301,14 @@ impl Hub {
                 listener: e.listener.clone(),
                 from_seq: e.from_seq,
                 calls: e.calls,
+                started: e.started.clone(),
             })
             .collect();
         list.push(Entry {
             listener,
             from_seq,
             calls,
+            started: Arc::new(AtomicBool::new(false)),
         });
         *guard = Arc::new(list);
         if calls {
@@ -335,6 +341,9 @@ impl Hub {
                         continue;
                     }
                     self.deliver(&*e.listener, &event);
+                    if initial {
+                        e.started.store(true, Ordering::Release);
+                    }
                 }
             }
             drop(guard);
@@ -367,7 +376,7 @@ impl Hub {
         let listeners = lock(&self.listeners).clone();
         for e in listeners
             .iter()
-            .filter(|e| e.calls && event.seq > e.from_seq)
+            .filter(|e| e.calls && event.seq > e.from_seq && e.started.load(Ordering::Acquire))
         {
             self.deliver(&*e.listener, &event);
         }

@@ -528,3 +528,64 @@ fn striped_breakers_sum_every_lane() {
     );
     assert_eq!(m.state, State::Closed);
 }
+
+/// A listener's Initial event comes first even when another listener holds up the dispatch:
+/// per-call events (delivered on the calling thread) wait for it.
+#[test]
+fn initial_comes_before_call_events_while_another_listener_dispatches() {
+    use std::sync::Mutex;
+    use std::sync::mpsc;
+
+    struct Blocking {
+        entered: Mutex<Option<mpsc::Sender<()>>>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+    impl tripline::Listener for Blocking {
+        fn on_event(&self, _: &Event) {
+            // Holds the dispatcher inside its own Initial event until released.
+            if let Some(tx) = self.entered.lock().unwrap().take() {
+                tx.send(()).unwrap();
+                self.release.lock().unwrap().recv().unwrap();
+            }
+        }
+    }
+
+    let (b, _clock) = quick(BreakerConfig::builder());
+    b.force_open();
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let blocking = Blocking {
+        entered: Mutex::new(Some(entered_tx)),
+        release: Mutex::new(release_rx),
+    };
+    let log = EventLog::new();
+    std::thread::scope(|s| {
+        let b1 = b.clone();
+        let dispatcher = s.spawn(move || b1.subscribe(blocking));
+        entered_rx.recv().unwrap();
+        // The dispatcher is busy: this Initial waits in the queue.
+        b.subscribe(log.clone());
+        // A rejection now is a call event on this thread, before the log's Initial.
+        assert!(b.try_acquire().is_err());
+        release_tx.send(()).unwrap();
+        dispatcher.join().unwrap();
+    });
+    let events = log.events();
+    assert!(
+        matches!(
+            events[0].kind,
+            EventKind::Initial {
+                state: State::ForcedOpen,
+                ..
+            }
+        ),
+        "{events:?}"
+    );
+    // Later rejections reach it.
+    assert!(b.try_acquire().is_err());
+    let events = log.events();
+    assert!(
+        matches!(events.last().unwrap().kind, EventKind::Rejected { .. }),
+        "{events:?}"
+    );
+}
