@@ -38,7 +38,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -559,6 +559,9 @@ struct Entry<C: Clock> {
     config: Mutex<Arc<BreakerConfig>>,
     last_used: AtomicU64,
     applied: Mutex<OperatorState>,
+    /// How many of the registry's listeners (in subscription order) this breaker has, or is
+    /// being given by the thread that claimed them.
+    listeners_added: AtomicUsize,
     #[cfg(feature = "metrics")]
     metrics: crate::observe::BreakerMetrics,
 }
@@ -569,6 +572,8 @@ pub struct Registry<C: Clock + Clone = MonotonicClock> {
     config: RwLock<Arc<Active>>,
     overrides: RwLock<HashMap<String, OperatorState>>,
     listeners: Mutex<Vec<Arc<dyn Listener>>>,
+    /// `listeners.len()`, readable without the lock.
+    listener_count: AtomicUsize,
     maintenance: Mutex<()>,
     clock: C,
 }
@@ -609,18 +614,56 @@ impl<C: Clock + Clone> Registry<C> {
             config: RwLock::new(Arc::new(Active::new(config, None))),
             overrides: RwLock::new(overrides),
             listeners: Mutex::new(Vec::new()),
+            listener_count: AtomicUsize::new(0),
             maintenance: Mutex::new(()),
             clock,
         })
     }
 
-    /// Adds a listener to every breaker, existing and future.
+    /// Adds a listener to every breaker, existing and future: each breaker subscribes it
+    /// exactly once, also when it is created while this runs.
     pub fn subscribe(&self, listener: impl Listener) {
         let listener: Arc<dyn Listener> = Arc::new(listener);
-        lock(&self.listeners).push(listener.clone());
+        let n = {
+            let mut listeners = lock(&self.listeners);
+            listeners.push(listener);
+            listeners.len()
+        };
+        self.listener_count.store(n, Ordering::Release);
         for (_, e) in self.map.pin().iter() {
-            e.breaker.subscribe(Shared(listener.clone()));
+            self.catch_up(e);
         }
+    }
+
+    /// Subscribes `e`'s breaker to the registry listeners it does not have yet. A breaker
+    /// created while [`Registry::subscribe`] walks the map may be missed by the walk; its
+    /// lookup then sees the new count and catches up here.
+    fn catch_up(&self, e: &Entry<C>) {
+        loop {
+            let added = e.listeners_added.load(Ordering::Acquire);
+            // A copy, so no lock is held while listeners receive their Initial event (one may
+            // call back into the registry).
+            let listeners = lock(&self.listeners).clone();
+            if added >= listeners.len() {
+                return;
+            }
+            // Claim the missing ones; whoever wins subscribes them, once.
+            if e.listeners_added
+                .compare_exchange(added, listeners.len(), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                for l in &listeners[added..] {
+                    e.breaker.subscribe(Shared(l.clone()));
+                }
+                return;
+            }
+        }
+    }
+
+    /// Whether `e` lacks some of the registry's listeners (two loads).
+    #[inline]
+    fn behind(&self, e: &Entry<C>) -> bool {
+        e.listeners_added.load(Ordering::Acquire) < self.listener_count.load(Ordering::Acquire)
     }
 
     /// Breakers held now.
@@ -641,6 +684,9 @@ impl<C: Clock + Clone> Registry<C> {
             let map = self.map.pin();
             if let Some(e) = map.get(key) {
                 touch(e, now);
+                if self.behind(e) {
+                    self.catch_up(e);
+                }
                 return Ok(e.breaker.clone());
             }
         }
@@ -654,6 +700,9 @@ impl<C: Clock + Clone> Registry<C> {
         let map = self.map.pin();
         let entry = map.get_or_insert_with(key.clone(), || self.create(key, now));
         touch(entry, now);
+        if self.behind(entry) {
+            self.catch_up(entry);
+        }
         Ok(entry.breaker.clone())
     }
 
@@ -668,7 +717,9 @@ impl<C: Clock + Clone> Registry<C> {
             CircuitBreaker::with_clock(key.to_string(), config.clone(), self.clock.clone());
         #[cfg(feature = "tracing")]
         breaker.subscribe(crate::observe::TracingListener);
-        for l in lock(&self.listeners).iter() {
+        // Subscribed before the operator override, so listeners see it as a transition.
+        let listeners = lock(&self.listeners).clone();
+        for l in &listeners {
             breaker.subscribe(Shared(l.clone()));
         }
         let state = self.override_for(key);
@@ -680,6 +731,7 @@ impl<C: Clock + Clone> Registry<C> {
             config: Mutex::new(config),
             last_used: AtomicU64::new(now),
             applied: Mutex::new(state),
+            listeners_added: AtomicUsize::new(listeners.len()),
         })
     }
 
@@ -841,7 +893,11 @@ impl<C: Clock + Clone> Registry<C> {
         }
         for k in &report.rebuilt {
             let now = self.clock.recent();
-            map.insert(k.clone(), self.create(k, now));
+            let e = self.create(k, now);
+            map.insert(k.clone(), e.clone());
+            if self.behind(&e) {
+                self.catch_up(&e);
+            }
         }
         drop(map);
         self.apply_overrides(None);

@@ -459,3 +459,106 @@ fn transitions_are_traced_and_calls_are_not() {
         "{out}"
     );
 }
+
+/// Every breaker, made before or after a registry listener, gets it exactly once, and a
+/// listener may call back into the registry (peek at a key, add another listener) from its
+/// own events without deadlocking.
+#[test]
+fn registry_listeners_reach_every_breaker_once_and_may_call_back() {
+    use std::sync::{Arc, OnceLock};
+
+    let registry = Arc::new(registry(RegistryConfig::default()).0);
+    for i in 0..3 {
+        registry.get(&shard(i)).unwrap();
+    }
+    let log = EventLog::new();
+    registry.subscribe(log.clone());
+
+    // A listener that, on each Initial, peeks at its key and, once, adds another listener.
+    let second = EventLog::new();
+    let handle: Arc<OnceLock<std::sync::Weak<Registry<ManualClock>>>> = Arc::default();
+    handle.set(Arc::downgrade(&registry)).unwrap();
+    let (h, s) = (handle.clone(), second.clone());
+    let added = std::sync::atomic::AtomicBool::new(false);
+    registry.subscribe(move |e: &tripline::Event| {
+        if let EventKind::Initial { .. } = e.kind {
+            let r = h
+                .get()
+                .and_then(std::sync::Weak::upgrade)
+                .expect("registry alive");
+            // A breaker being created is not in the map yet during its Initial event.
+            let key: Key = e.breaker.as_str().parse().unwrap();
+            let _ = r.peek(&key);
+            if !added.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                r.subscribe(s.clone());
+            }
+        }
+    });
+    for i in 3..6 {
+        registry.get(&shard(i)).unwrap();
+    }
+    for i in 0..6 {
+        registry.get(&shard(i)).unwrap();
+    }
+    let initials = |log: &EventLog| {
+        let mut keys: Vec<String> = log
+            .events()
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::Initial { .. }))
+            .map(|e| e.breaker.as_str().to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    let all: Vec<String> = (0..6).map(|i| shard(i).to_string()).collect();
+    assert_eq!(initials(&log), all, "one Initial per breaker");
+    assert_eq!(
+        initials(&second),
+        all,
+        "the listener added from a callback, once each"
+    );
+    for i in 0..6 {
+        let m = registry.peek(&shard(i)).unwrap().metrics();
+        assert_eq!(m.listener_panics, 0);
+    }
+}
+
+/// A listener added while a breaker is being created (after the creation read the
+/// registry's listeners, before the breaker is in the map) still reaches that breaker, once.
+#[test]
+fn a_listener_added_during_a_creation_reaches_the_new_breaker() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+
+    let registry = Arc::new(registry(RegistryConfig::default()).0);
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let entered = Mutex::new(Some(entered_tx));
+    let release = Mutex::new(release_rx);
+    // Holds the creating thread inside the new breaker's first subscription.
+    registry.subscribe(move |e: &tripline::Event| {
+        if let EventKind::Initial { .. } = e.kind {
+            if let Some(tx) = entered.lock().unwrap().take() {
+                tx.send(()).unwrap();
+                release.lock().unwrap().recv().unwrap();
+            }
+        }
+    });
+    let late = EventLog::new();
+    std::thread::scope(|s| {
+        let r = registry.clone();
+        let creating = s.spawn(move || r.get(&shard(7)).unwrap());
+        entered_rx.recv().unwrap();
+        // The breaker exists but is not in the map yet: this walk cannot see it.
+        registry.subscribe(late.clone());
+        release_tx.send(()).unwrap();
+        creating.join().unwrap();
+    });
+    registry.get(&shard(7)).unwrap();
+    let initials = late
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Initial { .. }))
+        .count();
+    assert_eq!(initials, 1, "{:?}", late.events());
+}
