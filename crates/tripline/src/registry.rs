@@ -635,10 +635,18 @@ impl<C: Clock + Clone> Registry<C> {
         }
     }
 
-    /// Subscribes `e`'s breaker to the registry listeners it does not have yet. A breaker
-    /// created while [`Registry::subscribe`] walks the map may be missed by the walk; its
-    /// lookup then sees the new count and catches up here.
+    /// Gives `e`'s breaker the registry listeners it lacks; two loads when it lacks none. A
+    /// breaker created while [`Registry::subscribe`] walks the map may be missed by the walk;
+    /// its lookup then sees the new count and catches up here.
+    #[inline]
     fn catch_up(&self, e: &Entry<C>) {
+        if e.listeners_added.load(Ordering::Acquire) < self.listener_count.load(Ordering::Acquire) {
+            self.subscribe_missing(e);
+        }
+    }
+
+    #[cold]
+    fn subscribe_missing(&self, e: &Entry<C>) {
         loop {
             let added = e.listeners_added.load(Ordering::Acquire);
             // A copy, so no lock is held while listeners receive their Initial event (one may
@@ -660,12 +668,6 @@ impl<C: Clock + Clone> Registry<C> {
         }
     }
 
-    /// Whether `e` lacks some of the registry's listeners (two loads).
-    #[inline]
-    fn behind(&self, e: &Entry<C>) -> bool {
-        e.listeners_added.load(Ordering::Acquire) < self.listener_count.load(Ordering::Acquire)
-    }
-
     /// Breakers held now.
     pub fn len(&self) -> usize {
         self.map.len()
@@ -684,9 +686,7 @@ impl<C: Clock + Clone> Registry<C> {
             let map = self.map.pin();
             if let Some(e) = map.get(key) {
                 touch(e, now);
-                if self.behind(e) {
-                    self.catch_up(e);
-                }
+                self.catch_up(e);
                 return Ok(e.breaker.clone());
             }
         }
@@ -700,9 +700,7 @@ impl<C: Clock + Clone> Registry<C> {
         let map = self.map.pin();
         let entry = map.get_or_insert_with(key.clone(), || self.create(key, now));
         touch(entry, now);
-        if self.behind(entry) {
-            self.catch_up(entry);
-        }
+        self.catch_up(entry);
         Ok(entry.breaker.clone())
     }
 
@@ -895,9 +893,7 @@ impl<C: Clock + Clone> Registry<C> {
             let now = self.clock.recent();
             let e = self.create(k, now);
             map.insert(k.clone(), e.clone());
-            if self.behind(&e) {
-                self.catch_up(&e);
-            }
+            self.catch_up(&e);
         }
         drop(map);
         self.apply_overrides(None);
