@@ -1177,7 +1177,14 @@ impl<C: Clock + Clone> Inner<C> {
             report,
             hint.to_string(),
         ];
-        match self.invoke("record", now, &args).await {
+        self.send_outcome("record", now, &args).await
+    }
+
+    /// Sends one outcome (`record` or `probe`) and settles by the reply. An outcome Redis did
+    /// not confirm counts as lost (it may still have applied; a probe's lease expires by
+    /// itself).
+    async fn send_outcome(&self, op: &str, now: u64, args: &[String]) -> Recorded {
+        match self.invoke(op, now, args).await {
             Ok(reply) => {
                 self.absorb(&reply, now);
                 self.verdict(&reply.verdict)
@@ -1223,17 +1230,7 @@ impl<C: Clock + Clone> Inner<C> {
             u8::from(slow).to_string(),
             c.retry_after.map_or(0, micros).to_string(),
         ];
-        match self.invoke("probe", now, &args).await {
-            Ok(reply) => {
-                self.absorb(&reply, now);
-                self.verdict(&reply.verdict)
-            }
-            Err(_) => {
-                // The lease expires by itself.
-                bump(&self.counters.lost_records, 1);
-                Recorded::Counted
-            }
-        }
+        self.send_outcome("probe", now, &args).await
     }
 
     async fn release(&self, epoch: u64, slot: u32, token: u64) {
