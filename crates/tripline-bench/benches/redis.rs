@@ -223,7 +223,16 @@ impl Env {
                 }
             }
         };
-        // Warm-up: connects, loads the script, fills the view.
+        self.measure(name, tasks, &b, call)
+    }
+
+    /// Warms `call` up (connects, loads the script, fills the view), then runs it over
+    /// `tasks` tasks, with the breaker's round trips and the server's script time.
+    fn measure<F, Fut>(&self, name: &str, tasks: usize, b: &SharedBreaker, call: F) -> Row
+    where
+        F: Fn() -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let _ = run_tasks(&self.rt, self.warmup, 1, call.clone());
         self.rt.block_on(b.flush());
         let before = b.metrics();
@@ -272,24 +281,8 @@ impl Env {
                 }
             }
         };
-        let _ = run_tasks(&self.rt, self.warmup, 1, call.clone());
-        let before = b.metrics();
-        reset_stats(&self.rt, &self.admin);
-        let (lat, wall) = run_tasks(&self.rt, self.calls, tasks, call);
-        let after = b.metrics();
-        let server_us = server_script_us(&self.rt, &self.admin);
-        let calls = lat.len();
-        let note = notes(&before, &after);
-        Row {
-            case: name.to_string(),
-            tasks,
-            calls,
-            round_trips: Some((after.redis_calls - before.redis_calls) as f64 / calls as f64),
-            lat,
-            wall,
-            server_us,
-            note,
-        }
+        // (An open breaker buffers nothing: the flushes `measure` makes send nothing.)
+        self.measure(name, tasks, &b, call)
     }
 
     fn redis_baseline(&self, name: &str, tasks: usize, eval: bool) -> Row {
