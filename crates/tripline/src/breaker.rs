@@ -631,6 +631,19 @@ impl<C: Clock> CircuitBreaker<C> {
         }
     }
 
+    /// Whether two handles are the same breaker.
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker};
+    /// let a = CircuitBreaker::new("db", BreakerConfig::default());
+    /// let b = CircuitBreaker::new("db", BreakerConfig::default());
+    /// assert!(a.ptr_eq(&a.clone()));
+    /// assert!(!a.ptr_eq(&b));
+    /// ```
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The breaker's name.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -966,9 +979,16 @@ impl<C: Clock> CircuitBreaker<C> {
         }
         if config.slow_call_duration != core.config.slow_call_duration {
             let slow = nanos(config.slow_call_duration);
-            for lane in inner.lanes() {
-                lane.inflight.set_slow_call_duration(slow);
+            inner.lane.inflight.set_slow_call_duration(slow);
+            for lane in inner.lanes.iter() {
+                lane.0.inflight.set_slow_call_duration(slow);
             }
+            // The acquire-time check follows the new cohort width from now.
+            let next = inner
+                .clock
+                .now()
+                .saturating_add(inner.lane.inflight.width());
+            inner.next_inflight_check.store(next, Ordering::Relaxed);
         }
         inner.hot.set(&config);
         core.config = config;
@@ -1644,8 +1664,8 @@ impl<C: Clock> Inner<C> {
 
     /// The open wait for the next open period, at the current backoff level.
     /// With `open_backoff`, every wait (jitter and `Retry-After` hint included) is at most its
-    /// `max`: a grown wait is capped at `max - open_jitter`, so the jitter still spreads
-    /// replicas at the cap, and a hint above `max` is cut to it.
+    /// `max`: a grown wait is capped at `max - open_jitter` (but not below `open_duration`), so
+    /// the jitter still spreads replicas at the cap, and whatever is left above `max` is cut.
     fn open_wait(&self, core: &mut Core, retry_after: Option<Duration>) -> u64 {
         let c = &core.config;
         let mut wait = nanos(c.open_duration);
@@ -1654,7 +1674,9 @@ impl<C: Clock> Inner<C> {
         if let Some(b) = c.open_backoff {
             let grown =
                 c.open_duration.as_secs_f64() * b.multiplier.powi(core.level.min(1000) as i32);
-            let room = nanos(b.max).saturating_sub(jitter);
+            let room = nanos(b.max)
+                .saturating_sub(jitter)
+                .max(nanos(c.open_duration));
             wait = if grown.is_finite() && grown < room as f64 / 1e9 {
                 nanos(Duration::from_secs_f64(grown))
             } else {

@@ -83,7 +83,9 @@ pub enum HalfOpenPolicy {
 pub struct Backoff {
     /// Each re-open multiplies the wait by this (at least 1).
     pub multiplier: f64,
-    /// The wait never exceeds this.
+    /// No open wait exceeds this, jitter and `Retry-After` hints included: a grown wait is
+    /// capped at `max - open_jitter` (but not below the base wait), so the jitter still spreads
+    /// replicas at the cap, and anything beyond `max` is cut.
     pub max: Duration,
     /// The growth decays back to the base wait only after the breaker stayed closed this long
     /// before its next trip; a breaker that flaps keeps its longer wait.

@@ -77,6 +77,7 @@ pub mod conformance;
 mod error;
 mod event;
 pub mod inflight;
+mod lifecycle;
 pub mod observe;
 mod outcome;
 pub mod registry;

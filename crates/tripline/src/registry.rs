@@ -59,7 +59,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -68,6 +68,7 @@ use crate::clock::{Clock, MonotonicClock, nanos};
 use crate::config::BreakerConfig;
 use crate::error::ConfigError;
 use crate::event::Listener;
+use crate::lifecycle::{Life, publish_fence};
 use crate::state::State;
 
 /// What part of a dependency a keyed breaker covers.
@@ -574,17 +575,13 @@ pub struct ReloadReport {
     pub deferred: Vec<Key>,
 }
 
-const LIVE: u8 = 0;
-const RETIRING: u8 = 1;
-const GONE: u8 = 2;
-
 struct Entry<C: Clock> {
     breaker: CircuitBreaker<C>,
     /// The configuration the registry last applied to this breaker (shared, not a copy).
     config: Mutex<Arc<BreakerConfig>>,
     last_used: AtomicU64,
-    /// LIVE, RETIRING or GONE (see the module docs).
-    life: AtomicU8,
+    /// Live, retiring or gone (see the module docs).
+    life: Life,
     /// The override in force for this breaker and the override version it was computed at.
     applied: Mutex<OperatorState>,
     applied_version: AtomicU64,
@@ -837,7 +834,7 @@ impl<C: Clock + Clone> Registry<C> {
             breaker,
             config: Mutex::new(config),
             last_used: AtomicU64::new(now),
-            life: AtomicU8::new(LIVE),
+            life: Life::new(),
             applied: Mutex::new(state),
             applied_version: AtomicU64::new(version),
             listeners_added: AtomicUsize::new(listeners.len()),
@@ -851,19 +848,7 @@ impl<C: Clock + Clone> Registry<C> {
     /// Retires `e` if `may_go` holds for it while it is retiring (see the module docs);
     /// `false` leaves it live.
     fn retire(&self, e: &Entry<C>, may_go: impl FnOnce(&CircuitBreaker<C>) -> bool) -> bool {
-        if e.life
-            .compare_exchange(LIVE, RETIRING, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
-            return false;
-        }
-        fence(Ordering::SeqCst);
-        if may_go(&e.breaker) {
-            true
-        } else {
-            e.life.store(LIVE, Ordering::SeqCst);
-            false
-        }
+        e.life.retire(|| may_go(&e.breaker))
     }
 
     /// Removes a retired entry from the map (if it is still the one stored for `key`).
@@ -872,8 +857,7 @@ impl<C: Clock + Clone> Registry<C> {
             self.map.pin().remove_if(key, |_, v| Arc::ptr_eq(v, e)),
             Ok(Some(_))
         );
-        e.life
-            .store(if removed { GONE } else { LIVE }, Ordering::SeqCst);
+        e.life.finish(removed);
         removed
     }
 
@@ -1018,7 +1002,7 @@ impl<C: Clock + Clone> Registry<C> {
         }
         // Pairs with the fence of a lookup (`hold`): either that lookup sees the new version,
         // or this walk sees the breaker it created.
-        fence(Ordering::SeqCst);
+        publish_fence();
         self.apply_overrides(Some(selector))
     }
 
@@ -1064,7 +1048,7 @@ impl<C: Clock + Clone> Registry<C> {
             o.file = active.config.operator.clone().into_iter().collect();
             self.override_version.fetch_add(1, Ordering::SeqCst);
         }
-        fence(Ordering::SeqCst);
+        publish_fence();
         let mut report = ReloadReport::default();
         let entries: Vec<(Key, Arc<Entry<C>>)> = self
             .map
@@ -1089,7 +1073,7 @@ impl<C: Clock + Clone> Registry<C> {
                 let now = self.clock.recent();
                 let fresh = self.create(&k, now);
                 self.map.pin().insert(k.clone(), fresh.clone());
-                e.life.store(GONE, Ordering::SeqCst);
+                e.life.finish(true);
                 self.catch_up(&fresh);
                 report.rebuilt.push(k);
             } else {
@@ -1114,11 +1098,7 @@ impl<C: Clock + Clone> Registry<C> {
 /// A handle to `e`'s breaker if `e` is live (see the module docs on the lifecycle).
 #[inline]
 fn hold<C: Clock>(e: &Entry<C>) -> Option<CircuitBreaker<C>> {
-    let b = e.breaker.clone();
-    // Pairs with the fence of `Registry::retire`: either the retiring side sees this handle,
-    // or this side sees the entry retiring.
-    fence(Ordering::SeqCst);
-    (e.life.load(Ordering::SeqCst) == LIVE).then_some(b)
+    e.life.hold(|| e.breaker.clone())
 }
 
 fn selects(selector: &Selector, key: &Key) -> bool {

@@ -228,12 +228,10 @@ impl CountWindow {
                 cur = self.head.load(Ordering::Acquire);
                 continue;
             }
-            match self.head.compare_exchange_weak(
-                cur,
-                cur + WRITER,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match self
+                .head
+                .compare_exchange(cur, cur + WRITER, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => break,
                 Err(actual) => cur = actual,
             }

@@ -104,25 +104,26 @@ fn a_probe_result_racing_an_abandoned_probe_never_leaks_a_slot() {
     });
 }
 
-/// Every call the tracker holds, aged ones included (all overdue at the end of time).
+/// Every call of generation 0 the tracker holds, aged ones included (all overdue at the end
+/// of time).
 fn in_flight(f: &tripline::inflight::InFlight) -> u64 {
     f.overdue(u64::MAX / 2, 0, 0)
 }
 
-/// A slow-call duration of 100 gives cohorts 50 wide; cohort 8 reuses cohort 0's slot.
-const RECYCLING_START: u64 = 8 * 50;
+/// A slow-call duration of 100 gives cohorts 50 wide; cohort 4 reuses cohort 0's slot.
+const RECYCLING_START: u64 = 4 * 50;
 
 #[test]
 fn an_exit_racing_the_recycling_of_its_slot_keeps_the_count() {
     loom::model(|| {
         let f = loom::sync::Arc::new(tripline::inflight::InFlight::new(100));
-        let old = f.enter(0);
+        let old = f.enter(0, 0);
         let f2 = f.clone();
-        let t = thread::spawn(move || f2.exit(old));
-        let newer = f.enter(RECYCLING_START);
+        let t = thread::spawn(move || f2.exit(old, 0));
+        let newer = f.enter(RECYCLING_START, 0);
         t.join().unwrap();
         assert_eq!(in_flight(&f), 1);
-        f.exit(newer);
+        f.exit(newer, 0);
         assert_eq!(in_flight(&f), 0);
     });
 }
@@ -131,22 +132,81 @@ fn an_exit_racing_the_recycling_of_its_slot_keeps_the_count() {
 fn joins_and_exits_racing_a_recycling_keep_the_count() {
     loom::model(|| {
         let f = loom::sync::Arc::new(tripline::inflight::InFlight::new(100));
-        let a = f.enter(0);
+        let a = f.enter(0, 0);
         let f2 = f.clone();
         let t = thread::spawn(move || {
             // Joins cohort 0, or the aged calls if the slot already holds the newer cohort.
-            let b = f2.enter(10);
-            assert!(b == 0 || b == u64::MAX, "cohort {b}");
-            f2.exit(b);
-            f2.exit(a);
+            let b = f2.enter(10, 0);
+            f2.exit(b, 0);
+            f2.exit(a, 0);
         });
-        let c = f.enter(RECYCLING_START);
+        let c = f.enter(RECYCLING_START, 0);
         // c at least, and never a call that is not there: a, b and c at most.
         let seen = in_flight(&f);
         assert!((1..=3).contains(&seen), "{seen} in flight");
         t.join().unwrap();
         assert_eq!(in_flight(&f), 1);
-        f.exit(c);
+        f.exit(c, 0);
         assert_eq!(in_flight(&f), 0);
     });
+}
+
+/// Calls of an older generation never count in a newer one, whatever the interleaving of
+/// their joins and exits with the newer generation's.
+#[test]
+fn an_older_generation_never_counts_in_a_newer_one() {
+    loom::model(|| {
+        let f = loom::sync::Arc::new(tripline::inflight::InFlight::new(100));
+        let f2 = f.clone();
+        let t = thread::spawn(move || {
+            let old = f2.enter(0, 0);
+            f2.exit(old, 0);
+            let _hung = f2.enter(5, 0);
+        });
+        let new = f.enter(RECYCLING_START, 1);
+        assert!(f.overdue(u64::MAX / 2, 0, 1) <= 1);
+        t.join().unwrap();
+        assert_eq!(f.overdue(u64::MAX / 2, 0, 1), 1);
+        f.exit(new, 1);
+        assert_eq!(f.overdue(u64::MAX / 2, 0, 1), 0);
+    });
+}
+
+fn shadow_breaker(config: BreakerConfig) -> CircuitBreaker<ManualClock> {
+    CircuitBreaker::with_clock("loom", config, ManualClock::new())
+}
+
+/// A result recorded while another thread resets the window (ending shadow mode) lands in the
+/// generation that admitted it or nowhere, and never tears a count window's running total.
+#[test]
+fn a_result_racing_a_reset_lands_in_its_generation_or_nowhere() {
+    for time_window in [false, true] {
+        loom::model(move || {
+            let builder = BreakerConfig::builder()
+                .minimum_calls(2)
+                .failure_rate_threshold(100.0)
+                .count_in_flight_as_slow(false);
+            let builder = if time_window {
+                builder.time_window(Duration::from_secs(1), Duration::from_secs(1))
+            } else {
+                builder.count_window(2)
+            };
+            let b = shadow_breaker(builder.build().unwrap());
+            b.metrics_only();
+            let p = b.try_acquire().unwrap(); // admitted in generation 1
+            let b2 = b.clone();
+            let t = thread::spawn(move || b2.reset()); // generation 2
+            let _ = p.record(Outcome::Failure);
+            t.join().unwrap();
+            assert_eq!(b.generation(), 2);
+            // Generation 2's window never holds generation 1's failure.
+            assert_eq!(b.metrics().window.failures, 0);
+            // And its totals follow its bits: two successes read as two clean calls.
+            for _ in 0..2 {
+                let _ = b.try_acquire().unwrap().record(Outcome::Success);
+            }
+            let w = b.metrics().window;
+            assert_eq!((w.calls, w.failures), (2, 0));
+        });
+    }
 }
