@@ -226,7 +226,11 @@ fn pipeline(locals: &Locals, refusal: Refusal, policy: RetryPolicy) -> Pipeline<
 }
 
 fn assert_given_back(c: &Case, what: &str) {
-    assert_eq!((c.state)(), c.twin, "{what}: the budget is as if never asked");
+    assert_eq!(
+        (c.state)(),
+        c.twin,
+        "{what}: the budget is as if never asked"
+    );
     let s = c.policy.stats();
     assert_eq!(
         (s.requests, s.retries),
@@ -285,15 +289,9 @@ async fn pipeline_a_retry_abandoned_during_its_backoff_gives_its_withdrawal_back
     for kind in KINDS {
         let what = format!("{kind:?} budget, call dropped during the backoff");
         let c = case(kind, RetryCause::Error);
-        let p = Pipeline::builder()
-            .retry(c.policy.clone())
-            .build()
-            .unwrap();
-        let r = tokio::time::timeout(
-            BACKOFF / 2,
-            p.call(|| async { Err::<(), _>(Boom("503")) }),
-        )
-        .await;
+        let p = Pipeline::builder().retry(c.policy.clone()).build().unwrap();
+        let r =
+            tokio::time::timeout(BACKOFF / 2, p.call(|| async { Err::<(), _>(Boom("503")) })).await;
         assert!(r.is_err(), "{what}: dropped mid-backoff");
         assert_given_back(&c, &what);
     }
