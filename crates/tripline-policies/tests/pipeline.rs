@@ -387,3 +387,46 @@ fn a_bad_timeout_is_rejected() {
         .unwrap_err();
     assert_eq!(err.field(), "timeout");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_error_report_prints_the_inner_error_once() {
+    use std::error::Error;
+    #[derive(Debug)]
+    struct Upstream(std::io::Error);
+    impl std::fmt::Display for Upstream {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("vendor answered 503")
+        }
+    }
+    impl Error for Upstream {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    fn chain(e: &dyn Error) -> Vec<String> {
+        let mut out = vec![e.to_string()];
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            out.push(c.to_string());
+            cause = c.source();
+        }
+        out
+    }
+    let pipeline = Pipeline::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let failed = pipeline
+        .call(|| async { Err::<(), _>(Upstream(std::io::Error::other("connection reset"))) })
+        .await
+        .unwrap_err();
+    assert_eq!(chain(&failed), ["vendor answered 503", "connection reset"]);
+    let timed_out = pipeline
+        .call(|| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, Upstream>(())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(chain(&timed_out), ["call timed out after 1s"]);
+}
