@@ -95,7 +95,9 @@ where
 }
 
 /// The verdict on a tower result: local rejections and timeouts are recognised in the error's
-/// chain, everything else goes to the predicate.
+/// chain, everything else goes to the predicate. A timeout is retried as `retry_timeouts`
+/// says, without asking the predicate, as in the pipeline (whose timeout is not a result the
+/// predicate could see).
 fn verdict<T, P: Retryable<T, BoxError>>(
     policy: &RetryPolicy<P>,
     result: &Result<T, BoxError>,
@@ -107,7 +109,7 @@ fn verdict<T, P: Retryable<T, BoxError>>(
         if crate::is_timeout(&**e) {
             return Verdict::Failure {
                 cause: RetryCause::Timeout,
-                retryable: policy.retries_timeouts() && policy.predicate().is_retryable(result),
+                retryable: policy.retries_timeouts(),
             };
         }
     }

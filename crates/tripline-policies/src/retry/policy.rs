@@ -20,7 +20,11 @@ pub const MAX_ATTEMPTS: u32 = 100;
 /// The predicate sees the dependency's own result: an `Ok` can be retryable (an HTTP 503 is a
 /// response), an `Err` can be final (a validation error will fail again). Whatever it says, a
 /// call refused by a local policy (an open breaker, a full bulkhead, the gate, the throttle) is
-/// never retried.
+/// never retried, and a timeout is retried as
+/// [`retry_timeouts`](RetryPolicyBuilder::retry_timeouts) says, without asking the predicate:
+/// the pipeline's timeout is not a result of the call, and the tower layer does the same with
+/// the timeouts it recognises (this crate's `Elapsed`, tower's `TimeoutLayer` error, tokio's
+/// `timeout` error, anywhere in the error's chain), so both retry alike.
 ///
 /// ```
 /// use tripline_policies::retry::Retryable;
@@ -502,7 +506,8 @@ impl<P> RetryPolicyBuilder<P> {
         self
     }
 
-    /// Whether a timeout is retried (charged as a timeout by the budget). Default true.
+    /// Whether a timeout is retried (charged as a timeout by the budget), whatever the
+    /// predicate says. Default true.
     pub fn retry_timeouts(mut self, yes: bool) -> Self {
         self.retry_timeouts = yes;
         self
