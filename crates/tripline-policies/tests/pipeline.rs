@@ -358,11 +358,13 @@ async fn a_dropped_call_gives_everything_back() {
     let calls = Calls::default();
     let gate = Gate::default();
     let breaker = CircuitBreaker::with_clock("v", BreakerConfig::default(), TokioClock::new());
+    let throttle = Throttle::default();
     let pipeline = Pipeline::builder()
         .retry(retry(3))
         .breaker(breaker.clone())
         .gate(gate.clone())
         .bulkhead(bulkhead(1, 0, Duration::ZERO))
+        .throttle(throttle.clone())
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -377,6 +379,8 @@ async fn a_dropped_call_gives_everything_back() {
         (0, 0)
     );
     assert_eq!(breaker.metrics().abandoned_permits, 1);
+    // Cancelled before its answer: neither a request nor an accept for the throttle.
+    assert_eq!(throttle.counts(), (0, 0));
 }
 
 #[test]
