@@ -192,36 +192,22 @@ impl Locals {
 }
 
 fn pipeline(locals: &Locals, refusal: Refusal, policy: RetryPolicy) -> Pipeline<TokioClock> {
+    // Every pipeline has a breaker; only the breaker case has the one that opens.
+    let breaker = match refusal {
+        Refusal::Breaker => locals.breaker.clone(),
+        _ => CircuitBreaker::with_clock("quiet", BreakerConfig::default(), TokioClock::new()),
+    };
     let b = Pipeline::builder()
         .retry(policy)
+        .breaker(breaker)
         .timeout(Duration::from_secs(1));
     match refusal {
-        Refusal::Breaker => b.breaker(locals.breaker.clone()).build(),
-        Refusal::Bulkhead => b
-            .breaker(CircuitBreaker::with_clock(
-                "quiet",
-                BreakerConfig::default(),
-                TokioClock::new(),
-            ))
-            .bulkhead(locals.bulkhead.clone())
-            .build(),
-        Refusal::Gate => b
-            .breaker(CircuitBreaker::with_clock(
-                "quiet",
-                BreakerConfig::default(),
-                TokioClock::new(),
-            ))
-            .gate(locals.gate.clone())
-            .build(),
-        Refusal::Throttle => b
-            .breaker(CircuitBreaker::with_clock(
-                "quiet",
-                BreakerConfig::default(),
-                TokioClock::new(),
-            ))
-            .throttle(locals.throttle.clone())
-            .build(),
+        Refusal::Breaker => b,
+        Refusal::Bulkhead => b.bulkhead(locals.bulkhead.clone()),
+        Refusal::Gate => b.gate(locals.gate.clone()),
+        Refusal::Throttle => b.throttle(locals.throttle.clone()),
     }
+    .build()
     .unwrap()
 }
 
