@@ -774,6 +774,9 @@ impl<'b> Engine<'b> {
             // Answered before the queue level drops: the seconds up to the deadline saw it.
             self.answer(slot, deadline, Out::Shed, false);
             self.total_queued -= 1;
+            // The shed is the last thing to happen at its instant: the levels after it hold
+            // until `now` (in a second that starts at the deadline, too).
+            self.record_levels(deadline, &[replica as u32]);
         }
     }
 

@@ -124,6 +124,33 @@ fn a_request_that_waited_exactly_the_queue_timeout_is_not_shed() {
 }
 
 #[test]
+fn a_second_that_begins_with_a_shed_keeps_the_levels_after_it() {
+    // One worker, held from 0 to 5 s; a request queued at 1 s is shed when its 1 s queue
+    // timeout passes, at 2 s exactly, while the worker stays busy: the pool is full from 0 to
+    // 5 s, five seconds, the one that begins with the shed included.
+    let s = scenario(
+        r#"
+        name = "shed-at-a-second"
+        duration = "2s"
+        arrivals = { rate = 1.0 }
+        service = { workers = 1, queue_timeout = "1s" }
+        [[endpoints]]
+        name = "/a"
+        work = "5s"
+        [dependency]
+        latency = "0ms"
+        "#,
+    );
+    let without = simulate_variant(&s, None, None).unwrap();
+    assert_eq!((without.succeeded, without.shed), (1, 1));
+    let bins = &without.series.bins;
+    let full: Vec<usize> = (0..bins.len()).filter(|&i| bins[i].pool_full).collect();
+    assert_eq!(full, [0, 1, 2, 3, 4]);
+    let queued: Vec<u32> = bins.iter().map(|b| b.queued_peak).collect();
+    assert_eq!(queued, [0, 1, 0, 0, 0, 0], "queued from 1 s to 2 s");
+}
+
+#[test]
 fn latencies_past_an_hour_are_reported_in_full() {
     // Two attempts of one hour each: 2 h, not the 71.6 minutes a u32 of microseconds holds.
     let s = scenario(
