@@ -48,13 +48,12 @@ pub mod future;
 #[cfg(feature = "tower")]
 mod layer;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
-
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker, ready};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
