@@ -196,20 +196,28 @@ pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool 
     false
 }
 
-/// Whether `e`, or an error in its chain, is a timeout's `Elapsed`.
+/// Whether `e`, or an error in its chain, is a timeout's expiry: this crate's
+/// [`Elapsed`](timeout::Elapsed), tower's `TimeoutLayer` error or tokio's `timeout` error.
 #[cfg(all(feature = "tower", feature = "retry"))]
 pub(crate) fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     #[cfg(feature = "timeout")]
-    {
-        let mut cur = Some(e);
-        while let Some(e) = cur {
-            if e.is::<timeout::Elapsed>() {
-                return true;
-            }
-            cur = e.source();
-        }
+    fn ours(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<timeout::Elapsed>()
     }
-    let _ = e;
+    #[cfg(not(feature = "timeout"))]
+    fn ours(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if ours(e)
+            || e.is::<tower::timeout::error::Elapsed>()
+            || e.is::<tokio::time::error::Elapsed>()
+        {
+            return true;
+        }
+        cur = e.source();
+    }
     false
 }
 

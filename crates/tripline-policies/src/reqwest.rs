@@ -15,6 +15,12 @@
 //! | anything else | success |
 //! | a request reqwest could not build | ignored: it was never sent |
 //! | a refusal by a local policy further down the chain (another breaker, a bulkhead, a gate, a throttle) | ignored |
+//! | any other error of a middleware further down, with no reqwest error in its chain (an auth middleware that could not get a token) | ignored: nothing says the request reached the dependency |
+//!
+//! A middleware further down that wraps a transport error keeps it classified by what it says
+//! as long as the `reqwest::Error` stays in the error's chain (as `anyhow`'s `context` keeps
+//! it); one that reports a dependency failure in an error of its own can be classified with a
+//! [`classifier`](BreakerMiddleware::classifier) of your own.
 //!
 //! If the request's future is dropped before it completes (the caller gave up, a `select!`
 //! took another branch), the permit is abandoned: it frees a half-open probe slot and counts
@@ -112,7 +118,9 @@ impl ReqwestClassifier {
                 return Self::error(e);
             }
         }
-        Classification::new(Outcome::Failure)
+        // A middleware's own error with no reqwest error behind it (an auth middleware that
+        // could not get a token): nothing says the request reached the dependency.
+        Classification::new(Outcome::Ignored)
     }
 }
 

@@ -91,6 +91,78 @@ fn tps_budget_honours_ratios_that_are_not_whole_divisors() {
     assert_eq!(withdraw_all(&budget, E), 20);
 }
 
+/// The retries `n` requests earn at `ratio`, with no reserve.
+fn earned(ratio: f64, n: u32) -> usize {
+    let budget = TpsBudget::builder()
+        .min_per_sec(0)
+        .retry_ratio(ratio)
+        .build_with_clock(ManualClock::new())
+        .unwrap();
+    for _ in 0..n {
+        budget.on_request();
+    }
+    withdraw_all(&budget, E)
+}
+
+#[test]
+fn tps_budget_is_exact_for_ratios_with_three_decimals() {
+    // A withdrawal weighing round(1000 / ratio) deposits would make 0.6 × 10 five retries and
+    // 0.7 × 10 six.
+    assert_eq!(earned(0.6, 10), 6);
+    assert_eq!(earned(0.7, 10), 7);
+    for k in 1..=1000u32 {
+        for n in [1, 3, 7, 10, 100, 1000] {
+            let ratio = f64::from(k) / 1000.0;
+            let exact = (u64::from(k) * u64::from(n) / 1000) as usize;
+            assert_eq!(earned(ratio, n), exact, "ratio {ratio} × {n} requests");
+        }
+    }
+    for (ratio, n, exact) in [(1.5, 10, 15), (2.001, 1000, 2001), (1000.0, 3, 3000)] {
+        assert_eq!(earned(ratio, n), exact, "ratio {ratio} × {n} requests");
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn tps_budget_never_grants_more_than_the_ratio_of_requests(
+        ratio in 0.0f64..=1000.0,
+        n in 0u32..100,
+    ) {
+        let granted = earned(ratio, n) as f64;
+        // Allow for the ratio being a binary fraction a hair below its decimal value.
+        proptest::prop_assert!(
+            granted <= ratio * f64::from(n) * (1.0 + 1e-9),
+            "ratio {} × {} requests granted {}", ratio, n, granted
+        );
+        // And within one millionth of the ratio per request of it (plus the last retry).
+        proptest::prop_assert!(granted + 1.0 >= (ratio - 1e-6) * f64::from(n));
+    }
+}
+
+#[test]
+fn tps_budget_keeps_its_reserve_at_tiny_ratios() {
+    // A ratio validation accepts must neither overflow the reserve (a panic in debug) nor
+    // shrink it (in release): the reserve is min_per_sec × ttl retries whatever the ratio.
+    for ratio in [1e-15, 1e-9, 6e-9, 1e-7, f64::MIN_POSITIVE] {
+        let budget = TpsBudget::builder()
+            .retry_ratio(ratio)
+            .build_with_clock(ManualClock::new())
+            .unwrap();
+        assert_eq!(budget.remaining(), 100, "ratio {ratio}");
+        assert_eq!(withdraw_all(&budget, E), 100, "ratio {ratio}");
+        let budget = TpsBudget::builder()
+            .min_per_sec(1_000_000)
+            .ttl(Duration::from_secs(60))
+            .retry_ratio(ratio)
+            .build_with_clock(ManualClock::new())
+            .unwrap();
+        assert_eq!(budget.remaining(), 60_000_000, "ratio {ratio}");
+        assert!(budget.withdraw(E));
+        budget.on_request();
+        assert_eq!(budget.remaining(), 59_999_999, "ratio {ratio}");
+    }
+}
+
 #[test]
 fn tps_budget_rejects_bad_configuration() {
     let cases = [

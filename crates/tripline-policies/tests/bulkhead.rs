@@ -164,4 +164,56 @@ mod tower_service {
         assert!(err.downcast_ref::<BulkheadFull>().unwrap().timed_out());
         assert_eq!(calls.get(), 2);
     }
+
+    /// A service that records the order in which its calls arrive.
+    fn recorder(
+        order: &std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+    ) -> impl tower::Service<u32, Response = u32, Error = support::Boom, Future = impl Send> + Clone
+    {
+        let order = order.clone();
+        service_fn(move |x: u32| {
+            order.lock().unwrap().push(x);
+            async move { Ok::<_, support::Boom>(x) }
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_keeps_its_place_from_call_not_from_its_first_poll() {
+        use tower::Service;
+        let b = bulkhead(1, 2, 1000);
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut svc = BulkheadLayer::new(b.clone()).layer(recorder(&order));
+        let held = b.try_acquire().unwrap();
+        svc.ready().await.unwrap();
+        let first = svc.call(1); // queued behind `held`, not polled yet
+        assert_eq!(b.waiting(), 1);
+        drop(held); // the slot frees before `first` is ever polled
+        svc.ready().await.unwrap();
+        let second = svc.call(2); // must queue behind `first`, not take the freed slot
+        let (second, first) = tokio::join!(second, first);
+        assert_eq!((first.unwrap(), second.unwrap()), (1, 2));
+        assert_eq!(*order.lock().unwrap(), [1, 2], "first come, first served");
+        assert_eq!((b.in_flight(), b.waiting()), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_is_timed_from_the_call() {
+        use tower::Service;
+        let b = bulkhead(1, 1, 1000);
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut svc = BulkheadLayer::new(b.clone()).layer(recorder(&order));
+        let _held = b.try_acquire().unwrap();
+        let start = Instant::now();
+        svc.ready().await.unwrap();
+        let queued = svc.call(1);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let err = queued.await.unwrap_err();
+        assert!(err.downcast_ref::<BulkheadFull>().unwrap().timed_out());
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(1000),
+            "max_wait after the call"
+        );
+        assert!(order.lock().unwrap().is_empty());
+    }
 }

@@ -455,3 +455,45 @@ async fn bad_input_is_a_clear_error() {
         .unwrap();
     assert_eq!(resp.status(), 400);
 }
+
+/// A middleware further down the chain that fails before sending: it could not get a token.
+struct NoToken;
+
+#[async_trait::async_trait]
+impl Middleware for NoToken {
+    async fn handle(
+        &self,
+        _: reqwest::Request,
+        _: &mut http::Extensions,
+        _: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        Err(reqwest_middleware::Error::Middleware(anyhow::anyhow!(
+            "token service unavailable"
+        )))
+    }
+}
+
+#[tokio::test]
+async fn an_error_of_a_middleware_further_down_is_not_a_failure_of_the_dependency() {
+    let server = Server::start().await;
+    let breaker = CircuitBreaker::with_clock("prices", config(), ManualClock::new());
+    let client = ClientBuilder::new(plain_client(None))
+        .with(BreakerMiddleware::new(breaker.clone()))
+        .with(NoToken)
+        .build();
+    for _ in 0..10 {
+        let err = client.get(server.url("/price")).send().await.unwrap_err();
+        assert!(
+            err.to_string().contains("token service unavailable"),
+            "{err}"
+        );
+    }
+    let m = breaker.metrics();
+    assert_eq!((m.failed_calls, m.ignored_calls), (0, 10));
+    assert_eq!(
+        breaker.state(),
+        State::Closed,
+        "the price server was never asked"
+    );
+    assert_eq!(server.hits(), 0);
+}

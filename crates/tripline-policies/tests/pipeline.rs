@@ -358,11 +358,13 @@ async fn a_dropped_call_gives_everything_back() {
     let calls = Calls::default();
     let gate = Gate::default();
     let breaker = CircuitBreaker::with_clock("v", BreakerConfig::default(), TokioClock::new());
+    let throttle = Throttle::default();
     let pipeline = Pipeline::builder()
         .retry(retry(3))
         .breaker(breaker.clone())
         .gate(gate.clone())
         .bulkhead(bulkhead(1, 0, Duration::ZERO))
+        .throttle(throttle.clone())
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
@@ -377,6 +379,8 @@ async fn a_dropped_call_gives_everything_back() {
         (0, 0)
     );
     assert_eq!(breaker.metrics().abandoned_permits, 1);
+    // Cancelled before its answer: neither a request nor an accept for the throttle.
+    assert_eq!(throttle.counts(), (0, 0));
 }
 
 #[test]
@@ -386,4 +390,47 @@ fn a_bad_timeout_is_rejected() {
         .build()
         .unwrap_err();
     assert_eq!(err.field(), "timeout");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_report_prints_the_inner_error_once() {
+    use std::error::Error;
+    #[derive(Debug)]
+    struct Upstream(std::io::Error);
+    impl std::fmt::Display for Upstream {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("vendor answered 503")
+        }
+    }
+    impl Error for Upstream {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    fn chain(e: &dyn Error) -> Vec<String> {
+        let mut out = vec![e.to_string()];
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            out.push(c.to_string());
+            cause = c.source();
+        }
+        out
+    }
+    let pipeline = Pipeline::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let failed = pipeline
+        .call(|| async { Err::<(), _>(Upstream(std::io::Error::other("connection reset"))) })
+        .await
+        .unwrap_err();
+    assert_eq!(chain(&failed), ["vendor answered 503", "connection reset"]);
+    let timed_out = pipeline
+        .call(|| async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, Upstream>(())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(chain(&timed_out), ["call timed out after 1s"]);
 }

@@ -273,7 +273,10 @@ mod tower_layer {
         assert!(err.downcast_ref::<Rejected>().is_some());
         assert_eq!(calls.get(), 4);
         assert_eq!(breaker.state(), State::Open);
-        assert_eq!(policy.stats().retries, 4);
+        // Three retries were made; the fourth was refused by the breaker, so it is not
+        // counted (and its budget withdrawal would be given back).
+        let s = policy.stats();
+        assert_eq!((s.retries, s.local_rejections), (3, 1));
     }
 
     #[tokio::test(start_paused = true)]
@@ -363,6 +366,110 @@ mod tower_layer {
         assert!(err.downcast_ref::<Elapsed>().is_some());
         assert_eq!(calls.get(), 3);
         assert_eq!(bucket.tokens(), 480); // two retries at 10
+    }
+
+    /// A service that never answers, counting its calls.
+    fn hung(
+        calls: support::Calls,
+    ) -> impl tower::Service<u32, Response = u32, Error = BoxError, Future = impl Send> + Clone
+    {
+        service_fn(move |_: u32| {
+            calls.bump();
+            async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok::<u32, BoxError>(0)
+            }
+        })
+    }
+
+    /// Calls a tower stack `timed_out` (a retry layer around a timeout around a service that
+    /// never answers) with a predicate that retries nothing, and returns (calls, tokens left).
+    async fn timeouts_retried<S>(
+        retry_timeouts: bool,
+        stack: impl Fn(support::Calls) -> S,
+    ) -> (u32, u32)
+    where
+        S: tower::Service<u32, Response = u32> + Clone,
+        S::Error: Into<BoxError>,
+    {
+        let bucket = Arc::new(TokenBucketBudget::default());
+        let policy = RetryPolicy::builder()
+            .max_attempts(3)
+            .budget(bucket.clone())
+            .retry_timeouts(retry_timeouts)
+            .retry_if(|_: &Result<u32, BoxError>| false)
+            .seed(6)
+            .build()
+            .unwrap();
+        let calls = support::Calls::default();
+        let svc = RetryLayer::new(policy).layer(stack(calls.clone()));
+        svc.oneshot(0).await.unwrap_err();
+        (calls.get(), bucket.tokens())
+    }
+
+    #[cfg(feature = "timeout")]
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_is_retried_by_retry_timeouts_alone_as_in_the_pipeline() {
+        use tripline_policies::pipeline::Pipeline;
+        use tripline_policies::timeout::TimeoutLayer;
+        let ours = |calls| {
+            TimeoutLayer::new(Duration::from_secs(1))
+                .unwrap()
+                .layer(hung(calls))
+        };
+        // The predicate retries nothing; timeouts are retried all the same (two retries at
+        // the timeout price of 10 tokens), unless `retry_timeouts(false)`.
+        assert_eq!(timeouts_retried(true, ours).await, (3, 480));
+        assert_eq!(timeouts_retried(false, ours).await, (1, 500));
+        // The pipeline, whose timeout is not a result the predicate could see, agrees.
+        for (retry_timeouts, expected) in [(true, 3), (false, 1)] {
+            let policy = RetryPolicy::builder()
+                .max_attempts(3)
+                .retry_timeouts(retry_timeouts)
+                .retry_if(|_: &Result<u32, support::Boom>| false)
+                .build()
+                .unwrap();
+            let pipeline = Pipeline::builder()
+                .retry(policy)
+                .timeout(Duration::from_secs(1))
+                .build()
+                .unwrap();
+            let calls = support::Calls::default();
+            let _ = pipeline
+                .call(|| {
+                    calls.bump();
+                    async {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        Ok::<u32, support::Boom>(0)
+                    }
+                })
+                .await;
+            assert_eq!(calls.get(), expected, "retry_timeouts({retry_timeouts})");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn towers_and_tokios_timeout_errors_are_timeouts() {
+        let towers =
+            |calls| tower::timeout::TimeoutLayer::new(Duration::from_secs(1)).layer(hung(calls));
+        assert_eq!(timeouts_retried(true, towers).await, (3, 480));
+        assert_eq!(timeouts_retried(false, towers).await, (1, 500));
+        let tokios = |calls: support::Calls| {
+            service_fn(move |_: u32| {
+                calls.bump();
+                async {
+                    tokio::time::timeout(
+                        Duration::from_secs(1),
+                        tokio::time::sleep(Duration::from_secs(60)),
+                    )
+                    .await
+                    .map(|()| 0u32)
+                    .map_err(BoxError::from)
+                }
+            })
+        };
+        assert_eq!(timeouts_retried(true, tokios).await, (3, 480));
+        assert_eq!(timeouts_retried(false, tokios).await, (1, 500));
     }
 
     #[cfg(feature = "gate")]

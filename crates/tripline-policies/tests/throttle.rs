@@ -76,7 +76,7 @@ fn the_draw_is_compared_exactly_with_the_probability() {
     // 5 × 2³² / 12 = 1789569706.67: 1789569706 refuses, 1789569707 does not.
     rng.set(1_789_569_707);
     let ticket = t.try_acquire().expect("just above the probability");
-    drop(ticket);
+    ticket.record(Outcome::Failure);
     // Now 12 requests, 3 accepts: p = 6/13; 6 × 2³² / 13 = 1982292598.15.
     rng.set(1_982_292_598);
     assert!(t.try_acquire().is_err());
@@ -117,6 +117,26 @@ fn a_call_that_never_left_is_taken_back() {
     let (t, _, _) = throttle(2.0);
     t.try_acquire().unwrap().not_sent();
     assert_eq!(t.counts(), (0, 0));
+}
+
+#[test]
+fn a_cancelled_call_is_neither_a_request_nor_an_accept() {
+    let (t, _, rng) = throttle(2.0);
+    // A client that hedges every call twice and cancels the two losers: the backend answered
+    // every call it was asked, so it must not throttle itself.
+    for _ in 0..100 {
+        let winner = t.try_acquire().unwrap();
+        let losers = [t.try_acquire().unwrap(), t.try_acquire().unwrap()];
+        winner.record(Outcome::Success);
+        drop(losers);
+    }
+    assert_eq!(t.counts(), (100, 100));
+    assert_eq!(t.probability(), 0.0);
+    rng.set(0);
+    assert!(
+        t.try_acquire().is_ok(),
+        "a healthy backend is not throttled"
+    );
 }
 
 #[test]
@@ -197,6 +217,18 @@ mod tower_service {
         let err = svc.clone().oneshot(false).await.unwrap_err();
         assert!(err.downcast_ref::<Throttled>().is_some());
         assert_eq!(calls.get(), 5, "a throttled call is not sent");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_dropped_before_its_answer_is_not_counted() {
+        let (t, _, _) = throttle(2.0);
+        let svc = ThrottleLayer::new(t.clone()).layer(service_fn(|_: ()| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok::<_, BoxError>(())
+        }));
+        let r = tokio::time::timeout(Duration::from_secs(1), svc.oneshot(())).await;
+        assert!(r.is_err(), "the caller gave up");
+        assert_eq!(t.counts(), (0, 0));
     }
 
     #[cfg(feature = "gate")]

@@ -90,6 +90,29 @@ impl Dist {
         }
     }
 
+    /// The longest value a sample can take: the maximum of a fixed or uniform distribution,
+    /// and [`MAX_LATENCY`] for a log-normal one whose 99th percentile is above its median
+    /// (its samples are capped there).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline_sim::{Dist, MAX_LATENCY};
+    ///
+    /// let uniform = Dist::Uniform { min: Duration::from_secs(8), max: Duration::from_secs(12) };
+    /// assert_eq!(uniform.max(), Duration::from_secs(12));
+    /// let ms = Duration::from_millis;
+    /// assert_eq!(Dist::LogNormal { median: ms(300), p99: ms(900) }.max(), MAX_LATENCY);
+    /// assert_eq!(Dist::LogNormal { median: ms(300), p99: ms(300) }.max(), ms(300));
+    /// ```
+    pub fn max(&self) -> Duration {
+        match *self {
+            Dist::Fixed(v) => v.min(MAX_LATENCY),
+            Dist::Uniform { min, max } => max.max(min).min(MAX_LATENCY),
+            Dist::LogNormal { median, .. } if self.sigma() == 0.0 => median.min(MAX_LATENCY),
+            Dist::LogNormal { .. } => MAX_LATENCY,
+        }
+    }
+
     fn sigma(&self) -> f64 {
         match *self {
             Dist::LogNormal { median, p99 } if !median.is_zero() && p99 > median => {
@@ -136,8 +159,7 @@ impl Dist {
     }
 }
 
-/// The Box–Muller transform: one standard normal value from two uniforms. Written out here (and
-/// not taken from a distribution crate) so that the values for a seed never change.
+/// `d` in nanoseconds, saturating.
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

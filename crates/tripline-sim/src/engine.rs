@@ -114,12 +114,18 @@ pub(crate) struct Variant<'a> {
     pub(crate) protection: Option<&'a Protection>,
 }
 
-/// A latency sample: microseconds, and the bin and endpoint packed as `bin << 7 | endpoint`.
+/// A latency sample: the latency as a [`LatencyKey`], and the bin and endpoint packed as
+/// `bin << 7 | endpoint`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sample {
-    pub(crate) lat_us: u32,
+    pub(crate) lat: LatencyKey,
     pub(crate) meta: u32,
 }
+
+// Every bin of a run fits the 25 bits `meta` keeps for it.
+const _: () = assert!(crate::scenario::MAX_RUN.as_secs() < 1 << 25);
+// Every endpoint fits its 7 bits.
+const _: () = assert!(crate::scenario::MAX_ENDPOINTS <= 1 << 7);
 
 impl Sample {
     pub(crate) fn bin(self) -> u32 {
@@ -130,12 +136,43 @@ impl Sample {
     }
 }
 
+/// A latency in 32 bits, ordered as the latencies are: microseconds below 2³¹ µs (35.8
+/// minutes), then milliseconds above, up to 2³¹ ms (24.8 days, past any run's length). So
+/// percentiles are taken on the keys, and a latency is exact to the microsecond up to 35
+/// minutes and to the millisecond beyond.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct LatencyKey(pub(crate) u32);
+
+const COARSE: u32 = 1 << 31;
+
+impl LatencyKey {
+    pub(crate) fn from_nanos(ns: u64) -> Self {
+        let us = ns / 1000;
+        if us < u64::from(COARSE) {
+            LatencyKey(us as u32)
+        } else {
+            let ms = (ns / 1_000_000).min(u64::from(u32::MAX - COARSE));
+            LatencyKey(COARSE + ms as u32)
+        }
+    }
+
+    /// In milliseconds.
+    pub(crate) fn ms(self) -> f64 {
+        if self.0 < COARSE {
+            f64::from(self.0) / 1000.0
+        } else {
+            f64::from(self.0 - COARSE)
+        }
+    }
+}
+
 /// What one run produced, for the report.
 pub(crate) struct RunOutput {
     pub(crate) requests: u64,
     pub(crate) counts: [u64; 5],
     pub(crate) per_endpoint: Vec<[u64; 5]>,
     pub(crate) rejected_healthy: u64,
+    pub(crate) rejected_on_retry: u64,
     pub(crate) stale_view_calls: u64,
     pub(crate) dependency_calls: u64,
     pub(crate) pool_peak: u32,
@@ -210,6 +247,8 @@ struct Req {
     endpoint: u16,
     attempt: u8,
     ok: bool,
+    /// Waiting in its replica's queue.
+    queued: bool,
     outcome: Out,
 }
 
@@ -423,6 +462,10 @@ struct Engine<'b> {
     permits: Vec<Option<Permit<'b, ManualClock>>>,
     free: Vec<u32>,
     replicas: Vec<Replica>,
+    /// (deadline, slot) of every request queued with a queue timeout, in arrival order, which
+    /// is deadline order (every request has the same timeout). Entries of requests that left
+    /// the queue since are skipped, and swept out once they outnumber the queued requests.
+    expiry: VecDeque<(u64, u32)>,
     dep_done: BinaryHeap<std::cmp::Reverse<u64>>,
 
     arrival_rng: Pcg64Mcg,
@@ -437,6 +480,7 @@ struct Engine<'b> {
     counts: [u64; 5],
     per_endpoint: Vec<[u64; 5]>,
     rejected_healthy: u64,
+    rejected_on_retry: u64,
     dependency_calls: u64,
     pool_peak: u32,
     queue_peak: u32,
@@ -460,15 +504,13 @@ impl<'b> Engine<'b> {
             view_ttl: p
                 .filter(|p| p.sharing == Sharing::Shared)
                 .map_or(0, |p| nanos(p.view_ttl)),
-            views: vec![
-                View::default();
-                (m.replicas
-                    * if p.is_some_and(|p| p.scope == Scope::Shard) {
-                        m.shards
-                    } else {
-                        1
-                    }) as usize
-            ],
+            // A view per breaker and replica, kept only when replicas decide from views.
+            views: match p {
+                Some(p) if p.sharing == Sharing::Shared && !p.view_ttl.is_zero() => {
+                    vec![View::default(); (m.replicas * breakers.len() as u32) as usize]
+                }
+                _ => Vec::new(),
+            },
             stale_view_calls: 0,
             fallback: p.is_some_and(|p| p.fallback),
             timeout: p.and_then(|p| p.timeout).map(nanos).or(m.timeout),
@@ -480,6 +522,7 @@ impl<'b> Engine<'b> {
             permits: Vec::with_capacity(1024),
             free: Vec::with_capacity(1024),
             replicas: (0..m.replicas).map(|_| Replica::default()).collect(),
+            expiry: VecDeque::new(),
             dep_done: BinaryHeap::new(),
             arrival_rng: Pcg64Mcg::seed_from_u64(mix(seed, 0xA441_7A15)),
             next_req: 0,
@@ -492,6 +535,7 @@ impl<'b> Engine<'b> {
             counts: [0; 5],
             per_endpoint: vec![[0; 5]; m.uses.len()],
             rejected_healthy: 0,
+            rejected_on_retry: 0,
             dependency_calls: 0,
             pool_peak: 0,
             queue_peak: 0,
@@ -503,10 +547,23 @@ impl<'b> Engine<'b> {
         self.heap.push(Ev::new(at, self.seq, kind, slot));
     }
 
-    /// The bin of time `t`, creating the bins up to it with the levels in force now.
+    /// The bin of time `t`, creating the bins up to it. Call it before changing a level at
+    /// `t`: a bin that starts before `t` opens with the levels in force until `t` (nothing
+    /// happened in between), and one that starts at `t` exactly opens empty (the levels
+    /// before `t` ended as it began; [`record_levels`](Self::record_levels) adds the levels
+    /// after the events at `t`).
     fn bin(&mut self, t: u64) -> usize {
         let b = (t / SEC) as usize;
         while self.bins.len() <= b {
+            let start = self.bins.len() as u64 * SEC;
+            if start == t {
+                self.bins.push(Bin::default());
+                continue;
+            }
+            // Calls that ended by the start of this bin are no longer in progress in it.
+            while self.dep_done.peek().is_some_and(|d| d.0 <= start) {
+                self.dep_done.pop();
+            }
             self.bins.push(Bin {
                 busy_peak: self.total_busy,
                 queued_peak: self.total_queued,
@@ -516,6 +573,23 @@ impl<'b> Engine<'b> {
             });
         }
         b
+    }
+
+    /// Records the levels after every event at instant `t` (a level holds from one instant to
+    /// the next, so the states an instant passes through between its events last no time and
+    /// count nowhere): in `t`'s bin, and in the peaks of the replicas those events touched.
+    fn record_levels(&mut self, t: u64, touched: &[u32]) {
+        let b = self.bin(t);
+        let (busy, queued, full) = (self.total_busy, self.total_queued, self.full_replicas > 0);
+        let bin = &mut self.bins[b];
+        bin.busy_peak = bin.busy_peak.max(busy);
+        bin.queued_peak = bin.queued_peak.max(queued);
+        bin.pool_full |= full;
+        for &r in touched {
+            let rep = &self.replicas[r as usize];
+            self.pool_peak = self.pool_peak.max(rep.busy);
+            self.queue_peak = self.queue_peak.max(rep.queue.len() as u32);
+        }
     }
 
     fn arrival_time(&mut self, k: u64, prev: u64) -> u64 {
@@ -536,10 +610,21 @@ impl<'b> Engine<'b> {
         }
         let mut events: u64 = 0;
         let mut reported_ms = 0u64;
+        // The instant being processed and the replicas its events touched.
+        let mut instant = None;
+        let mut touched: Vec<u32> = Vec::new();
         while let Some(ev) = self.heap.pop() {
             let (at, slot) = (ev.at(), ev.slot());
+            if instant.is_some_and(|i| i < at) {
+                if let Some(i) = instant {
+                    self.record_levels(i, &touched);
+                }
+                touched.clear();
+            }
+            instant = Some(at);
             self.now = at;
             self.clock.set(Duration::from_nanos(at));
+            self.expire(at);
             let replica = match ev.kind() {
                 Kind::Arrival => self.on_arrival(at),
                 Kind::AttemptDone => self.on_attempt_done(slot, at),
@@ -556,6 +641,9 @@ impl<'b> Engine<'b> {
                 }
             };
             self.admit(replica, at);
+            if !touched.contains(&replica) {
+                touched.push(replica);
+            }
             events += 1;
             if events & 0xFFFF == 0 {
                 let ms = (at / 1_000_000).min(self.m.duration / 1_000_000);
@@ -564,6 +652,9 @@ impl<'b> Engine<'b> {
                     reported_ms = ms;
                 }
             }
+        }
+        if let Some(i) = instant {
+            self.record_levels(i, &touched);
         }
         let total_ms = self.m.duration / 1_000_000;
         if total_ms > reported_ms {
@@ -608,6 +699,7 @@ impl<'b> Engine<'b> {
             endpoint: endpoint as u16,
             attempt: 0,
             ok: false,
+            queued: false,
             outcome: Out::Succeeded,
         };
         let slot = match self.free.pop() {
@@ -621,46 +713,76 @@ impl<'b> Engine<'b> {
                 (self.reqs.len() - 1) as u32
             }
         };
-        self.purge(replica, t);
-        let rep = &mut self.replicas[replica as usize];
+        let rep = &self.replicas[replica as usize];
         if rep.busy < self.m.workers {
             self.start(slot, t);
         } else if rep.queue.len() < self.m.queue_limit {
-            rep.queue.push_back(slot);
-            let len = rep.queue.len() as u32;
+            // The seconds before `t` keep the queue as it was.
+            self.bin(t);
+            self.replicas[replica as usize].queue.push_back(slot);
             self.total_queued += 1;
-            self.queue_peak = self.queue_peak.max(len);
-            let b = self.bin(t);
-            let tq = self.total_queued;
-            let bin = &mut self.bins[b];
-            bin.queued_peak = bin.queued_peak.max(tq);
+            self.reqs[slot as usize].queued = true;
+            if let Some(limit) = self.m.queue_timeout {
+                self.expiry.push_back((t.saturating_add(limit), slot));
+                if self.expiry.len() > 2 * self.total_queued as usize + 1024 {
+                    let reqs = &self.reqs;
+                    self.expiry
+                        .retain(|&(d, s)| Self::still_queued(reqs, s, d, limit));
+                }
+            }
         } else {
             self.answer(slot, t, Out::Shed, false);
         }
         replica
     }
 
-    /// Sheds queued requests that waited past the queue timeout (they are at the front: the
-    /// queue is FIFO and every request has the same timeout).
-    fn purge(&mut self, replica: u32, now: u64) {
+    /// Whether the expiry entry (`deadline`, `slot`) is still a request waiting in a queue.
+    fn still_queued(reqs: &[Req], slot: u32, deadline: u64, limit: u64) -> bool {
+        let r = &reqs[slot as usize];
+        r.queued && r.arrived.saturating_add(limit) == deadline
+    }
+
+    /// Sheds every queued request that has waited longer than the queue timeout by `now`, at
+    /// the moment its wait reached the timeout: on every replica, so that the figures of the
+    /// seconds between see it gone. A request whose wait reaches the timeout at `now` exactly
+    /// may still get a worker at `now`.
+    fn expire(&mut self, now: u64) {
         let Some(limit) = self.m.queue_timeout else {
             return;
         };
-        while let Some(&front) = self.replicas[replica as usize].queue.front() {
-            let deadline = self.reqs[front as usize].arrived.saturating_add(limit);
-            if deadline > now {
+        while let Some(&(deadline, slot)) = self.expiry.front() {
+            if deadline >= now {
                 break;
             }
-            self.replicas[replica as usize].queue.pop_front();
+            self.expiry.pop_front();
+            if !Self::still_queued(&self.reqs, slot, deadline, limit) {
+                continue;
+            }
+            // The oldest request of its replica's FIFO queue.
+            let replica = self.reqs[slot as usize].replica as usize;
+            let queue = &mut self.replicas[replica].queue;
+            match queue.iter().position(|&s| s == slot) {
+                Some(0) => {
+                    queue.pop_front();
+                }
+                Some(i) => {
+                    queue.remove(i);
+                }
+                None => continue,
+            }
+            self.reqs[slot as usize].queued = false;
+            // Answered before the queue level drops: the seconds up to the deadline saw it.
+            self.answer(slot, deadline, Out::Shed, false);
             self.total_queued -= 1;
-            self.answer(front, deadline, Out::Shed, false);
+            // The shed is the last thing to happen at its instant: the levels after it hold
+            // until `now` (in a second that starts at the deadline, too).
+            self.record_levels(deadline, &[replica as u32]);
         }
     }
 
     /// Starts queued requests while workers are free.
     fn admit(&mut self, replica: u32, t: u64) {
         loop {
-            self.purge(replica, t);
             let rep = &mut self.replicas[replica as usize];
             if rep.busy >= self.m.workers {
                 return;
@@ -668,27 +790,22 @@ impl<'b> Engine<'b> {
             let Some(slot) = rep.queue.pop_front() else {
                 return;
             };
+            self.reqs[slot as usize].queued = false;
             self.total_queued -= 1;
             self.start(slot, t);
         }
     }
 
     fn start(&mut self, slot: u32, t: u64) {
+        // The seconds before `t` keep the levels before this start.
+        self.bin(t);
         let r = self.reqs[slot as usize].replica as usize;
-        let workers = self.m.workers;
         let rep = &mut self.replicas[r];
         rep.busy += 1;
-        let busy = rep.busy;
         self.total_busy += 1;
-        self.pool_peak = self.pool_peak.max(busy);
-        if busy == workers {
+        if rep.busy == self.m.workers {
             self.full_replicas += 1;
         }
-        let b = self.bin(t);
-        let (tb, full) = (self.total_busy, busy == workers);
-        let bin = &mut self.bins[b];
-        bin.busy_peak = bin.busy_peak.max(tb);
-        bin.pool_full |= full;
         let req = &self.reqs[slot as usize];
         if self.m.uses[req.endpoint as usize] {
             self.attempt(slot, t);
@@ -762,6 +879,9 @@ impl<'b> Engine<'b> {
                 Err(_) => {
                     if self.m.phase(t, shard).is_none() {
                         self.rejected_healthy += 1;
+                    }
+                    if self.reqs[slot as usize].attempt > 0 {
+                        self.rejected_on_retry += 1;
                     }
                     if self.fallback {
                         let req = &mut self.reqs[slot as usize];
@@ -864,9 +984,8 @@ impl<'b> Engine<'b> {
         }
         self.counts[out as usize] += 1;
         self.per_endpoint[endpoint as usize][out as usize] += 1;
-        let lat_us = (t.saturating_sub(arrived) / 1000).min(u64::from(u32::MAX)) as u32;
         self.samples.push(Sample {
-            lat_us,
+            lat: LatencyKey::from_nanos(t.saturating_sub(arrived)),
             meta: ((b as u32) << 7) | u32::from(endpoint),
         });
         if held_worker {
@@ -886,6 +1005,7 @@ impl<'b> Engine<'b> {
             counts: self.counts,
             per_endpoint: self.per_endpoint,
             rejected_healthy: self.rejected_healthy,
+            rejected_on_retry: self.rejected_on_retry,
             stale_view_calls: self.stale_view_calls,
             dependency_calls: self.dependency_calls,
             pool_peak: self.pool_peak,

@@ -26,7 +26,10 @@
 //!       "requests": 60,                     arrived
 //!       "succeeded": 35,                    answered with real data
 //!       "failed": 25,                       answered with an error after their attempts
-//!       "rejected_fast": 0,                 the breaker refused the call (fallbacks included)
+//!       "rejected_fast": 0,                 the breaker refused an attempt and the request was
+//!                                           answered at once (fallbacks included)
+//!       "rejected_on_retry": 0,             of those, refused on a retry, after a failed
+//!                                           attempt and its backoff
 //!       "fallback_served": 0,               rejected and answered with the fallback
 //!       "rejected_while_healthy": 0,        rejected although no fault touched that request
 //!       "stale_view_calls": 0,              admitted from a shared store's outdated view
@@ -71,7 +74,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use tripline::State;
 
-use crate::engine::{Bin, Out, RunOutput, Sample};
+use crate::engine::{Bin, LatencyKey, Out, RunOutput, Sample};
 use crate::scenario::{Protection, Scenario, Scope, Sharing};
 
 /// The version of the JSON layout.
@@ -224,8 +227,16 @@ pub struct RunReport {
     pub succeeded: u64,
     /// Answered with an error after their attempts.
     pub failed: u64,
-    /// Rejected by the breaker (fallbacks included).
+    /// Rejected by the breaker (fallbacks included): the breaker refused an attempt and the
+    /// request was answered at once after the refusal. This includes requests whose retry
+    /// was refused after a failed attempt and its backoff ([`rejected_on_retry`]), which were
+    /// not answered fast.
+    ///
+    /// [`rejected_on_retry`]: Self::rejected_on_retry
     pub rejected_fast: u64,
+    /// Of `rejected_fast`, the requests whose refused attempt was a retry: they had made at
+    /// least one failed attempt (and waited its backoff) before the breaker refused.
+    pub rejected_on_retry: u64,
     /// Rejected and answered with the fallback.
     pub fallback_served: u64,
     /// Rejected although no fault touched the request at that moment.
@@ -275,11 +286,11 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-fn ms(us: u32) -> f64 {
-    f64::from(us) / 1000.0
+fn ms(key: u32) -> f64 {
+    LatencyKey(key).ms()
 }
 
-/// Nearest-rank percentile of an unsorted slice (reordered in place).
+/// Nearest-rank percentile of an unsorted slice of latency keys (reordered in place).
 fn pct(v: &mut [u32], p: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -302,13 +313,13 @@ fn latency_of(
     let mut v: Vec<u32> = samples
         .iter()
         .filter(|s| keep(s))
-        .map(|s| s.lat_us)
+        .map(|s| s.lat.0)
         .collect();
     let mut base: Vec<u32> = match before_bin {
         Some(b) => samples
             .iter()
             .filter(|s| keep(s) && s.bin() < b)
-            .map(|s| s.lat_us)
+            .map(|s| s.lat.0)
             .collect(),
         None => Vec::new(),
     };
@@ -330,7 +341,7 @@ fn per_bin(
     let mut keys: Vec<u64> = samples
         .iter()
         .filter(|s| keep(s))
-        .map(|s| (u64::from(s.bin()) << 32) | u64::from(s.lat_us))
+        .map(|s| (u64::from(s.bin()) << 32) | u64::from(s.lat.0))
         .collect();
     keys.sort_unstable();
     let mut out = vec![None; bins];
@@ -377,7 +388,7 @@ pub(crate) fn run_report(
                 .samples
                 .iter()
                 .filter(|s| s.endpoint() == i)
-                .map(|s| s.lat_us)
+                .map(|s| s.lat.0)
                 .collect();
             EndpointReport {
                 name: e.name.clone(),
@@ -488,6 +499,7 @@ pub(crate) fn run_report(
         succeeded: c[Out::Succeeded as usize],
         failed: c[Out::Failed as usize],
         rejected_fast: c[Out::Rejected as usize] + c[Out::Fallback as usize],
+        rejected_on_retry: o.rejected_on_retry,
         fallback_served: c[Out::Fallback as usize],
         rejected_while_healthy: o.rejected_healthy,
         stale_view_calls: o.stale_view_calls,
@@ -598,6 +610,10 @@ impl Report {
             (
                 "rejected fast by the breaker".into(),
                 self.col(|r| r.rejected_fast.to_string()),
+            ),
+            (
+                "  on a retry".into(),
+                self.col(|r| r.rejected_on_retry.to_string()),
             ),
             (
                 "  fallback served".into(),

@@ -50,6 +50,15 @@ pub const MAX_HELD: u64 = 4_000_000;
 pub const MAX_WINDOW_CELLS: u64 = 20_000_000;
 /// The most breakers one run may hold (replicas × shards for per-shard local breakers).
 pub const MAX_BREAKERS: u64 = 100_000;
+/// The most views of shared breakers one run may hold: replicas × shared breakers, for a
+/// protection with a `view_ttl` (each replica remembers what the store last told it about
+/// each breaker). Without a `view_ttl` no view is kept.
+pub const MAX_VIEWS: u64 = 4_000_000;
+/// The longest a run may last in virtual time, arrivals and drain together, as bounded by
+/// [`Scenario::longest_run`]: the one-second series and the latencies are kept for that long.
+pub const MAX_RUN: Duration = Duration::from_secs(14 * 24 * 3600);
+/// The most endpoints a scenario may list.
+pub const MAX_ENDPOINTS: usize = 64;
 const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A complete scenario.
@@ -521,12 +530,75 @@ impl Scenario {
         replicas * keys
     }
 
-    /// When the incident starts and ends: the earliest fault start and the latest fault end
-    /// (capped at the duration), or `None` without faults.
+    /// When the incident starts and ends: the earliest fault start and the latest fault end,
+    /// or `None` without faults. The end is not capped at the duration: a fault that outlasts
+    /// the arrivals still acts on the requests that drain after them, and a breaker cannot
+    /// have closed "after recovery" before the dependency recovered, so
+    /// `time_to_close_after_recovery_s` is `null` when the faults outlast the run.
     pub fn incident(&self) -> Option<(Duration, Duration)> {
         let from = self.dependency.faults.iter().map(|f| f.from).min()?;
         let until = self.dependency.faults.iter().map(|f| f.until).max()?;
         Some((from, until))
+    }
+
+    /// An upper bound on how long a run of this scenario can last in virtual time: the
+    /// arrivals, then the longest a request that arrived last can spend in the service,
+    /// over every variant. That is the longest wait for a worker (the queue timeout, or
+    /// without one, `⌈queue_limit ÷ workers⌉` times the longest a request holds a worker: a
+    /// full pool frees all its workers within that time) plus the longest hold (every
+    /// attempt at its longest, the timeout or the dependency's longest latency, with the
+    /// backoffs between and the longest local work). A scenario whose bound passes
+    /// [`MAX_RUN`] is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let s = tripline_sim::Scenario::load("fraud-checkout")?;
+    /// // 15 minutes of arrivals, then at most 10 s in the queue and 1 s call + 5 ms of work.
+    /// assert_eq!(s.longest_run(), Duration::from_millis(15 * 60_000 + 10_000 + 1_000 + 5));
+    /// # Ok::<(), tripline_sim::ScenarioError>(())
+    /// ```
+    pub fn longest_run(&self) -> Duration {
+        let dep = &self.dependency;
+        let longest = [Some(dep.latency), dep.error_latency]
+            .into_iter()
+            .chain(dep.faults.iter().flat_map(|f| [f.latency, f.error_latency]))
+            .flatten()
+            .map(|d| d.max())
+            .max()
+            .unwrap_or_default();
+        // Past its capacity the dependency slows every call, up to the latency cap.
+        let latency = if dep.capacity.is_some() && !longest.is_zero() {
+            crate::dist::MAX_LATENCY
+        } else {
+            longest
+        };
+        let work = self
+            .endpoints
+            .iter()
+            .map(|e| e.work.max())
+            .max()
+            .unwrap_or_default();
+        let variants = std::iter::once((self.client.timeout, self.client.attempts)).chain(
+            self.protection.iter().map(|p| {
+                (
+                    p.timeout.or(self.client.timeout),
+                    p.attempts.unwrap_or(self.client.attempts),
+                )
+            }),
+        );
+        let sv = &self.service;
+        variants
+            .map(|(timeout, attempts)| {
+                let attempt = timeout.map_or(latency, |t| t.min(latency));
+                let hold = attempt * attempts + self.client.backoff * (attempts - 1) + work;
+                let wait = match sv.queue_timeout {
+                    Some(t) => t,
+                    None => hold.saturating_mul(sv.queue_limit.div_ceil(sv.workers.max(1))),
+                };
+                self.duration.saturating_add(wait).saturating_add(hold)
+            })
+            .max()
+            .unwrap_or(self.duration)
     }
 
     /// Checks every value and every cross-field rule, naming the first bad field.
@@ -577,11 +649,11 @@ impl Scenario {
                 "must list at least one endpoint ([[endpoints]] with a name)",
             ));
         }
-        if self.endpoints.len() > 64 {
+        if self.endpoints.len() > MAX_ENDPOINTS {
             return Err(bad(
                 "endpoints",
                 self.endpoints.len(),
-                "must list at most 64 endpoints",
+                format!("must list at most {MAX_ENDPOINTS} endpoints"),
             ));
         }
         for (i, e) in self.endpoints.iter().enumerate() {
@@ -711,6 +783,16 @@ impl Scenario {
                 range(&format!("protection[{i}].attempts"), a, 1, 10)?;
             }
             let n = self.breaker_count(p);
+            let views = u64::from(self.service.replicas).saturating_mul(n);
+            if !p.view_ttl.is_zero() && views > MAX_VIEWS {
+                return Err(bad(
+                    format!("protection[{i}].view_ttl"),
+                    fmt_d(p.view_ttl),
+                    format!(
+                        "must be 0 with more than {MAX_VIEWS} views (replicas × shared breakers; here {views} views): each replica would remember each breaker"
+                    ),
+                ));
+            }
             if n > MAX_BREAKERS {
                 return Err(bad(
                     format!("protection[{i}].scope"),
@@ -734,6 +816,20 @@ impl Scenario {
                     ),
                 ));
             }
+        }
+        let longest = self.longest_run();
+        if longest > MAX_RUN {
+            // Only an unbounded wait in the queue can get here: every other term is at most
+            // hours, and the duration at most a week.
+            return Err(bad(
+                "service.queue_limit",
+                sv.queue_limit,
+                format!(
+                    "must keep the longest possible run at most {} days (arrivals, then the last request's wait in the queue and its time holding a worker: here up to {:.1} days); with no queue_timeout a queued request may wait ⌈queue_limit ÷ workers⌉ times the longest a request holds a worker; set service.queue_timeout or client.timeout, or a smaller queue_limit",
+                    MAX_RUN.as_secs() / 86_400,
+                    longest.as_secs_f64() / 86_400.0
+                ),
+            ));
         }
         Ok(())
     }

@@ -12,8 +12,11 @@
 //! A call that finds every slot busy may wait, but only in a bounded queue (`max_waiting`) and
 //! only for a bounded time (`max_wait`); otherwise it is refused with a [`BulkheadFull`], a
 //! value distinct from the dependency's errors. Unbounded waiting would rebuild the very pile-up
-//! the bulkhead exists to prevent. The queue is first-come first-served (tokio's semaphore is
-//! fair).
+//! the bulkhead exists to prevent. The queue is first-come first-served: a call takes its
+//! place when it is made (for the tower service, in `call`, not when its future is first
+//! polled), tokio's semaphore hands freed slots to the queued calls in that order, and a call
+//! that finds others queued queues behind them even if a slot is momentarily free. The wait
+//! is timed from the same moment.
 //!
 //! Defaults are resilience4j's: 25 concurrent calls and no waiting.
 //!
@@ -45,11 +48,16 @@ pub mod future;
 #[cfg(feature = "tower")]
 mod layer;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use pin_project_lite::pin_project;
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
 use tripline::ConfigError;
 
 pub use error::BulkheadFull;
@@ -309,22 +317,118 @@ pub(crate) struct Queued {
 }
 
 impl Queued {
-    pub(crate) async fn wait(self) -> Result<BulkheadPermit, BulkheadFull> {
+    /// The wait for a slot, timed from now: it fails after `max_wait`. Its place in the
+    /// semaphore's FIFO is taken when it is first polled, or earlier with [`Wait::join`].
+    pub(crate) fn wait(
+        self,
+    ) -> Wait<impl Future<Output = Result<OwnedSemaphorePermit, AcquireError>>> {
         let i = &*self.bulkhead.inner;
-        let max_wait = i.config.max_wait;
-        let acquired = tokio::time::timeout(max_wait, i.semaphore.clone().acquire_owned()).await;
-        match acquired {
-            Ok(Ok(p)) => Ok(BulkheadPermit(p)),
-            // The semaphore is never closed; treat it as a full queue if it ever is.
-            Ok(Err(_)) => Err(self.bulkhead.full(None)),
-            Err(_) => Err(self.bulkhead.full(Some(max_wait))),
+        let deadline = Instant::now() + i.config.max_wait;
+        Wait {
+            acquire: i.semaphore.clone().acquire_owned(),
+            timer: Timer::Unset { deadline },
+            queued: Some(self),
         }
+    }
+
+    fn full(&self, waited: Option<Duration>) -> BulkheadFull {
+        self.bulkhead.full(waited)
     }
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
         self.bulkhead.inner.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pin_project! {
+    /// A queued call's wait for a slot (see [`Queued::wait`]).
+    pub(crate) struct Wait<F> {
+        #[pin]
+        acquire: F,
+        #[pin]
+        timer: Timer,
+        queued: Option<Queued>,
+    }
+}
+
+pin_project! {
+    #[project = TimerProj]
+    enum Timer {
+        // The deadline, before the first poll made a timer for it (a timer needs the runtime;
+        // the wait may be made outside one, as a tower service's `call` may be).
+        Unset { deadline: Instant },
+        Set {
+            #[pin]
+            sleep: Sleep,
+        },
+    }
+}
+
+impl<F> Wait<F>
+where
+    F: Future<Output = Result<OwnedSemaphorePermit, AcquireError>>,
+{
+    /// Takes the call's place in the FIFO now, without waiting and without a timer: the
+    /// semaphore hands freed slots to the calls queued in it, in order, so a call that queued
+    /// first is served first even if it is polled later than one that came after it. `Ready`
+    /// if a slot was free after all (the wait is then over: do not poll it again).
+    #[cfg_attr(
+        not(feature = "tower"),
+        expect(dead_code, reason = "used by the tower service")
+    )]
+    pub(crate) fn join(self: Pin<&mut Self>) -> Poll<Result<BulkheadPermit, BulkheadFull>> {
+        let mut cx = Context::from_waker(Waker::noop());
+        self.poll_acquire(&mut cx)
+    }
+
+    /// Polls the semaphore; once the wait is over (a slot, or a refusal), `Pending` forever.
+    fn poll_acquire(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<BulkheadPermit, BulkheadFull>> {
+        let this = self.project();
+        if this.queued.is_none() {
+            return Poll::Pending;
+        }
+        let acquired = ready!(this.acquire.poll(cx));
+        // Out of the queue: its place is freed now, not when the wait is dropped.
+        let Some(queued) = this.queued.take() else {
+            return Poll::Pending;
+        };
+        Poll::Ready(match acquired {
+            Ok(p) => Ok(BulkheadPermit(p)),
+            // The semaphore is never closed; treat it as a full queue if it ever is.
+            Err(_) => Err(queued.full(None)),
+        })
+    }
+}
+
+impl<F> Future for Wait<F>
+where
+    F: Future<Output = Result<OwnedSemaphorePermit, AcquireError>>,
+{
+    type Output = Result<BulkheadPermit, BulkheadFull>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(r) = self.as_mut().poll_acquire(cx) {
+            return Poll::Ready(r);
+        }
+        let mut this = self.project();
+        if let TimerProj::Unset { deadline } = this.timer.as_mut().project() {
+            let sleep = tokio::time::sleep_until(*deadline);
+            this.timer.set(Timer::Set { sleep });
+        }
+        let TimerProj::Set { sleep } = this.timer.project() else {
+            return Poll::Pending;
+        };
+        ready!(sleep.poll(cx));
+        let Some(queued) = this.queued.take() else {
+            return Poll::Pending;
+        };
+        let waited = queued.bulkhead.inner.config.max_wait;
+        Poll::Ready(Err(queued.full(Some(waited))))
     }
 }
 
@@ -405,9 +509,20 @@ mod service {
             match self.bulkhead.admit() {
                 Admission::Now(permit) => ResponseFuture::called(self.inner.call(req), permit),
                 Admission::Queued(q) => {
-                    let clone = self.inner.clone();
-                    let ready = std::mem::replace(&mut self.inner, clone);
-                    ResponseFuture::queued(Box::pin(q.wait()), ready, req)
+                    // The call takes its place in the queue now, so that a slot freed before
+                    // this future is first polled goes to it, not to a later call.
+                    let mut wait = Box::pin(q.wait());
+                    match wait.as_mut().join() {
+                        Poll::Ready(Ok(permit)) => {
+                            ResponseFuture::called(self.inner.call(req), permit)
+                        }
+                        Poll::Ready(Err(e)) => ResponseFuture::full(e),
+                        Poll::Pending => {
+                            let clone = self.inner.clone();
+                            let ready = std::mem::replace(&mut self.inner, clone);
+                            ResponseFuture::queued(wait, ready, req)
+                        }
+                    }
                 }
                 Admission::Full(e) => ResponseFuture::full(e),
             }

@@ -13,6 +13,10 @@ use crate::timeout::Elapsed;
 /// refused it (the dependency was not touched), it timed out, or the dependency failed. The
 /// first four never come from the dependency, and are never retried.
 ///
+/// The error is transparent: it displays as the error it holds and its
+/// [`source`](std::error::Error::source) is that error's source, so a report that prints a
+/// chain of causes prints the inner error once. Match on the variant to reach the inner error.
+///
 /// ```
 /// use tripline_policies::pipeline::PipelineError;
 /// use tripline_policies::timeout::Elapsed;
@@ -72,15 +76,44 @@ impl<E: fmt::Display> fmt::Display for PipelineError<E> {
     }
 }
 
+/// The inner error's source, not the inner error itself: `Display` already prints the inner
+/// error, and a chain that held it twice would print it twice.
+///
+/// ```
+/// use std::error::Error;
+/// use tripline_policies::pipeline::PipelineError;
+///
+/// #[derive(Debug)]
+/// struct Refused(std::io::Error);
+/// impl std::fmt::Display for Refused {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("card service answered 503")
+///     }
+/// }
+/// impl Error for Refused {
+///     fn source(&self) -> Option<&(dyn Error + 'static)> {
+///         Some(&self.0)
+///     }
+/// }
+///
+/// let e = PipelineError::Failed(Refused(std::io::Error::other("connection reset")));
+/// let mut chain = vec![e.to_string()];
+/// let mut cause = e.source();
+/// while let Some(c) = cause {
+///     chain.push(c.to_string());
+///     cause = c.source();
+/// }
+/// assert_eq!(chain, ["card service answered 503", "connection reset"]);
+/// ```
 impl<E: std::error::Error + 'static> std::error::Error for PipelineError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(match self {
-            PipelineError::Rejected(e) => e,
-            PipelineError::Overflow(e) => e,
-            PipelineError::BulkheadFull(e) => e,
-            PipelineError::Throttled(e) => e,
-            PipelineError::Timeout(e) => e,
-            PipelineError::Failed(e) => e,
-        })
+        match self {
+            PipelineError::Rejected(e) => e.source(),
+            PipelineError::Overflow(e) => e.source(),
+            PipelineError::BulkheadFull(e) => e.source(),
+            PipelineError::Throttled(e) => e.source(),
+            PipelineError::Timeout(e) => e.source(),
+            PipelineError::Failed(e) => e.source(),
+        }
     }
 }

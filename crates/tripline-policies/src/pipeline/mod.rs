@@ -329,19 +329,20 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
                 },
                 Err(_) => Verdict::Local,
             };
-            let Some(delay) = attempts.next(policy, verdict) else {
+            let Some(delay) = attempts.next(verdict) else {
                 return r;
             };
             if let Some(gate) = &self.gate {
                 match gate.try_retry() {
                     Ok(slot) => retry_slot = Some(slot),
                     Err(_) => {
-                        attempts.cancel(policy);
+                        attempts.cancel();
                         return r;
                     }
                 }
             }
             tokio::time::sleep(delay).await;
+            attempts.begin();
         }
     }
 

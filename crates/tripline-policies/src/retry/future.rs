@@ -75,7 +75,7 @@ where
         gate: crate::RetryGate,
     ) -> Self {
         let attempts = policy.start();
-        let copy = if attempts.may_retry(&policy) {
+        let copy = if attempts.may_retry() {
             cloner.clone_request(&request)
         } else {
             None
@@ -95,7 +95,9 @@ where
 }
 
 /// The verdict on a tower result: local rejections and timeouts are recognised in the error's
-/// chain, everything else goes to the predicate.
+/// chain, everything else goes to the predicate. A timeout is retried as `retry_timeouts`
+/// says, without asking the predicate, as in the pipeline (whose timeout is not a result the
+/// predicate could see).
 fn verdict<T, P: Retryable<T, BoxError>>(
     policy: &RetryPolicy<P>,
     result: &Result<T, BoxError>,
@@ -107,7 +109,7 @@ fn verdict<T, P: Retryable<T, BoxError>>(
         if crate::is_timeout(&**e) {
             return Verdict::Failure {
                 cause: RetryCause::Timeout,
-                retryable: policy.retries_timeouts() && policy.predicate().is_retryable(result),
+                retryable: policy.retries_timeouts(),
             };
         }
     }
@@ -132,20 +134,20 @@ where
                     // The attempt is over: a retry's gate slot goes back.
                     *this.slot = Default::default();
                     let v = verdict(this.policy, &result);
-                    if this.request.is_none() && this.attempts.may_retry(this.policy) {
+                    if this.request.is_none() && this.attempts.may_retry() {
                         // No copy of the request could be made: it cannot be retried.
-                        this.attempts.report(this.policy, v);
+                        this.attempts.report(v);
                         return Poll::Ready(result);
                     }
                     // `next` grants a retry only while attempts remain, and then a copy of
                     // the request is in hand.
-                    let Some(delay) = this.attempts.next(this.policy, v) else {
+                    let Some(delay) = this.attempts.next(v) else {
                         return Poll::Ready(result);
                     };
                     match crate::retry_slot(this.gate) {
                         Ok(slot) => *this.slot = slot,
                         Err(()) => {
-                            this.attempts.cancel(this.policy);
+                            this.attempts.cancel();
                             return Poll::Ready(result);
                         }
                     }
@@ -165,9 +167,10 @@ where
                         // Unreachable: a retry is only scheduled with a copy in hand.
                         return Poll::Ready(Err("retry scheduled without a request".into()));
                     };
-                    if this.attempts.may_retry(this.policy) {
+                    if this.attempts.may_retry() {
                         *this.request = this.cloner.clone_request(&request);
                     }
+                    this.attempts.begin();
                     let fut = this.service.call(request);
                     this.state.set(State::Called { fut });
                 }

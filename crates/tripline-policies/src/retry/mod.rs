@@ -20,7 +20,9 @@
 //!   concurrency gate or the throttle is returned at once, whatever the predicate says. Those
 //!   policies refused it to shed load; retrying would put the load back. In particular, with
 //!   the retry outside the breaker (the [pipeline](crate::pipeline)'s default), a breaker that
-//!   re-opens gets zero retries.
+//!   re-opens gets zero retries. A retry whose attempt such a policy refuses was never made: its
+//!   budget withdrawal is given back and it is not counted in [`RetryStats::retries`] (nor is a
+//!   retry whose request is dropped during its backoff).
 //!
 //! Backoff delays run on tokio's timer, so paused-time tests step through them instantly.
 //!

@@ -20,7 +20,11 @@ pub const MAX_ATTEMPTS: u32 = 100;
 /// The predicate sees the dependency's own result: an `Ok` can be retryable (an HTTP 503 is a
 /// response), an `Err` can be final (a validation error will fail again). Whatever it says, a
 /// call refused by a local policy (an open breaker, a full bulkhead, the gate, the throttle) is
-/// never retried.
+/// never retried, and a timeout is retried as
+/// [`retry_timeouts`](RetryPolicyBuilder::retry_timeouts) says, without asking the predicate:
+/// the pipeline's timeout is not a result of the call, and the tower layer does the same with
+/// the timeouts it recognises (this crate's `Elapsed`, tower's `TimeoutLayer` error, tokio's
+/// `timeout` error, anywhere in the error's chain), so both retry alike.
 ///
 /// ```
 /// use tripline_policies::retry::Retryable;
@@ -68,7 +72,10 @@ impl<T, E> Retryable<T, E> for RetryOnError {
 pub struct RetryStats {
     /// Requests started.
     pub requests: u64,
-    /// Retries made.
+    /// Retries made: granted by the budget and the gate, and sent on. A retry that a local
+    /// policy further in refuses (an open breaker, a full bulkhead, the gate, the throttle), or
+    /// whose request is dropped during its backoff, is not counted, and its budget withdrawal is
+    /// given back.
     pub retries: u64,
     /// Retries the budget refused.
     pub budget_exhausted: u64,
@@ -251,10 +258,11 @@ impl<P> RetryPolicy<P> {
         loop {
             let result = f().await;
             let verdict = Verdict::of(&self.predicate, &result);
-            match attempts.next(self, verdict) {
+            match attempts.next(verdict) {
                 None => return result,
                 Some(delay) => tokio::time::sleep(delay).await,
             }
+            attempts.begin();
         }
     }
 
@@ -265,9 +273,11 @@ impl<P> RetryPolicy<P> {
             b.on_request();
         }
         Attempts {
+            shared: self.shared.clone(),
             made: 1,
             previous_delay: self.shared.backoff.base(),
             cause: None,
+            retry: Granted::None,
         }
     }
 }
@@ -309,12 +319,41 @@ impl Verdict {
     }
 }
 
+/// Where the retry that [`Attempts::next`] granted stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Granted {
+    /// No retry is outstanding: a first attempt, or a retry whose result has been reported.
+    None,
+    /// Granted, and waiting for its backoff: not made yet.
+    Waiting(RetryCause),
+    /// Handed on to the stages further in, which may still refuse it.
+    Sent(RetryCause),
+}
+
 /// The state of one request's attempts.
-#[derive(Debug)]
+///
+/// A retry is charged to the budget and counted when it is granted; it is taken back (the
+/// budget refunded, the count lowered) if it is not made after all: another limit refuses it
+/// at once ([`cancel`](Self::cancel)), a local policy further in refuses its attempt (a
+/// [`Verdict::Local`] result), or the request is dropped before the attempt is sent.
 pub(crate) struct Attempts {
+    shared: Arc<Shared>,
     made: u32,
     previous_delay: Duration,
+    /// The cause of the retry the current attempt is (`None` for the first attempt).
     cause: Option<RetryCause>,
+    retry: Granted,
+}
+
+impl std::fmt::Debug for Attempts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempts")
+            .field("made", &self.made)
+            .field("previous_delay", &self.previous_delay)
+            .field("cause", &self.cause)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Attempts {
@@ -324,37 +363,48 @@ impl Attempts {
         not(feature = "tower"),
         expect(dead_code, reason = "used by the tower layer")
     )]
-    pub(crate) fn may_retry<P>(&self, policy: &RetryPolicy<P>) -> bool {
-        self.made < policy.shared.max_attempts
+    pub(crate) fn may_retry(&self) -> bool {
+        self.made < self.shared.max_attempts
+    }
+
+    /// The retry granted by [`next`](Self::next) is being sent on: from now on it counts as
+    /// made unless a local policy further in refuses it.
+    pub(crate) fn begin(&mut self) {
+        if let Granted::Waiting(cause) = self.retry {
+            self.retry = Granted::Sent(cause);
+        }
     }
 
     /// Reports an attempt's result to the budget and the counters, without deciding anything:
-    /// for a request that cannot be retried (no copy of it could be made).
-    pub(crate) fn report<P>(&self, policy: &RetryPolicy<P>, verdict: Verdict) {
-        let s = &*policy.shared;
+    /// for a request that cannot be retried (no copy of it could be made). A retry refused by
+    /// a local policy is taken back: it was never made.
+    pub(crate) fn report(&mut self, verdict: Verdict) {
         let outcome = match verdict {
             Verdict::Success => Outcome::Success,
             Verdict::Final => Outcome::Ignored,
             Verdict::Failure { .. } => Outcome::Failure,
             Verdict::Local => {
-                bump(&s.counters.local_rejections);
+                if let Granted::Sent(cause) = self.retry {
+                    self.take_back(cause);
+                }
+                self.retry = Granted::None;
+                bump(&self.shared.counters.local_rejections);
                 return;
             }
         };
-        if let Some(b) = &s.budget {
+        self.retry = Granted::None;
+        if let Some(b) = &self.shared.budget {
             b.on_outcome(outcome, self.cause);
         }
     }
 
     /// After an attempt: reports it (see [`report`](Self::report)) and decides. `Some(delay)`
-    /// means retry after `delay`; the budget has been charged (see [`Attempts::cancel`]).
-    pub(crate) fn next<P>(
-        &mut self,
-        policy: &RetryPolicy<P>,
-        verdict: Verdict,
-    ) -> Option<Duration> {
-        self.report(policy, verdict);
-        let s = &*policy.shared;
+    /// means retry after `delay`; the budget has been charged and the retry counted (call
+    /// [`begin`](Self::begin) when its attempt is sent, or [`cancel`](Self::cancel) if another
+    /// limit refuses it).
+    pub(crate) fn next(&mut self, verdict: Verdict) -> Option<Duration> {
+        self.report(verdict);
+        let s = &*self.shared;
         let Verdict::Failure {
             cause,
             retryable: true,
@@ -380,6 +430,7 @@ impl Attempts {
         self.previous_delay = delay;
         self.made += 1;
         self.cause = Some(cause);
+        self.retry = Granted::Waiting(cause);
         bump(&s.counters.retries);
         Some(delay)
     }
@@ -390,14 +441,29 @@ impl Attempts {
         not(any(feature = "tower", feature = "pipeline")),
         expect(dead_code, reason = "used by the tower layer and the pipeline")
     )]
-    pub(crate) fn cancel<P>(&mut self, policy: &RetryPolicy<P>) {
-        let s = &*policy.shared;
-        if let Some(cause) = self.cause {
-            if let Some(b) = &s.budget {
-                b.refund(cause);
-            }
-            s.counters.retries.fetch_sub(1, Ordering::Relaxed);
-            bump(&s.counters.gate_overflows);
+    pub(crate) fn cancel(&mut self) {
+        if let Granted::Waiting(cause) = self.retry {
+            self.retry = Granted::None;
+            self.take_back(cause);
+            bump(&self.shared.counters.gate_overflows);
+        }
+    }
+
+    /// Gives a granted retry's withdrawal back and uncounts it.
+    fn take_back(&self, cause: RetryCause) {
+        let s = &*self.shared;
+        if let Some(b) = &s.budget {
+            b.refund(cause);
+        }
+        s.counters.retries.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Attempts {
+    /// A retry still waiting for its backoff when the request is dropped was never made.
+    fn drop(&mut self) {
+        if let Granted::Waiting(cause) = self.retry {
+            self.take_back(cause);
         }
     }
 }
@@ -440,7 +506,8 @@ impl<P> RetryPolicyBuilder<P> {
         self
     }
 
-    /// Whether a timeout is retried (charged as a timeout by the budget). Default true.
+    /// Whether a timeout is retried (charged as a timeout by the budget), whatever the
+    /// predicate says. Default true.
     pub fn retry_timeouts(mut self, yes: bool) -> Self {
         self.retry_timeouts = yes;
         self

@@ -26,6 +26,14 @@
 //! A call that never left the process (refused by a local policy further in) is taken back with
 //! [`ThrottleTicket::not_sent`].
 //!
+//! A call cancelled before its answer (the caller gave up, a `select!` took another branch, a
+//! hedged request lost the race) is taken back too: it counts neither as a request nor as an
+//! accept. Counting it as "not accepted" would make a client that hedges or cancels often
+//! throttle itself against a healthy backend; counting it as accepted would hide a backend
+//! that hangs. A hanging backend is seen through the timeout *inside* the throttle, whose
+//! expiry is a failure (the [pipeline](crate::pipeline) always puts its timeout there; with
+//! tower, put `TimeoutLayer` inside `ThrottleLayer`), not through callers giving up.
+//!
 //! The window is a ring of buckets (2 minutes in 1 s buckets by default), so old history ages
 //! out smoothly. Time comes from an injected [`Clock`] and the draw from an injected random
 //! generator, so tests can check the formula exactly.
@@ -238,6 +246,7 @@ impl Throttle {
         Ok(ThrottleTicket {
             throttle: self.clone(),
             epoch,
+            settled: false,
         })
     }
 
@@ -274,19 +283,23 @@ impl Throttle {
 }
 
 /// A request the throttle let through. Report the backend's answer with
-/// [`record`](Self::record); a ticket dropped without one counts as not accepted.
+/// [`record`](Self::record). A ticket dropped without one (the caller gave up, a hedged call
+/// lost the race) is taken back as [`not_sent`](Self::not_sent): a cancelled call says nothing
+/// about whether the backend would have accepted it.
 #[must_use = "record whether the backend accepted the request"]
 #[derive(Debug)]
 pub struct ThrottleTicket {
     throttle: Throttle,
     epoch: u64,
+    settled: bool,
 }
 
 impl ThrottleTicket {
     /// Reports the answer: a success or an ignored result (the backend took the request and
     /// answered, even with a 404) is an accept; a failure (an error, a timeout, a 5xx, a 429)
     /// is not.
-    pub fn record(self, outcome: Outcome) {
+    pub fn record(mut self, outcome: Outcome) {
+        self.settled = true;
         if outcome != Outcome::Failure {
             let i = &*self.throttle.inner;
             let now = i.clock.now();
@@ -296,10 +309,23 @@ impl ThrottleTicket {
 
     /// The request never left the process (a local policy further in refused it): it is taken
     /// back out of the window's requests, if its bucket is still in the window.
-    pub fn not_sent(self) {
+    pub fn not_sent(mut self) {
+        self.take_back();
+    }
+
+    fn take_back(&mut self) {
+        self.settled = true;
         let i = &*self.throttle.inner;
         let now = i.clock.now();
         crate::lock(&i.window).add_at(now, self.epoch, REQUESTS, -1);
+    }
+}
+
+impl Drop for ThrottleTicket {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.take_back();
+        }
     }
 }
 

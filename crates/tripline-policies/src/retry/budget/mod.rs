@@ -62,7 +62,10 @@ pub enum RetryCause {
 /// The retry loop calls [`on_request`](Self::on_request) once per request, before its first
 /// attempt; [`on_outcome`](Self::on_outcome) after every attempt that reached the dependency;
 /// and [`withdraw`](Self::withdraw) before every retry. A withdrawal that is not used after all
-/// (another limit refused the retry) is given back with [`refund`](Self::refund).
+/// is given back with [`refund`](Self::refund): when the gate's retry limit refuses the retry,
+/// when a local policy further in (an open breaker, a full bulkhead, the gate, the throttle)
+/// refuses its attempt, and when the request is dropped during the retry's backoff. A retry
+/// whose attempt was sent on counts as used, even if its request is dropped before it answers.
 ///
 /// ```
 /// use tripline::Outcome;

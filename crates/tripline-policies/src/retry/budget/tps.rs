@@ -10,19 +10,44 @@ use crate::window::Buckets;
 
 /// Buckets per time-to-live, as in tower.
 const SLOTS: u32 = 10;
-/// A deposit's weight; a withdrawal weighs `SCALE / retry_ratio`, so ratios such as 0.3 are
-/// honoured to a thousandth instead of being rounded to a whole divisor.
-const SCALE: i64 = 1000;
+/// A withdrawal's weight; a request deposits `retry_ratio × SCALE` (rounded down to a whole
+/// number), so ratios are kept in millionths: 0.6 is exactly 6 retries per 10 requests, and no
+/// ratio earns more than `retry_ratio` retries per request.
+const SCALE: i64 = 1_000_000;
+
+/// The deposit of one request at `ratio` (in `[0, 1000]`), in millionths of a retry: rounded
+/// down, except that a ratio within a billionth (relative) of a whole number of millionths is
+/// that number, so that the binary fraction nearest a decimal such as 0.6 or 0.7 deposits
+/// exactly its decimal value.
+fn deposit(ratio: f64) -> i64 {
+    let x = ratio * SCALE as f64;
+    let nearest = x.round();
+    let d = if (x - nearest).abs() <= nearest * 1e-9 {
+        nearest
+    } else {
+        x.floor()
+    };
+    // In [0, 1e9]: the ratio was checked.
+    d as i64
+}
 
 /// Retries capped as a share of requests over a time-to-live, plus a minimum rate: the budget
 /// of Finagle and of tower's `TpsBudget`, with their defaults (ttl 10 s, 10 retries per second,
 /// 20% of requests).
 ///
-/// Every request deposits; every retry withdraws `1 / retry_ratio` deposits' worth. Deposits and
+/// Every request deposits `retry_ratio` of a retry; every retry withdraws one. Deposits and
 /// withdrawals expire after the ttl (to within a tenth of it), so the budget follows the recent
 /// traffic. A reserve of `min_per_sec × ttl` retries that never expires lets a client with
 /// little traffic still retry: with no traffic at all, exactly `min_per_sec × ttl` withdrawals
-/// succeed within one ttl.
+/// succeed within one ttl, whatever the ratio.
+///
+/// The ratio is kept in millionths, rounded down: a ratio with up to six decimals is exact
+/// (0.6 grants 6 retries per 10 requests), and no ratio grants more than `retry_ratio` retries
+/// per request. A ratio below one millionth earns nothing beyond the reserve.
+///
+/// A [refund](RetryBudget::refund) is credited when it is made and expires a ttl later, like a
+/// deposit: a retry refused after a long backoff gives its withdrawal back for the ttl that
+/// follows the refund.
 ///
 /// ```
 /// use std::time::Duration;
@@ -190,18 +215,14 @@ impl TpsBudgetBuilder {
         if !(0.0..=1000.0).contains(&ratio) {
             return Err(ConfigError::new("retry_ratio", ratio, "in [0, 1000]"));
         }
-        let (deposit, withdrawal) = if ratio == 0.0 {
-            (0, SCALE)
-        } else {
-            (SCALE, ((SCALE as f64 / ratio).round() as i64).max(1))
-        };
+        // At most 1e6 retries per second × 60 s × SCALE: 6e13, far from overflowing.
         let ttl_ms = self.ttl.as_millis() as i64;
-        let reserve = i64::from(self.min_per_sec) * ttl_ms / 1000 * withdrawal;
+        let reserve = i64::from(self.min_per_sec) * ttl_ms / 1000 * SCALE;
         Ok(TpsBudget {
             window: Mutex::new(Buckets::new(self.ttl / SLOTS, SLOTS)),
             reserve,
-            deposit,
-            withdrawal,
+            deposit: deposit(ratio),
+            withdrawal: SCALE,
             ttl: self.ttl,
             min_per_sec: self.min_per_sec,
             retry_ratio: ratio,
