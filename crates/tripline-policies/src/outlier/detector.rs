@@ -1154,6 +1154,22 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
             .collect()
     }
 
+    /// Whether the balancer is in panic now (picking among every host), without a lock.
+    pub fn in_panic(&self) -> bool {
+        self.inner.snapshot.load().panic
+    }
+
+    /// The hosts ejected now.
+    pub fn ejected(&self) -> Vec<H> {
+        let ctl = lock(&self.inner.control);
+        ctl.hosts
+            .iter()
+            .zip(&ctl.ejections)
+            .filter(|(_, j)| j.since.is_some())
+            .map(|(e, _)| e.key.clone())
+            .collect()
+    }
+
     /// Whether `host` is ejected now (`None` if it is not in the set).
     pub fn is_ejected(&self, host: &H) -> Option<bool> {
         self.host_status(host).map(|s| s.ejected)
