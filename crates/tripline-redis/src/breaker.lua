@@ -307,6 +307,10 @@ local function window_reset()
   set('ws', 0)
   set('wq', 0)
   set('cf', 0)
+  -- A new epoch's window has not been evaluated: good results evaluate until one evaluation
+  -- sees the minimum calls ('bo'), and the once-per-bucket gate starts over ('nse').
+  unset('bo')
+  unset('nse')
   tw = nil
 end
 
@@ -432,6 +436,15 @@ local function trip_reason(consecutive, with_in_flight)
   end
   local c, f, s = window()
   local min = math.max(CFG.min, 1)
+  if CFG.kind ~= 0 then
+    local above = 0
+    if c >= min then
+      above = 1
+    end
+    if geti('bo') ~= above then
+      set('bo', above)
+    end
+  end
   if c >= min and f * 1000000 >= CFG.fppm * c then
     return 'failure-rate'
   end
@@ -566,10 +579,15 @@ local function record_window(epoch, outcome, slow, hint)
   if st == 'closed' then
     -- As in-process: failures, slow calls and a consecutive run always evaluate; a fast
     -- success evaluates a count window always (over a full ring it cannot raise a rate), a
-    -- time window at most once per bucket.
+    -- time window while the last evaluation saw fewer than the minimum calls (so the result
+    -- that brings the window to the minimum is evaluated), and otherwise once per bucket: the
+    -- first result past each bucket boundary, as old buckets expire only there.
     local evaluate = failure == 1 or slow == 1 or consecutive or CFG.kind == 0
+    if not evaluate and geti('bo') == 0 then
+      evaluate = true
+    end
     if not evaluate and now >= geti('nse') then
-      set('nse', now + CFG.bucket)
+      set('nse', (math.floor(now / CFG.bucket) + 1) * CFG.bucket)
       evaluate = true
     end
     if evaluate then

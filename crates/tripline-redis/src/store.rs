@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use tokio::sync::broadcast;
-use tripline::inflight::InFlight;
+use tripline::inflight::{Cohort, InFlight};
 use tripline::{
     BreakerConfig, CallError, CircuitBreaker, Classification, Classify, Clock, ConfigError,
     MonotonicClock, Outcome, OwnedPermit, Recorded, Rejected, ResultClassifier, State,
@@ -194,13 +194,12 @@ struct View {
     lease_deadline: Option<u64>,
 }
 
-/// This replica's calls in flight, by start cohort, with the in-process breaker's rule.
+/// This replica's calls in flight, by start cohort, with the in-process breaker's rule. Each
+/// call joins with the epoch that admitted it, and only the current epoch's calls count: calls
+/// started before the breaker last entered Closed never do.
 #[derive(Debug)]
 struct Flight {
     calls: InFlight,
-    /// When this replica learned that the breaker entered Closed (local clock): calls started
-    /// before do not count.
-    since: u64,
     /// The next acquire-time check (every cohort width, as in-process).
     next_check: u64,
 }
@@ -525,7 +524,6 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             }),
             flight: Mutex::new(Flight {
                 calls: InFlight::new(slow_nanos),
-                since: 0,
                 next_check: clock.now() + (slow_nanos / 2).max(1),
             }),
             batch: Mutex::new(Batch::default()),
@@ -824,14 +822,14 @@ struct Ticket<C: Clock> {
     kind: Kind<OwnedPermit<C>>,
     epoch: u64,
     started: u64,
-    cohort: Option<u64>,
+    cohort: Option<Cohort>,
 }
 
 impl<C: Clock + Clone> Inner<C> {
     fn ticket(&self, kind: Kind<OwnedPermit<C>>, epoch: u64, now: u64) -> Ticket<C> {
         let cohort = match kind {
             Kind::Window if self.config.count_in_flight_as_slow() => {
-                Some(lock(&self.flight).calls.enter(now))
+                Some(lock(&self.flight).calls.enter(now, epoch))
             }
             _ => None,
         };
@@ -862,7 +860,7 @@ impl<C: Clock + Clone> Inner<C> {
         }
         let epoch = lock(&self.view).epoch;
         let f = lock(&self.flight);
-        format!("{epoch}:{}", f.calls.overdue(now, self.slow_nanos, f.since))
+        format!("{epoch}:{}", f.calls.overdue(now, self.slow_nanos, epoch))
     }
 
     /// At an acquire in Closed, once per cohort width (as in-process): the report, sent so
@@ -876,14 +874,14 @@ impl<C: Clock + Clone> Inner<C> {
             if now < f.next_check {
                 return None;
             }
-            f.next_check = now + self.cohort_width;
+            f.next_check = now.saturating_add(self.cohort_width);
         }
         Some(self.in_flight_report(now))
     }
 
-    fn exit_flight(&self, cohort: Option<u64>) {
+    fn exit_flight(&self, cohort: Option<Cohort>, epoch: u64) {
         if let Some(c) = cohort {
-            lock(&self.flight).calls.exit(c);
+            lock(&self.flight).calls.exit(c, epoch);
         }
     }
 
@@ -995,8 +993,7 @@ impl<C: Clock + Clone> Inner<C> {
             if v.valid && v.epoch != reply.epoch {
                 let mut f = lock(&self.flight);
                 if matches!(reply.state, State::Closed | State::MetricsOnly) {
-                    f.since = now;
-                    f.next_check = now + self.cohort_width;
+                    f.next_check = now.saturating_add(self.cohort_width);
                 }
             }
             v.valid = true;
@@ -1347,7 +1344,7 @@ pub struct SharedPermit<C: Clock + Clone = MonotonicClock> {
     kind: Kind<()>,
     epoch: u64,
     started: u64,
-    cohort: Option<u64>,
+    cohort: Option<Cohort>,
     shadow: Option<OwnedPermit<C>>,
     /// For a probe: the runtime to release its lease on if the permit is dropped.
     runtime: Option<tokio::runtime::Handle>,
@@ -1387,7 +1384,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         self.done = true;
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.cohort);
+        inner.exit_flight(self.cohort, self.epoch);
         drop(self.shadow.take());
         if let Kind::Probe { slot, token } = self.kind {
             inner.release(self.epoch, slot, token).await;
@@ -1408,7 +1405,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         let inner = self.breaker.inner.clone();
         let now = inner.clock.now();
         let elapsed = now.saturating_sub(self.started);
-        inner.exit_flight(self.cohort);
+        inner.exit_flight(self.cohort, self.epoch);
         let shadow = self.shadow.take().map(|p| p.record_classified(c));
         match self.kind {
             Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
@@ -1430,7 +1427,7 @@ impl<C: Clock + Clone> Drop for SharedPermit<C> {
         }
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.cohort);
+        inner.exit_flight(self.cohort, self.epoch);
         if let Kind::Probe { slot, token } = self.kind {
             let epoch = self.epoch;
             // The runtime the permit was acquired on, so that a permit dropped on another
