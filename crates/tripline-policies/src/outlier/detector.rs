@@ -196,7 +196,8 @@ pub enum OutlierEventKind {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct OutlierEvent<H> {
-    /// Ordered per detector.
+    /// The event's number in this detector, in the order the events happened (listeners
+    /// called from different threads may see them out of that order).
     pub seq: u64,
     /// Nanoseconds on the detector's clock.
     pub at: u64,
@@ -1202,7 +1203,7 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         s
     }
 
-    /// Hosts ejected now, without taking the lock.
+    /// Hosts ejected now: from the snapshot, without the lock, except in panic.
     pub fn ejections_active(&self) -> u32 {
         let s = self.inner.snapshot.load();
         if s.panic {

@@ -67,9 +67,11 @@
 //! Time comes from an injected [`Clock`](tripline::Clock): a `ManualClock` in tests, virtual
 //! time in the simulator. There is no background thread: the sweep runs from the first
 //! [`pick`](OutlierDetector::pick) or [`record`](OutlierDetector::record) after it is due, or
-//! from [`tick`](OutlierDetector::tick). Picks and records take no lock: counters are
-//! atomics, and the balancer reads an immutable snapshot of the selectable hosts that every
-//! ejection, return or change of the set replaces. An ejection or a sweep takes a small lock.
+//! from [`tick`](OutlierDetector::tick). Picks and records take no lock and allocate nothing
+//! (`tests/outlier.rs` counts): counters are atomics, and the balancer reads an immutable
+//! snapshot of the selectable hosts that every ejection, return or change of the set
+//! replaces. Only an outlier found, a due sweep or a change of the set takes a small lock;
+//! listeners run after it is released.
 //!
 //! # Hosts come and go
 //!
