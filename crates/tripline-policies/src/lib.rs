@@ -12,6 +12,7 @@
 //! | [`bulkhead`] | bounded concurrency with a bounded, timed wait | [`BulkheadFull`](bulkhead::BulkheadFull) |
 //! | [`gate`] | Envoy-style ceilings on requests, pending requests and retries; instant refusal | [`GateOverflow`](gate::GateOverflow) |
 //! | [`throttle`] | client-side adaptive throttling (Google SRE) | [`Throttled`](throttle::Throttled) |
+//! | [`outlier`] | Envoy's outlier detection per host, with an ejection cap and a panic threshold, and a balancer that skips ejected hosts | — |
 //! | [`pipeline`] | all of the above and a breaker, assembled in one order, with the timeout innermost | [`PipelineError`](pipeline::PipelineError) |
 //! | `breaker` | the core breaker as a tower layer | [`tripline::Rejected`] |
 //! | `http` | an HTTP response classifier and a `Retry-After` reader | — |
@@ -94,7 +95,9 @@
 //! One feature per component, each usable alone: `retry`, `bulkhead`, `gate`, `throttle`,
 //! `timeout`; `pipeline` (default) enables all five and the pipeline. `tower` adds the layers
 //! of the enabled components and the breaker's; `http` adds the HTTP classifier; `reqwest`
-//! adds the `reqwest-middleware` integration (and `http`).
+//! adds the `reqwest-middleware` integration (and `http`). `outlier` (default) adds the
+//! outlier detector and its balancer; `metrics` exports its figures through the `metrics`
+//! facade.
 
 #![forbid(unsafe_code)]
 
@@ -106,6 +109,8 @@ pub mod bulkhead;
 pub mod gate;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "outlier")]
+pub mod outlier;
 #[cfg(feature = "pipeline")]
 pub mod pipeline;
 #[cfg(feature = "reqwest")]

@@ -95,6 +95,7 @@ pub fn svg(report: &Report) -> Result<String, String> {
     let panels: Vec<(&str, Vec<Line>)> = panels
         .iter()
         .map(|(title, f)| (*title, report.runs.iter().map(f).collect::<Vec<_>>()))
+        .chain(crate::hosts::panels(report))
         .filter(|(_, lines)| lines.iter().any(|l| !l.is_empty()))
         .collect();
     let (w, h) = (960u32, 230 * panels.len().max(1) as u32 + 40);

@@ -181,6 +181,7 @@ pub(crate) struct RunOutput {
     pub(crate) samples: Vec<Sample>,
     pub(crate) transitions: Vec<Tr>,
     pub(crate) breakers: u32,
+    pub(crate) hosts: Option<crate::hosts::HostsOutput>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,6 +288,7 @@ pub(crate) struct Model {
     phases: Vec<Phase>,
     capacity: Option<u32>,
     shards: u32,
+    hosts: Option<crate::hosts::HostModel>,
 }
 
 impl Model {
@@ -300,9 +302,11 @@ impl Model {
             error_latency: dep.error_latency.unwrap_or(dep.latency),
             shards: None,
         };
+        // Faults on some hosts only act through the hosts (`crate::hosts`).
         let phases = dep
             .faults
             .iter()
+            .filter(|f| f.hosts.is_none())
             .map(|f| Phase {
                 from: nanos(f.from),
                 until: nanos(f.until),
@@ -345,6 +349,7 @@ impl Model {
             phases,
             capacity: s.dependency.capacity,
             shards: s.shards.map_or(1, |x| x.count),
+            hosts: crate::hosts::HostModel::new(s),
         }
     }
 
@@ -419,7 +424,16 @@ pub(crate) fn run(
         }
     };
     let mut out = {
+        let hosts = model.hosts.as_ref().map(|h| {
+            crate::hosts::Pool::new(
+                h,
+                crate::hosts::outlier_config(variant.protection),
+                clock.clone(),
+                crate::hosts::seed(seed),
+            )
+        });
         let mut engine = Engine::new(model, variant, seed, &breakers, clock);
+        engine.hosts = hosts;
         engine.run(progress);
         engine.finish_run()
     };
@@ -484,6 +498,8 @@ struct Engine<'b> {
     dependency_calls: u64,
     pool_peak: u32,
     queue_peak: u32,
+    /// The dependency's hosts and their balancer, with `[dependency.hosts]`.
+    hosts: Option<crate::hosts::Pool<'b>>,
 }
 
 impl<'b> Engine<'b> {
@@ -539,6 +555,7 @@ impl<'b> Engine<'b> {
             dependency_calls: 0,
             pool_peak: 0,
             queue_peak: 0,
+            hosts: None,
         }
     }
 
@@ -898,6 +915,13 @@ impl<'b> Engine<'b> {
         self.dependency_calls += 1;
         let b = self.bin(t);
         self.bins[b].dependency_calls += 1;
+        if let Some(pool) = self.hosts.as_mut() {
+            let req = &mut self.reqs[slot as usize];
+            let (took, ok) = pool.start(slot, t, req.shard, &mut req.rng, self.timeout);
+            req.ok = ok;
+            self.schedule(t.saturating_add(took), Kind::AttemptDone, slot);
+            return;
+        }
         let m = self.m;
         let phase = m.phase(t, shard).unwrap_or(&m.base);
         let req = &mut self.reqs[slot as usize];
@@ -938,6 +962,9 @@ impl<'b> Engine<'b> {
             } else {
                 Outcome::Failure
             });
+        }
+        if let Some(pool) = self.hosts.as_mut() {
+            pool.done(slot, t);
         }
         let replica = self.reqs[s].replica;
         if self.view_ttl > 0 {
@@ -1014,6 +1041,7 @@ impl<'b> Engine<'b> {
             samples: self.samples,
             transitions: Vec::new(),
             breakers: 0,
+            hosts: self.hosts.map(|p| p.finish(self.now)),
         }
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! * [`scenario`]: the model and its TOML file format, and the built-in scenarios.
 //! * [`engine`]: the event loop and the life of a request.
+//! * [`hosts`]: the dependency's hosts behind the caller's balancer, and outlier detection.
 //! * [`report`]: the figures, the table and the JSON schema.
 //! * [`chart`]: the time series as SVG and HTML.
 
@@ -12,6 +13,7 @@
 pub mod chart;
 mod dist;
 pub mod engine;
+pub mod hosts;
 pub mod report;
 pub mod scenario;
 

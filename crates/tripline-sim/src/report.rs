@@ -56,7 +56,8 @@
 //!       "time_to_close_after_recovery_s": 7.0 | null,   all_closed_s − incident.end_s
 //!       "breakers_tripped": 1,              breakers that opened at least once
 //!       "transitions": [ { "at_s": 7.0, "replica": 0 | null, "shard": null | 3,
-//!                          "from": "closed", "to": "open", "reason": "consecutive-failures" } ]
+//!                          "from": "closed", "to": "open", "reason": "consecutive-failures" } ],
+//!       "hosts": null | { ... }             with [dependency.hosts]: see crate::hosts::HostsReport
 //!     }
 //!   ]
 //! }
@@ -277,6 +278,8 @@ pub struct RunReport {
     pub breakers_tripped: u32,
     /// Every transition, in order.
     pub transitions: Vec<TransitionReport>,
+    /// The dependency's hosts, with `[dependency.hosts]`: ejections, load, panic.
+    pub hosts: Option<crate::hosts::HostsReport>,
     /// Per-second series (for charts).
     #[serde(skip)]
     pub series: Series,
@@ -442,6 +445,8 @@ pub(crate) fn run_report(
         _ => None,
     };
 
+    let hosts = o.hosts.map(|h| h.into_report(&o.bins));
+
     // Series.
     let bins = o.bins.len();
     let mut open = vec![0.0; bins];
@@ -485,7 +490,7 @@ pub(crate) fn run_report(
     RunReport {
         label: protection.map_or_else(|| "without".to_string(), |p| p.label.clone()),
         protected: protection.is_some(),
-        breaker: protection.map(|p| BreakerInfo {
+        breaker: protection.filter(|p| p.breakers).map(|p| BreakerInfo {
             scope: p.scope,
             sharing: p.sharing,
             count: o.breakers,
@@ -529,6 +534,7 @@ pub(crate) fn run_report(
         },
         breakers_tripped: tripped.iter().filter(|&&t| t).count() as u32,
         transitions,
+        hosts,
         series,
     }
 }
@@ -691,6 +697,7 @@ impl Report {
                 ),
             );
         }
+        rows.extend(crate::hosts::table_rows(self));
         let w0 = rows
             .iter()
             .map(|(l, _)| l.chars().count())
@@ -746,6 +753,7 @@ impl Report {
                 );
             }
         }
+        crate::hosts::table_events(self, &mut out);
         out
     }
 

@@ -247,6 +247,10 @@ pub struct Dependency {
     /// Fault phases. At a given time and shard the first matching phase applies.
     #[serde(default)]
     pub faults: Vec<Fault>,
+    /// The dependency's hosts (pods) behind the caller's balancer, each with its own capacity
+    /// (default: one dependency, no hosts). See [`crate::hosts`].
+    #[serde(default)]
+    pub hosts: Option<crate::hosts::Hosts>,
 }
 
 fn dep_name() -> String {
@@ -277,6 +281,9 @@ pub struct Fault {
     /// Only these shards are affected (default: all). Needs a `[shards]` table.
     #[serde(default)]
     pub shards: Option<Vec<u32>>,
+    /// Only these hosts are affected (default: all). Needs a `[dependency.hosts]` table.
+    #[serde(default)]
+    pub hosts: Option<Vec<u32>>,
 }
 
 /// Shard keys carried by requests, drawn uniformly.
@@ -343,6 +350,18 @@ pub struct Protection {
     /// The breaker configuration, in tripline's own format.
     #[serde(default)]
     pub breaker: BreakerConfig,
+    /// Whether this variant has breakers (default true); `false` compares another protection
+    /// (outlier detection) alone.
+    #[serde(default = "yes")]
+    pub breakers: bool,
+    /// Outlier detection on the dependency's hosts (needs `[dependency.hosts]`): Envoy's
+    /// fields, Envoy's defaults for those unset. See [`crate::hosts::Outlier`].
+    #[serde(default)]
+    pub outlier: Option<crate::hosts::Outlier>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn with_label() -> String {
@@ -519,6 +538,9 @@ impl Scenario {
 
     /// The breakers one protected run holds.
     pub fn breaker_count(&self, p: &Protection) -> u64 {
+        if !p.breakers {
+            return 0;
+        }
         let replicas = match p.sharing {
             Sharing::Local => u64::from(self.service.replicas),
             Sharing::Shared => 1,
@@ -730,6 +752,11 @@ impl Scenario {
                 }
             }
         }
+        crate::hosts::validate(self).map_err(|(field, value, allowed)| Bad {
+            field,
+            value,
+            allowed,
+        })?;
         if self.protection.len() > 8 {
             return Err(bad(
                 "protection",
@@ -945,6 +972,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("gymfolks", include_str!("../scenarios/gymfolks.toml")),
     ("retry-storm", include_str!("../scenarios/retry-storm.toml")),
     ("hot-shard", include_str!("../scenarios/hot-shard.toml")),
+    ("mercari", include_str!("../scenarios/mercari.toml")),
 ];
 
 /// The TOML source of a built-in scenario.

@@ -24,6 +24,7 @@ fn scenarios_lists_names_and_descriptions() {
         "gymfolks",
         "retry-storm",
         "hot-shard",
+        "mercari",
     ] {
         assert!(
             out.lines()
