@@ -433,6 +433,7 @@ fn main() {
         .batching(Batching {
             flush_every: Duration::from_millis(10),
             max_batch: 256,
+            success_wait: None,
         })
         .build()
         .expect("config");
@@ -461,6 +462,7 @@ fn main() {
         .batching(Batching {
             flush_every: Duration::from_millis(10),
             max_batch: 256,
+            success_wait: None,
         })
         .build()
         .expect("config");

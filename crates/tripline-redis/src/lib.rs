@@ -111,12 +111,17 @@
 
 mod backend;
 mod config;
+mod health;
 #[cfg(feature = "server")]
 pub mod server;
 mod store;
 
 pub use backend::Backend;
-pub use config::{Batching, Fallback, Quorum, SharedConfig, SharedConfigBuilder, TimeSource};
+pub use config::{
+    Batching, Fallback, MAX_BATCH, Quorum, SharedConfig, SharedConfigBuilder, TimeSource,
+};
+pub use health::{CheckError, Health};
 pub use store::{
-    FleetEvent, Keys, Mode, SharedBreaker, SharedMetrics, SharedPermit, Snapshot, Transition,
+    FleetEvent, Keys, Mode, REDIRECTIONS_FORGIVEN, SharedBreaker, SharedMetrics, SharedPermit,
+    Snapshot, Transition,
 };

@@ -125,6 +125,8 @@ fn main() {
                 b = b.batching(Batching {
                     flush_every: Duration::from_millis(10),
                     max_batch: 256,
+                    success_wait: None,
+            success_wait: None,
                 });
             }
             let backend = Backend::single(&url).expect("backend");
