@@ -521,6 +521,7 @@ async fn slow_redis_costs_at_most_the_timeout_then_nothing() {
 /// then advances the manual clock a second at a time, making one call each time, until a call
 /// goes to Redis and is answered. Returns the number of tries.
 async fn until_shared(b: &Breaker, clock: &ManualClock) -> usize {
+    clock.advance(Duration::from_secs(1));
     b.check(Duration::from_secs(10))
         .await
         .expect("Redis is back and can host the breaker");
