@@ -106,6 +106,9 @@ enum LinkState {
 pub(crate) struct Fault {
     kind: ErrorKind,
     text: String,
+    /// A refused connection, a missing socket, a timeout: it may pass (Redis restarting). A
+    /// wrong password or database index does not.
+    transient: bool,
 }
 
 impl Fault {
@@ -113,6 +116,7 @@ impl Fault {
         Self {
             kind: e.kind(),
             text: e.to_string(),
+            transient: e.is_io_error() || e.is_connection_refusal() || e.is_timeout(),
         }
     }
 
@@ -126,9 +130,16 @@ impl Link {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(None);
-        self.client
+        let mut c = self
+            .client
             .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        // A server that wants a password this client did not give answers the first command
+        // with NOAUTH: that is a failed connection, not a failed call.
+        let _: Value = tokio::time::timeout(CONNECT_TIMEOUT, redis::cmd("PING").query_async(&mut c))
             .await
+            .map_err(|_| RedisError::from((ErrorKind::Io, "tripline: PING after connecting timed out")))??;
+        Ok(c)
     }
 
     fn set(&self, s: LinkState) {
@@ -289,10 +300,15 @@ impl Backend {
         let wait = async {
             match &*self.inner {
                 Target::Single(link) => loop {
-                    // Down after a failed attempt: wait for the next one, up to `within`.
+                    // Down after a failed attempt that may pass: wait for the next one, up to
+                    // `within`; one that will not pass is the answer.
                     let changed = link.changed.notified();
-                    if matches!(&*lock(&link.state), LinkState::Up(..)) {
-                        return Ok(());
+                    match &*lock(&link.state) {
+                        LinkState::Up(..) => return Ok(()),
+                        LinkState::Down(Some(f)) if !f.transient => {
+                            return Err(f.to_error("tripline: cannot connect to Redis"));
+                        }
+                        LinkState::Down(_) => {}
                     }
                     changed.await;
                 },

@@ -744,23 +744,42 @@ impl<C: Clock + Clone> SharedBreaker<C> {
     /// ```
     pub async fn check(&self, within: Duration) -> Result<Health, CheckError> {
         let inner = &self.inner;
-        inner
-            .backend
-            .connected(within)
-            .await
-            .map_err(CheckError::Connect)?;
         let mut info = redis::cmd("INFO");
         info.arg("server")
             .arg("memory")
             .arg("persistence")
             .arg("replication");
-        // INFO may be refused by an ACL: then the settings are unknown, not wrong.
-        let health = match inner.backend.query::<String>(&info).await {
-            Ok(text) => Health::from_info(&text),
-            Err(e) => Health {
-                warnings: vec![format!("INFO refused ({e}): settings unknown")],
-                ..Health::default()
-            },
+        // A connection found dead by the first command (Redis restarted) is made again once.
+        let mut health = None;
+        for _ in 0..2 {
+            inner
+                .backend
+                .connected(within)
+                .await
+                .map_err(CheckError::Connect)?;
+            match inner.backend.query::<String>(&info).await {
+                Ok(text) => health = Some(Health::from_info(&text)),
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => continue,
+                // INFO may be refused by an ACL: then the settings are unknown, not wrong.
+                Err(e) => {
+                    health = Some(Health {
+                        warnings: vec![format!("INFO refused ({e}): settings unknown")],
+                        ..Health::default()
+                    })
+                }
+            }
+            break;
+        }
+        let health = match health {
+            Some(h) => h,
+            None => {
+                inner
+                    .backend
+                    .connected(within)
+                    .await
+                    .map_err(CheckError::Connect)?;
+                Health::default()
+            }
         };
         if health.unsafe_eviction() {
             return Err(CheckError::UnsafeEviction {
