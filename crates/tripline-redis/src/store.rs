@@ -1079,21 +1079,21 @@ impl<C: Clock + Clone> Inner<C> {
     }
 
     /// At an acquire in Closed, once per cohort width (as in-process): the report, sent so
-    /// that Redis evaluates the rules with it; `None` when the check is not due or there is
-    /// nothing in flight to report.
+    /// that Redis evaluates every rule with it (a zero too: the evaluation is the point);
+    /// `None` when the check is not due.
     fn in_flight_check(&self, now: u64) -> Option<String> {
         if !self.config.count_in_flight_as_slow() {
             return None;
         }
-        {
-            let mut f = lock(&self.flight);
-            if now < f.next_check {
-                return None;
-            }
-            f.next_check = now.saturating_add(self.cohort_width);
+        let epoch = lock(&self.view).epoch;
+        let mut f = lock(&self.flight);
+        if now < f.next_check {
+            return None;
         }
-        let report = self.in_flight_report(now);
-        (report != "-1").then_some(report)
+        f.next_check = now.saturating_add(self.cohort_width);
+        let n = f.calls.overdue(now, self.slow_nanos, f.since);
+        f.reported = n;
+        Some(format!("{epoch}:{n}"))
     }
 
     fn exit_flight(&self, cohort: Option<u64>) {
