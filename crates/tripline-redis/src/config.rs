@@ -5,11 +5,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use tripline::{BreakerConfig, ConfigError};
 
-/// Where the script's clock comes from.
+/// Where the functions' clock comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TimeSource {
-    /// Redis `TIME`, read inside the script, so replicas with skewed clocks agree. The default.
+    /// Redis `TIME`, read inside the functions, so replicas with skewed clocks agree. The default.
     #[default]
     Redis,
     /// The replica's own clock (the breaker's [`tripline::Clock`]). For tests and simulations
@@ -219,7 +219,7 @@ impl SharedConfig {
         self.quorum
     }
 
-    /// Where the script's clock comes from.
+    /// Where the functions' clock comes from.
     pub fn time_source(&self) -> TimeSource {
         self.time_source
     }

@@ -133,11 +133,11 @@ pub struct Snapshot {
     pub probes_in_flight: u32,
     /// Transitions since the record was created.
     pub transitions: u64,
-    /// When an Open breaker admits a probe, in the script's clock (microseconds).
+    /// When an Open breaker admits a probe, in the functions' clock (microseconds).
     pub open_until_micros: u64,
     /// The script's clock when read (microseconds).
     pub now_micros: u64,
-    /// When the record was created, in the script's clock: a record that was lost and started
+    /// When the record was created, in the functions' clock: a record that was lost and started
     /// over has a new origin.
     pub origin: u64,
 }
@@ -146,11 +146,12 @@ pub struct Snapshot {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SharedMetrics {
-    /// Script calls sent to Redis.
+    /// Function calls sent to Redis.
     pub redis_calls: u64,
-    /// Script calls that failed (connection, protocol or script errors).
+    /// Function calls that failed (connection, protocol or function errors, and redirections
+    /// past [`REDIRECTIONS_FORGIVEN`]).
     pub redis_errors: u64,
-    /// Script calls abandoned after the Redis timeout.
+    /// Function calls abandoned after the Redis timeout.
     pub redis_timeouts: u64,
     /// Calls Redis was not asked about because the breaker on Redis was open.
     pub redis_skipped: u64,
@@ -163,7 +164,7 @@ pub struct SharedMetrics {
     /// Results discarded as stale (older epoch, or a lease that is no longer theirs).
     pub stale_results: u64,
     /// Outcomes whose delivery Redis did not confirm: it was unreachable, the breaker on it
-    /// was open, the call timed out (a timed-out script may still have been applied), or a
+    /// was open, the call timed out (a timed-out call may still have been applied), or a
     /// replica produced outcomes faster than Redis applied its batches. The shadow breaker
     /// has them all.
     pub lost_records: u64,
@@ -312,13 +313,14 @@ struct Inner<C: Clock> {
 /// One circuit breaker whose window and state live in Redis, shared by every replica that
 /// uses the same key prefix and scope.
 ///
-/// Each acquire and record runs the breaker's rules in one atomic Lua script, so the fleet
+/// Each acquire and record runs the breaker's rules in one atomic Redis function, so the fleet
 /// trips, probes and recovers as one breaker. No lock is held across the protected call. A
 /// replica decides from the state Redis last returned while that view is younger than
 /// [`SharedConfig::view_ttl`], so a Closed breaker costs one round trip per call (the
 /// record) and an Open one none until its deadline. When Redis is slow or down (each call is
 /// bounded by [`SharedConfig::redis_timeout`], and a breaker on Redis itself stops trying),
-/// the replica falls back to its local shadow breaker, or rejects, as configured.
+/// a replica that saw the breaker Open keeps rejecting until the deadline it saw; otherwise it
+/// falls back to its local shadow breaker, or rejects, as configured.
 ///
 /// Use it on a Tokio runtime with the time driver enabled (as `#[tokio::main]` and
 /// `#[tokio::test]` provide): every Redis call is bounded by a Tokio timeout.
@@ -564,7 +566,7 @@ impl SharedBreaker<MonotonicClock> {
 
 impl<C: Clock + Clone> SharedBreaker<C> {
     /// [`SharedBreaker::new`] with a clock of your choice (it measures call durations, view
-    /// age and the shadow breaker's time; with [`TimeSource::Local`] it is the script's clock
+    /// age and the shadow breaker's time; with [`TimeSource::Local`] it is the functions' clock
     /// too).
     pub fn with_clock(
         scope: &str,
@@ -1174,7 +1176,7 @@ impl<C: Clock + Clone> Inner<C> {
     }
 
     /// A probe token, unique fleet-wide with overwhelming probability (52 random bits, exact in
-    /// Lua's numbers), and the caller's deadline in the script's clock (0: unknown).
+    /// Lua's numbers), and the caller's deadline in the functions' clock (0: unknown).
     fn claim_args(&self, now: u64) -> (u64, u64) {
         let token = (lock(&self.rng).random::<u64>() >> 12) | 1;
         let v = *lock(&self.view);
