@@ -4,8 +4,8 @@
 -- not per call. Each function runs atomically.
 --
 -- KEYS (one hash tag, so a Redis Cluster keeps them in one slot)
---   1 record    hash: state, epoch, origin, open deadline, window totals, probe leases. Never
---               expires unless Closed (then an idle TTL, refreshed lazily).
+--   1 record    string: a MessagePack map of state, epoch, origin, open deadline, window totals,
+--               probe leases. Never expires unless Closed (then an idle TTL, renewed lazily).
 --   2 window    string: a count window's ring (one byte per outcome, then a sentinel byte), or
 --               a time window's buckets (three u32 per bucket, then a u32 sentinel). May be
 --               evicted: a missing sentinel means the window was lost, and says so.
@@ -23,8 +23,9 @@
 --   5.. the function's own arguments
 --
 -- Rates are compared in integers: failures * 1000000 >= threshold_ppm * calls.
--- Reply: verdict, six fields, state, epoch, open deadline, now, expired leases, origin, notes
--- (1: the window was lost, 2: the record was missing), then transitions as "from>to>reason".
+-- Reply: verdict, state, epoch, open deadline, now, expired leases, origin, notes (1: the
+-- window was lost, 2: the record was missing), the number n of the verdict's fields, the n
+-- fields, then transitions as "from>to>reason".
 
 local FIELDS = {
   'kind',    -- 0 count, 1 time
@@ -59,9 +60,12 @@ local CACHE, CACHED = {}, 0
 -- The state of the call being run (functions run one at a time).
 local R, W, I, Q, E, C
 local CFG, now, replica, jitter
-local rec, num, dirty, gone, trans
-local fresh, st, ep, expired, notes, ttl_due, left_closed, wrote_window
+local rec, dirty, trans
+local fresh, st, ep, expired, notes, ttl_due, wrote_window
+local NO_TRANSITIONS = {}
 
+-- Integers as decimal strings where Redis needs a string (numbers given to redis.call are
+-- converted exactly by Redis itself).
 local function fmt(n)
   return string.format('%.0f', n)
 end
@@ -103,40 +107,25 @@ local function load_cfg(version)
   return c
 end
 
--- Record fields as numbers, parsed once; written back once, at the end.
+-- Record fields: the unpacked map, written back (packed) once, at the end, if changed.
 local function getn(f)
-  local v = num[f]
-  if v == nil then
-    v = false
-    if rec[f] ~= nil then
-      v = tonumber(rec[f]) or false
-    end
-    num[f] = v
-  end
-  return v or nil
+  return rec[f]
 end
 
 local function geti(f)
-  return getn(f) or 0
+  return rec[f] or 0
 end
 
 local function set(f, v)
-  if type(v) == 'string' then
-    rec[f] = v
-  else
-    num[f] = v
-  end
-  dirty[f] = true
-  gone[f] = nil
+  rec[f] = v
+  dirty = true
 end
 
 local function unset(f)
-  if rec[f] ~= nil or dirty[f] then
-    gone[f] = true
+  if rec[f] ~= nil then
+    rec[f] = nil
+    dirty = true
   end
-  num[f] = false
-  rec[f] = nil
-  dirty[f] = nil
 end
 
 -- Loads the call's state. False when the configuration version is unknown here.
@@ -154,11 +143,13 @@ local function begin(keys, args)
   else
     now = tonumber(args[1])
   end
-  rec, num, dirty, gone, trans = {}, {}, {}, {}, {}
-  expired, notes, ttl_due, left_closed, wrote_window = 0, 0, false, false, false
-  local flat = redis.call('HGETALL', R)
-  for i = 1, #flat, 2 do
-    rec[flat[i]] = flat[i + 1]
+  dirty, trans = false, NO_TRANSITIONS
+  expired, notes, ttl_due, wrote_window = 0, 0, false, false
+  local raw = redis.call('GET', R)
+  if raw then
+    rec = cmsgpack.unpack(raw)
+  else
+    rec = {}
   end
   fresh = rec.st == nil
   st = rec.st or 'closed'
@@ -187,28 +178,31 @@ end
 -- Count window: ring bytes 1 + failure + 2 * slow, then a sentinel byte; the totals live in the
 -- record (wc, wf, ws, wq = next slot).
 local function count_add(failure, slow)
+  -- The hot path of an exact call: fields read and written directly.
   local n = CFG.size
-  local q = geti('wq')
+  local q = rec.wq or 0
   local slot = q % n
-  local byte = 1 + failure + 2 * slow
-  local r = redis.call('BITFIELD', W, 'SET', 'u8', '#' .. n, 1, 'SET', 'u8', '#' .. slot, byte)
-  local c, f, s = geti('wc'), geti('wf'), geti('ws')
+  local r = redis.call('BITFIELD', W, 'SET', 'u8', n * 8, 1, 'SET', 'u8', slot * 8, 1 + failure + 2 * slow)
+  local c, f, s = rec.wc or 0, rec.wf or 0, rec.ws or 0
+  local old = r[2]
   if r[1] == 0 and c > 0 then
     -- The ring was evicted or expired: its outcomes are gone.
     notes = notes + 1
     c, f, s = 0, 0, 0
-    unset('wx')
-  elseif r[2] ~= 0 then
-    local v = r[2] - 1
+    rec.wx = nil
+  elseif old ~= 0 then
     c = c - 1
-    f = f - (v % 2)
-    s = s - math.floor(v / 2)
+    if old == 2 or old == 4 then
+      f = f - 1
+    end
+    if old >= 3 then
+      s = s - 1
+    end
   end
-  set('wc', c + 1)
-  set('wf', f + failure)
-  set('ws', s + slow)
-  set('wq', (q + 1) % n)
+  rec.wc, rec.wf, rec.ws, rec.wq = c + 1, f + failure, s + slow, (q + 1) % n
+  dirty = true
   wrote_window = true
+  return old ~= 0
 end
 
 -- A batch of n outcomes works on the n ring slots it will write (one or two ranges, or the
@@ -259,10 +253,9 @@ local function ring_add(failure, slow)
   end
   ring[slot + 1] = 1 + failure + 2 * slow
   ring_dirty = true
-  set('wc', c + 1)
-  set('wf', f + failure)
-  set('ws', s + slow)
-  set('wq', (q + 1) % n)
+  rec.wc, rec.wf, rec.ws, rec.wq = c + 1, f + failure, s + slow, (q + 1) % n
+  dirty = true
+  return old ~= 0
 end
 
 local function ring_store()
@@ -315,13 +308,13 @@ local function tw_rotate()
     set('tf', 0)
     set('ts', 0)
   else
-    local cmd = { 'GET', 'u32', '#' .. (3 * n) }
+    local cmd = { 'GET', 'u32', 96 * n }
     for e = h + 1, cur do
       local slot = e % n
       for j = 0, 2 do
         cmd[#cmd + 1] = 'SET'
         cmd[#cmd + 1] = 'u32'
-        cmd[#cmd + 1] = '#' .. (3 * slot + j)
+        cmd[#cmd + 1] = 32 * (3 * slot + j)
         cmd[#cmd + 1] = 0
       end
     end
@@ -363,12 +356,12 @@ local function tw_save()
   if tw_add_c > 0 then
     local n = CFG.size
     local slot = tw_cur % n
-    local cmd = { 'OVERFLOW', 'SAT', 'SET', 'u32', '#' .. (3 * n), 1, 'INCRBY', 'u32', '#' .. (3 * slot), tw_add_c }
+    local cmd = { 'OVERFLOW', 'SAT', 'SET', 'u32', 96 * n, 1, 'INCRBY', 'u32', 96 * slot, tw_add_c }
     if tw_add_f > 0 then
-      cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3], cmd[#cmd + 4] = 'INCRBY', 'u32', '#' .. (3 * slot + 1), tw_add_f
+      cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3], cmd[#cmd + 4] = 'INCRBY', 'u32', 96 * slot + 32, tw_add_f
     end
     if tw_add_s > 0 then
-      cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3], cmd[#cmd + 4] = 'INCRBY', 'u32', '#' .. (3 * slot + 2), tw_add_s
+      cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3], cmd[#cmd + 4] = 'INCRBY', 'u32', 96 * slot + 64, tw_add_s
     end
     local r = redis.call('BITFIELD', W, unpack(cmd))
     if r[1] == 0 and geti('tc') > tw_add_c then
@@ -392,14 +385,15 @@ local function window()
   return geti('tc'), geti('tf'), geti('ts')
 end
 
+-- Adds an outcome; returns whether it replaced one (a count window's full ring).
 local function window_add(failure, slow)
   if CFG.kind == 1 then
     tw_add(failure, slow)
+    return false
   elseif ring then
-    ring_add(failure, slow)
-  else
-    count_add(failure, slow)
+    return ring_add(failure, slow)
   end
+  return count_add(failure, slow)
 end
 
 local function window_reset()
@@ -429,6 +423,9 @@ end
 -- none. A count of another epoch, or zero, clears the replica's entry. Returns whether a report
 -- came.
 local function report_in_flight(report)
+  if report == '-1' then
+    return false
+  end
   local e, count = string.match(report or '', '^(%d+):(%d+)$')
   if e == nil then
     return false
@@ -503,6 +500,9 @@ local function event(from, to, reason)
   redis.call('XADD', E, 'MAXLEN', '~', 1000, '*', 'from', from, 'to', to, 'epoch', fmt(ep), 'reason', reason, 'at', fmt(now), 'replica', replica)
   -- The events stream outlives no idle breaker.
   redis.call('PEXPIRE', E, CFG.idle)
+  if trans == NO_TRANSITIONS then
+    trans = {}
+  end
   trans[#trans + 1] = from .. '>' .. to .. '>' .. reason
 end
 
@@ -531,9 +531,7 @@ local function transition(to, reason, hint)
   if to == 'half-open' or from == 'half-open' then
     clear_round()
   end
-  if from == 'closed' and to ~= 'closed' then
-    left_closed = true
-  elseif to == 'closed' then
+  if to == 'closed' then
     ttl_due = true
   end
   st = to
@@ -549,13 +547,15 @@ local function trip_reason(consecutive, with_in_flight)
     return 'consecutive-failures'
   end
   local c, f, s = window()
-  local min = math.max(CFG.min, 1)
-  local above = 0
-  if c >= min then
-    above = 1
-  end
-  if geti('ab') ~= above then
-    set('ab', above)
+  local min = CFG.min
+  if CFG.kind == 1 then
+    local above = 0
+    if c >= min then
+      above = 1
+    end
+    if rec.ab ~= above then
+      set('ab', above)
+    end
   end
   if c >= min and f * 1000000 >= CFG.fppm * c then
     return 'failure-rate'
@@ -573,7 +573,7 @@ end
 
 local function try_trip(consecutive, with_in_flight, hint)
   local reason = trip_reason(consecutive, with_in_flight)
-  if reason and quorum_met() then
+  if reason and (CFG.quorum <= 1 or quorum_met()) then
     transition('open', reason, hint)
     return true
   end
@@ -677,7 +677,12 @@ local function record_window(epoch, outcome, slow, hint)
   if outcome == 'f' then
     failure = 1
   end
-  window_add(failure, slow)
+  local replaced
+  if CFG.kind == 0 and not ring then
+    replaced = count_add(failure, slow)
+  else
+    replaced = window_add(failure, slow)
+  end
   local consecutive = false
   if CFG.consec > 0 then
     if failure == 1 then
@@ -696,8 +701,11 @@ local function record_window(epoch, outcome, slow, hint)
     -- success evaluates a count window always (over a full ring it cannot raise a rate), a
     -- time window when the last evaluation found the window below minimum_calls, or when the
     -- clock has entered a new bucket since the last success evaluated.
-    local evaluate = failure == 1 or slow == 1 or consecutive or CFG.kind == 0
-    if not evaluate and (geti('ab') ~= 1 or now >= geti('nse')) then
+    local evaluate = failure == 1 or slow == 1 or consecutive
+    if CFG.kind == 0 then
+      -- Over a full ring a success replaced an outcome: it cannot raise either rate.
+      evaluate = evaluate or not replaced
+    elseif not evaluate and (rec.ab ~= 1 or now >= (rec.nse or 0)) then
       set('nse', (math.floor(now / CFG.bucket) + 1) * CFG.bucket)
       evaluate = true
     end
@@ -860,7 +868,6 @@ local function restore(args)
   st = to
   set('st', to)
   set('tr', geti('tr') + 1)
-  left_closed = true
   event(from, to, 'restored')
   return { 'restored' }
 end
@@ -882,50 +889,40 @@ local function read()
   return { 'read', c, f, s, in_flight_slow(), live, geti('tr') }
 end
 
--- Writes back what changed; a record that is not Closed never expires, a Closed one has its
--- idle TTL (renewed when an eighth of it has passed); then the reply.
+-- Writes back what changed; a record that is not Closed never expires (a plain SET drops any
+-- TTL), a Closed one has its idle TTL (renewed when an eighth of it has passed); then the reply.
 local function finish(reply)
   ring_store()
   tw_save()
-  local idle_us = CFG.idle * 1000
-  if st == 'closed' and (ttl_due or now - geti('xa') >= idle_us / 8) then
+  local live = st == 'closed' or st == 'metrics-only'
+  if live and (ttl_due or now - geti('xa') >= CFG.idle * 125) then
     ttl_due = true
     set('xa', now)
   end
-  if wrote_window and geti('wx') ~= 1 then
+  if wrote_window and rec.wx ~= 1 then
     set('wx', 1)
     redis.call('PEXPIRE', W, CFG.idle)
   end
-  if next(dirty) then
-    set('ln', now)
-    local flat = {}
-    for f in pairs(dirty) do
-      flat[#flat + 1] = f
-      if f == 'st' then
-        flat[#flat + 1] = rec.st
-      else
-        flat[#flat + 1] = fmt(num[f])
-      end
+  if dirty then
+    rec.ln = now
+    if st ~= 'closed' then
+      redis.call('SET', R, cmsgpack.pack(rec))
+    elseif ttl_due then
+      redis.call('SET', R, cmsgpack.pack(rec), 'PX', CFG.idle)
+    else
+      redis.call('SET', R, cmsgpack.pack(rec), 'KEEPTTL')
     end
-    redis.call('HSET', R, unpack(flat))
+  elseif st == 'closed' and ttl_due then
+    redis.call('PEXPIRE', R, CFG.idle)
   end
-  if next(gone) then
-    local del = {}
-    for f in pairs(gone) do
-      del[#del + 1] = f
-    end
-    redis.call('HDEL', R, unpack(del))
+  if live and ttl_due then
+    redis.call('PEXPIRE', W, CFG.idle)
+    redis.call('PEXPIRE', C, CFG.idle)
   end
-  if st == 'closed' then
-    if ttl_due then
-      redis.call('PEXPIRE', R, CFG.idle)
-      redis.call('PEXPIRE', W, CFG.idle)
-      redis.call('PEXPIRE', C, CFG.idle)
-    end
-  elseif left_closed then
-    redis.call('PERSIST', R)
+  local out = { reply[1], st, ep, rec.ou or 0, now, expired, rec.o or 0, notes, #reply - 1 }
+  for i = 2, #reply do
+    out[#out + 1] = reply[i]
   end
-  local out = { reply[1], reply[2] or '', reply[3] or '', reply[4] or '', reply[5] or '', reply[6] or '', reply[7] or '', st, ep, geti('ou'), now, expired, geti('o'), notes }
   for i = 1, #trans do
     out[#out + 1] = trans[i]
   end

@@ -34,8 +34,8 @@ fn nanos(d: Duration) -> u64 {
 /// The keys of one shared breaker. They share the hash tag `{prefix:scope}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keys {
-    /// The record (a hash): state, epoch, origin, open deadline, window totals, probe leases.
-    /// No TTL unless Closed.
+    /// The record (a string, a MessagePack map): state, epoch, origin, open deadline, window
+    /// totals, probe leases. No TTL unless Closed.
     pub record: String,
     /// The window (a string: a ring of one byte per outcome for a count window, three 32-bit
     /// counters per bucket for a time window).
@@ -54,7 +54,7 @@ impl Keys {
     fn new(prefix: &str, scope: &str) -> Self {
         let tag = format!("{{{prefix}:{scope}}}");
         Self {
-            record: format!("{tag}:r"),
+            record: format!("{tag}:s"),
             window: format!("{tag}:b"),
             in_flight: format!("{tag}:i"),
             voters: format!("{tag}:v"),
@@ -417,9 +417,9 @@ fn bad_reply(v: &[redis::Value]) -> redis::RedisError {
     ))
 }
 
-/// The first entries of every reply: verdict, six fields, state, epoch, open deadline, now,
-/// expired leases, origin, notes.
-const HEADER: usize = 14;
+/// The first entries of every reply: verdict, state, epoch, open deadline, now, expired leases,
+/// origin, notes, and the number of the verdict's fields that follow.
+const HEADER: usize = 9;
 
 impl Reply {
     fn parse(raw: Vec<redis::Value>) -> Result<Self, redis::RedisError> {
@@ -430,15 +430,23 @@ impl Reply {
             return Err(bad_reply(&raw));
         }
         let num = |i: usize| v[i].parse::<u64>().map_err(|_| bad_reply(&raw));
-        let state = parse_state(&v[7]).ok_or_else(|| bad_reply(&raw))?;
-        let epoch = num(8)?;
-        let open_until = num(9)?;
-        let now = num(10)?;
-        let expired = num(11)?;
-        let origin = num(12)?;
-        let notes = num(13)?;
+        let state = parse_state(&v[1]).ok_or_else(|| bad_reply(&raw))?;
+        let epoch = num(2)?;
+        let open_until = num(3)?;
+        let now = num(4)?;
+        let expired = num(5)?;
+        let origin = num(6)?;
+        let notes = num(7)?;
+        let n = usize::try_from(num(8)?).map_err(|_| bad_reply(&raw))?;
+        if n > 6 || v.len() < HEADER + n {
+            return Err(bad_reply(&raw));
+        }
+        let mut fields: [String; 6] = Default::default();
+        for (i, f) in v[HEADER..HEADER + n].iter().enumerate() {
+            fields[i] = f.clone();
+        }
         let mut transitions = Vec::new();
-        for t in &v[HEADER..] {
+        for t in &v[HEADER + n..] {
             let mut parts = t.splitn(3, '>');
             let (Some(from), Some(to), Some(reason)) = (parts.next(), parts.next(), parts.next())
             else {
@@ -462,7 +470,6 @@ impl Reply {
                 e = e.saturating_sub(1);
             }
         }
-        let fields = std::array::from_fn(|i| v[1 + i].clone());
         Ok(Self {
             verdict: v[0].clone(),
             fields,
@@ -1947,12 +1954,6 @@ mod tests {
     fn parses_a_reply_with_transitions_and_their_epochs() {
         let r = reply(&[
             "reject",
-            "5000000",
-            "",
-            "",
-            "",
-            "",
-            "",
             "open",
             "7",
             "15000000",
@@ -1960,6 +1961,8 @@ mod tests {
             "0",
             "5",
             "0",
+            "1",
+            "5000000",
             "half-open>open>probes-failed",
         ])
         .unwrap();
@@ -1970,12 +1973,6 @@ mod tests {
 
         let r = reply(&[
             "probe",
-            "0",
-            "3",
-            "",
-            "",
-            "",
-            "",
             "half-open",
             "7",
             "15000000",
@@ -1983,6 +1980,9 @@ mod tests {
             "1",
             "5",
             "0",
+            "2",
+            "0",
+            "3",
             "open>half-open>open-elapsed",
         ])
         .unwrap();
@@ -1998,23 +1998,12 @@ mod tests {
         for bad in [
             &[][..],
             &["permit"][..],
-            &[
-                "permit", "", "", "", "", "", "", "sideways", "1", "0", "0", "0", "0", "0",
-            ][..],
-            &[
-                "permit", "", "", "", "", "", "", "closed", "x", "0", "0", "0", "0", "0",
-            ][..],
-            &[
-                "permit", "", "", "", "", "", "", "closed", "1", "0", "0", "0", "0",
-            ][..],
-            &[
-                "permit", "", "", "", "", "", "", "closed", "1", "0", "0", "0", "0", "0",
-                "closed",
-            ][..],
-            &[
-                "permit", "", "", "", "", "", "", "closed", "1", "0", "0", "0", "0", "0",
-                "a>b>c",
-            ][..],
+            &["permit", "sideways", "1", "0", "0", "0", "0", "0", "0"][..],
+            &["permit", "closed", "x", "0", "0", "0", "0", "0", "0"][..],
+            &["permit", "closed", "1", "0", "0", "0", "0", "0"][..],
+            &["permit", "closed", "1", "0", "0", "0", "0", "0", "2", "1"][..],
+            &["permit", "closed", "1", "0", "0", "0", "0", "0", "0", "closed"][..],
+            &["permit", "closed", "1", "0", "0", "0", "0", "0", "0", "a>b>c"][..],
         ] {
             assert!(reply(bad).is_err(), "{bad:?}");
         }
