@@ -736,21 +736,37 @@ local function batch(args)
     ring_load(#outcomes)
   end
   local counted, stale, ignored = 0, 0, 0
-  for i = 1, #outcomes do
-    local ch = string.sub(outcomes, i, i)
-    local slow = 0
-    local o = ch
-    if ch == 'S' or ch == 'F' or ch == 'I' then
-      slow = 1
-      o = string.lower(ch)
-    end
-    local r = record_window(epoch, o, slow, 0)
-    if r == 'counted' then
-      counted = counted + 1
-    elseif r == 'stale' then
-      stale = stale + 1
-    else
-      ignored = ignored + 1
+  local n = #outcomes
+  for from = 1, n, 4096 do
+    local codes = { string.byte(outcomes, from, math.min(from + 4095, n)) }
+    for j = 1, #codes do
+      if epoch ~= ep then
+        -- A transition (the trip) ended the epoch: every later outcome is stale.
+        stale = stale + n - (from + j - 1) + 1
+        return { 'batch', counted, stale, ignored }
+      end
+      local ch = codes[j]
+      local slow = 0
+      if ch < 97 then
+        -- S F I: slow
+        slow = 1
+        ch = ch + 32
+      end
+      local r
+      if ch == 102 then
+        r = record_window(epoch, 'f', slow, 0)
+      elseif ch == 115 then
+        r = record_window(epoch, 's', slow, 0)
+      else
+        r = record_window(epoch, 'i', slow, 0)
+      end
+      if r == 'counted' then
+        counted = counted + 1
+      elseif r == 'stale' then
+        stale = stale + 1
+      else
+        ignored = ignored + 1
+      end
     end
   end
   return { 'batch', counted, stale, ignored }
