@@ -1305,10 +1305,11 @@ impl<C: Clock + Clone> Inner<C> {
             if self.contradicts(&v, reply, now) {
                 return false;
             }
-            // Replies can be taken in out of order (several calls in flight): an older one
-            // must not roll the view back.
-            let older = reply.origin == v.origin
-                && (reply.epoch < v.epoch || (reply.epoch == v.epoch && reply.now < v.redis_now));
+            // Replies can be taken in out of order (several calls in flight): one computed
+            // before the view's must not roll the view back. (The functions' clock never goes
+            // back on a record; across a lost record, a reply computed later is the news.)
+            let older =
+                reply.now < v.redis_now || (reply.now == v.redis_now && reply.epoch < v.epoch);
             if v.valid && older {
                 break 'view None;
             }
@@ -1815,11 +1816,9 @@ impl Batch {
             String::new()
         };
         let sent = std::mem::replace(&mut self.outcomes, rest);
-        if self.outcomes.is_empty() {
-            self.bad_since = None;
-        } else if !sent.contains(['f', 'F', 'S']) {
-            // What is left keeps its own first failure, if any.
-        } else if !self.outcomes.contains(['f', 'F', 'S']) {
+        // What is left keeps the buffer's first failure time if it holds a failure or slow
+        // call (at worst a little early), and the clock starts again for it.
+        if !self.outcomes.contains(['f', 'F', 'S']) {
             self.bad_since = None;
         }
         self.ticks = 0;
