@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use tokio::sync::broadcast;
-use tripline::inflight::InFlight;
+use tripline::inflight::{Cohort, InFlight};
 use tripline::{
     BreakerConfig, CallError, CircuitBreaker, Classification, Classify, Clock, ConfigError,
     MonotonicClock, Outcome, OwnedPermit, Recorded, Rejected, ResultClassifier, State,
@@ -248,13 +248,12 @@ struct View {
     lease_deadline: Option<u64>,
 }
 
-/// This replica's calls in flight, by start cohort, with the in-process breaker's rule.
+/// This replica's calls in flight, by start cohort, with the in-process breaker's rule. Each
+/// call joins with the epoch that admitted it, and only the current epoch's calls count: calls
+/// started before the breaker last entered Closed never do.
 #[derive(Debug)]
 struct Flight {
     calls: InFlight,
-    /// When this replica learned that the breaker entered Closed (local clock): calls started
-    /// before do not count.
-    since: u64,
     /// The next acquire-time check (every cohort width, as in-process).
     next_check: u64,
     /// The count last reported to Redis (a zero need not be repeated).
@@ -649,7 +648,6 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             }),
             flight: Mutex::new(Flight {
                 calls: InFlight::new(slow_nanos),
-                since: 0,
                 next_check: clock.now().saturating_add((slow_nanos / 2).max(1)),
                 reported: 0,
             }),
@@ -1040,14 +1038,14 @@ struct Ticket<C: Clock> {
     kind: Kind<OwnedPermit<C>>,
     epoch: u64,
     started: u64,
-    cohort: Option<u64>,
+    cohort: Option<Cohort>,
 }
 
 impl<C: Clock + Clone> Inner<C> {
     fn ticket(&self, kind: Kind<OwnedPermit<C>>, epoch: u64, now: u64) -> Ticket<C> {
         let cohort = match kind {
             Kind::Window if self.config.count_in_flight_as_slow() => {
-                Some(lock(&self.flight).calls.enter(now))
+                Some(lock(&self.flight).calls.enter(now, epoch))
             }
             _ => None,
         };
@@ -1079,7 +1077,7 @@ impl<C: Clock + Clone> Inner<C> {
         }
         let epoch = lock(&self.view).epoch;
         let mut f = lock(&self.flight);
-        let n = f.calls.overdue(now, self.slow_nanos, f.since);
+        let n = f.calls.overdue(now, self.slow_nanos, epoch);
         if n == 0 && f.reported == 0 {
             return "-1".into();
         }
@@ -1100,18 +1098,18 @@ impl<C: Clock + Clone> Inner<C> {
             return None;
         }
         f.next_check = now.saturating_add(self.cohort_width);
-        let n = f.calls.overdue(now, self.slow_nanos, f.since);
+        let n = f.calls.overdue(now, self.slow_nanos, epoch);
         f.reported = n;
         Some(format!("{epoch}:{n}"))
     }
 
-    fn exit_flight(&self, cohort: Option<u64>) {
+    fn exit_flight(&self, cohort: Option<Cohort>, epoch: u64) {
         if let Some(c) = cohort {
-            lock(&self.flight).calls.exit(c);
+            lock(&self.flight).calls.exit(c, epoch);
         }
     }
 
-    /// The script's clock now, estimated from the last reply (microseconds): at least what it
+    /// The functions' clock now, estimated from the last reply (microseconds): at least what it
     /// really is, since the reply was computed after its request left.
     fn redis_now_estimate(v: &View, now: u64) -> u64 {
         v.redis_now
@@ -1316,7 +1314,6 @@ impl<C: Clock + Clone> Inner<C> {
             if v.valid && v.epoch != reply.epoch {
                 let mut f = lock(&self.flight);
                 if matches!(reply.state, State::Closed | State::MetricsOnly) {
-                    f.since = now;
                     f.next_check = now.saturating_add(self.cohort_width);
                     f.reported = 0;
                 }
@@ -1842,7 +1839,7 @@ pub struct SharedPermit<C: Clock + Clone = MonotonicClock> {
     kind: Kind<()>,
     epoch: u64,
     started: u64,
-    cohort: Option<u64>,
+    cohort: Option<Cohort>,
     shadow: Option<OwnedPermit<C>>,
     /// For a probe: the runtime to release its lease on if the permit is dropped.
     runtime: Option<tokio::runtime::Handle>,
@@ -1882,7 +1879,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         self.done = true;
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.cohort);
+        inner.exit_flight(self.cohort, self.epoch);
         drop(self.shadow.take());
         if let Kind::Probe { slot, token } = self.kind {
             inner.release(self.epoch, i64::from(slot), token).await;
@@ -1903,7 +1900,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         let inner = self.breaker.inner.clone();
         let now = inner.clock.now();
         let elapsed = now.saturating_sub(self.started);
-        inner.exit_flight(self.cohort);
+        inner.exit_flight(self.cohort, self.epoch);
         let shadow = self.shadow.take().map(|p| p.record_classified(c));
         match self.kind {
             Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
@@ -1925,7 +1922,7 @@ impl<C: Clock + Clone> Drop for SharedPermit<C> {
         }
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.cohort);
+        inner.exit_flight(self.cohort, self.epoch);
         if let Kind::Probe { slot, token } = self.kind {
             let epoch = self.epoch;
             // The runtime the permit was acquired on, so that a permit dropped on another

@@ -23,10 +23,13 @@ use crate::outcome::{Classification, Classify, Outcome, ResultClassifier};
 use crate::state::{State, Word};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, lock};
 use crate::window::{CountWindow, Sample, TimeWindow, Window, WindowSnapshot};
-use crate::{event::Hub, inflight::InFlight};
+use crate::{
+    event::Hub,
+    inflight::{Cohort, InFlight},
+    sync::tag,
+};
 use once_cell::race::OnceBox;
 
-const NO_COHORT: u64 = u64::MAX - 1;
 const PPM: u64 = 1_000_000;
 
 /// A circuit breaker for one dependency. Cloning is cheap and clones share the breaker.
@@ -79,11 +82,50 @@ struct Hot {
     minimum_calls: AtomicU32,
     /// The consecutive-failures limit (0: rule off).
     consecutive_limit: AtomicU32,
-    /// Consecutive failures so far (kept only while the rule is on).
-    consecutive: AtomicU32,
+    /// `generation tag << 32 | consecutive failures so far` (kept only while the rule is on):
+    /// a failure of an older generation can never extend a newer generation's run.
+    consecutive: AtomicU64,
     in_flight: AtomicBool,
-    /// MetricsOnly: whether the last evaluation would have tripped.
-    would_trip: AtomicBool,
+    /// MetricsOnly: `generation tag << 32 | rules that fired at the last evaluation` (bits of
+    /// [`Rules`]), so each rule is reported once each time it starts firing.
+    would_trip: AtomicU64,
+}
+
+/// The trip rules, as bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Rules(u32);
+
+impl Rules {
+    const FAILURE_RATE: u32 = 1;
+    const SLOW_CALL_RATE: u32 = 2;
+    const CONSECUTIVE: u32 = 4;
+
+    /// The reasons of the rules that fired, in the order a trip names them: the consecutive
+    /// rule (with its run), the failure rate, the slow-call rate.
+    fn reasons(self, consecutive: Option<u64>) -> impl Iterator<Item = Reason> {
+        let bits = self.0;
+        [
+            (
+                Self::CONSECUTIVE,
+                consecutive.map(|count| Reason::ConsecutiveFailures { count }),
+            ),
+            (Self::FAILURE_RATE, Some(Reason::FailureRate)),
+            (Self::SLOW_CALL_RATE, Some(Reason::SlowCallRate)),
+        ]
+        .into_iter()
+        .filter_map(move |(bit, reason)| if bits & bit != 0 { reason } else { None })
+    }
+
+    /// The reason a trip names: the first rule that fired.
+    fn first(self, consecutive: Option<u64>) -> Option<Reason> {
+        self.reasons(consecutive).next()
+    }
+}
+
+/// Generation tags of the 32-bit packed counters.
+#[inline]
+fn tag32(generation: u64) -> u64 {
+    generation & 0xFFFF_FFFF
 }
 
 impl Hot {
@@ -94,9 +136,9 @@ impl Hot {
             slow_ppm: AtomicU32::new(0),
             minimum_calls: AtomicU32::new(0),
             consecutive_limit: AtomicU32::new(0),
-            consecutive: AtomicU32::new(0),
+            consecutive: AtomicU64::new(0),
             in_flight: AtomicBool::new(false),
-            would_trip: AtomicBool::new(false),
+            would_trip: AtomicU64::new(0),
         };
         h.set(c);
         h
@@ -124,6 +166,41 @@ impl Hot {
     #[inline]
     fn slow_ppm(&self) -> u64 {
         u64::from(self.slow_ppm.load(Ordering::Relaxed))
+    }
+
+    /// Counts a failure in `generation`'s run; returns the run's length (0 when a newer
+    /// generation's run is in place: this failure is stale).
+    #[inline]
+    fn consecutive_failure(&self, generation: u64) -> u32 {
+        let t = tag32(generation);
+        let r = Ordering::Relaxed;
+        let next = |v: u64| {
+            let (vt, n) = (v >> 32, v as u32);
+            if vt == t {
+                // Saturating: in MetricsOnly nothing resets a run of failures.
+                Some(t << 32 | u64::from(n.saturating_add(1)))
+            } else if tag::newer(vt, t, 32) {
+                None
+            } else {
+                Some(t << 32 | 1)
+            }
+        };
+        match self.consecutive.fetch_update(r, r, next) {
+            Ok(before) => next(before).map_or(0, |v| v as u32),
+            Err(_) => 0,
+        }
+    }
+
+    /// A good result ends `generation`'s run of failures.
+    #[inline]
+    fn consecutive_success(&self, generation: u64) {
+        let t = tag32(generation);
+        let v = self.consecutive.load(Ordering::Relaxed);
+        if v as u32 != 0 && !tag::newer(v >> 32, t, 32) {
+            let _ =
+                self.consecutive
+                    .compare_exchange(v, t << 32, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 }
 
@@ -253,6 +330,9 @@ pub(crate) struct Inner<C> {
     /// When the breaker last entered Closed (or MetricsOnly); its creation time until the
     /// first transition.
     closed_since: AtomicU64,
+    /// The generation of that entry: the generation the window and the in-flight cohorts
+    /// being counted belong to.
+    closed_generation: AtomicU64,
     /// The lane of an unstriped breaker.
     lane: Lane,
     /// A striped breaker's lanes, one per stripe (empty when unstriped).
@@ -297,7 +377,7 @@ impl Recorded {
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
-    Window { cohort: u64, lane: u32 },
+    Window { cohort: Cohort, lane: u32 },
     Probe { slot: u32, token: u64 },
     Passthrough,
 }
@@ -515,6 +595,7 @@ impl<C: Clock> CircuitBreaker<C> {
                 // At most 4,096 buckets (validated).
                 u32::try_from(length.as_nanos() / bucket.as_nanos()).unwrap_or(u32::MAX),
                 config.stripes,
+                now,
             )),
         };
         let slow_nanos = nanos(config.slow_call_duration);
@@ -531,8 +612,9 @@ impl<C: Clock> CircuitBreaker<C> {
             open_until: AtomicU64::new(0),
             hot: Hot::new(&config),
             window,
-            next_inflight_check: AtomicU64::new(now + lane.inflight.width()),
+            next_inflight_check: AtomicU64::new(now.saturating_add(lane.inflight.width())),
             closed_since: AtomicU64::new(now),
+            closed_generation: AtomicU64::new(0),
             lane,
             lanes,
             name: name.into(),
@@ -882,6 +964,12 @@ impl<C: Clock> CircuitBreaker<C> {
                 .leases
                 .resize(config.half_open_calls as usize, None);
         }
+        if config.slow_call_duration != core.config.slow_call_duration {
+            let slow = nanos(config.slow_call_duration);
+            for lane in inner.lanes() {
+                lane.inflight.set_slow_call_duration(slow);
+            }
+        }
         inner.hot.set(&config);
         core.config = config;
         let now = inner.clock.now();
@@ -895,13 +983,19 @@ impl<C: Clock> CircuitBreaker<C> {
         // Lower thresholds may condemn the window as it stands: evaluate it now rather than
         // wait for the next failure.
         if word.state() == State::Closed {
-            if let Some((reason, snap)) = inner.trip_reason(now, None, true) {
+            if let Some((reason, snap)) = inner.trip_reason(word.generation(), now, None, true) {
                 inner.transition(&mut core, word, State::Open, reason, snap, now, None);
             }
         }
         drop(core);
         cold.hub.dispatch();
         Ok(())
+    }
+
+    /// Whether handles other than the caller's `holders` exist (a call in flight, a caller
+    /// keeping one).
+    pub(crate) fn in_use(&self, holders: usize) -> bool {
+        Arc::strong_count(&self.inner) > holders
     }
 
     /// Whether a registry may drop this breaker: Closed, nothing bad in its window, no call in
@@ -1034,9 +1128,7 @@ impl<C: Clock> Inner<C> {
         match t.kind {
             Kind::Passthrough => Recorded::Disabled,
             Kind::Window { cohort, lane } => {
-                if cohort != NO_COHORT {
-                    self.lane_at(lane).inflight.exit(cohort);
-                }
+                self.lane_at(lane).inflight.exit(cohort, t.generation);
                 let now = self.clock.now();
                 self.record_window(t.generation, now.saturating_sub(t.started), now, c)
             }
@@ -1053,18 +1145,17 @@ impl<C: Clock> Inner<C> {
             match word.state() {
                 State::Closed | State::MetricsOnly => {
                     let now = self.clock.now();
-                    let mut cohort = NO_COHORT;
+                    let mut cohort = Cohort::NONE;
                     let mut lane = 0;
                     if self.hot.in_flight.load(Ordering::Relaxed) {
-                        if word.state() == State::Closed
-                            && now >= self.next_inflight_check.load(Ordering::Relaxed)
+                        if now >= self.next_inflight_check.load(Ordering::Relaxed)
                             && self.check_in_flight(word, now)
                         {
                             continue;
                         }
                         let l;
                         (lane, l) = self.lane();
-                        cohort = l.inflight.enter(now);
+                        cohort = l.inflight.enter(now, word.generation());
                     }
                     return Ok(Ticket {
                         generation: word.generation(),
@@ -1099,14 +1190,21 @@ impl<C: Clock> Inner<C> {
         }
     }
 
+    /// The window of the last entry into Closed (or MetricsOnly) with its overdue in-flight
+    /// calls: the current window while Closed, the one that tripped while Open.
     fn snapshot(&self, now: u64) -> WindowSnapshot {
-        let mut snap = self.window.snapshot(now);
+        self.snapshot_of(self.closed_generation.load(Ordering::Acquire), now)
+    }
+
+    /// `generation`'s window and overdue in-flight calls (empty for a generation that is not
+    /// the window's).
+    fn snapshot_of(&self, generation: u64, now: u64) -> WindowSnapshot {
+        let mut snap = self.window.snapshot(generation, now);
         if self.hot.in_flight.load(Ordering::Relaxed) {
             let slow = self.hot.slow_nanos.load(Ordering::Relaxed);
-            let since = self.closed_since.load(Ordering::Relaxed);
             snap.in_flight_slow = self
                 .lanes()
-                .map(|l| l.inflight.overdue(now, slow, since))
+                .map(|l| l.inflight.overdue(now, slow, generation))
                 .sum();
         }
         snap
@@ -1145,44 +1243,64 @@ impl<C: Clock> Inner<C> {
         Recorded::Stale
     }
 
-    /// Which rule (if any) trips now. The failure rate is over recorded calls; the slow-call
-    /// rate also counts overdue in-flight calls (when `with_in_flight` and enabled).
-    fn trip_reason(
+    /// Every rule that fires on `generation`'s window now, and the window. The failure rate is
+    /// over recorded calls; the slow-call rate also counts overdue in-flight calls (when
+    /// `with_in_flight` and enabled); `consecutive` is the run of failures, if the rule fired.
+    fn rules(
         &self,
+        generation: u64,
         now: u64,
         consecutive: Option<u64>,
         with_in_flight: bool,
-    ) -> Option<(Reason, WindowSnapshot)> {
+    ) -> (Rules, WindowSnapshot) {
         let snap = if with_in_flight {
-            self.snapshot(now)
+            self.snapshot_of(generation, now)
         } else {
-            self.window.snapshot(now)
+            self.window.snapshot(generation, now)
         };
-        if let Some(count) = consecutive {
-            return Some((Reason::ConsecutiveFailures { count }, snap));
+        let mut fired = 0;
+        if consecutive.is_some() {
+            fired |= Rules::CONSECUTIVE;
         }
         let min = u64::from(self.hot.minimum_calls.load(Ordering::Relaxed).max(1));
+        if let Window::Time(w) = &self.window {
+            w.evaluated(generation, snap.calls < min);
+        }
         if snap.calls >= min && snap.failures * PPM >= self.hot.failure_ppm() * snap.calls {
-            return Some((Reason::FailureRate, snap));
+            fired |= Rules::FAILURE_RATE;
         }
         let total = snap.total();
         if total >= min
             && (snap.slow_calls + snap.in_flight_slow) * PPM >= self.hot.slow_ppm() * total
         {
-            return Some((Reason::SlowCallRate, snap));
+            fired |= Rules::SLOW_CALL_RATE;
         }
-        None
+        (Rules(fired), snap)
+    }
+
+    /// The first rule that trips now (consecutive failures, then the failure rate, then the
+    /// slow-call rate), with the window behind it.
+    fn trip_reason(
+        &self,
+        generation: u64,
+        now: u64,
+        consecutive: Option<u64>,
+        with_in_flight: bool,
+    ) -> Option<(Reason, WindowSnapshot)> {
+        let (fired, snap) = self.rules(generation, now, consecutive, with_in_flight);
+        fired.first(consecutive).map(|reason| (reason, snap))
     }
 
     /// Whether a good result should evaluate the rules: it can trip only by bringing the window
-    /// to the minimum calls (a count window still filling), or, for a time window, after old
-    /// buckets expired (checked at most once per bucket).
+    /// to the minimum calls (a count window still filling; a time window whose last evaluation
+    /// saw fewer than the minimum), or, for a time window, after old buckets expired (checked
+    /// at most once per bucket, by the first result past each bucket boundary).
     #[inline]
-    fn evaluate_on_success(&self, now: u64) -> bool {
+    fn evaluate_on_success(&self, filling: bool, generation: u64, now: u64) -> bool {
         match &self.window {
             // A full ring: the success replaced an outcome, which cannot raise either rate.
-            Window::Count(w) => w.filling(),
-            Window::Time(w) => w.success_evaluation_due(now),
+            Window::Count(_) => filling,
+            Window::Time(w) => w.success_evaluation_due(generation, now),
         }
     }
 
@@ -1199,62 +1317,78 @@ impl<C: Clock> Inner<C> {
         }
         let r = Ordering::Relaxed;
         let slow = elapsed > self.hot.slow_nanos.load(r);
-        let Some(failure) = self.lane().1.count(c.outcome, slow) else {
-            return Recorded::Ignored;
+        let failure = match c.outcome {
+            Outcome::Ignored => {
+                self.lane().1.count(c.outcome, slow);
+                return Recorded::Ignored;
+            }
+            o => o == Outcome::Failure,
         };
-        self.window.record(now, Sample { failure, slow });
+        // The window decides whether the result is this generation's: a reset that ran since
+        // the check above leaves the result nowhere.
+        let Some(filling) = self
+            .window
+            .record(generation, now, Sample { failure, slow })
+        else {
+            return self.stale(generation, now);
+        };
+        self.lane().1.count(c.outcome, slow);
         let mut consecutive = None;
         let limit = self.hot.consecutive_limit.load(r);
         if limit != 0 {
             if failure {
-                // Saturating: in MetricsOnly nothing resets a run of failures.
-                let n = match self
-                    .hot
-                    .consecutive
-                    .fetch_update(r, r, |n| n.checked_add(1))
-                {
-                    Ok(before) => before + 1,
-                    Err(max) => max,
-                };
+                let n = self.hot.consecutive_failure(generation);
                 if n >= limit {
                     consecutive = Some(u64::from(n));
                 }
-            } else if self.hot.consecutive.load(r) != 0 {
-                self.hot.consecutive.store(0, r);
+            } else {
+                self.hot.consecutive_success(generation);
             }
         }
         if word.state() == State::MetricsOnly {
-            self.shadow_evaluate(now, consecutive);
-        } else if failure || slow || consecutive.is_some() || self.evaluate_on_success(now) {
-            if let Some((reason, snap)) = self.trip_reason(now, consecutive, failure || slow) {
+            self.shadow_evaluate(word, now, consecutive);
+        } else if failure
+            || slow
+            || consecutive.is_some()
+            || self.evaluate_on_success(filling, generation, now)
+        {
+            if let Some((reason, snap)) =
+                self.trip_reason(generation, now, consecutive, failure || slow)
+            {
                 self.trip_from(word, now, reason, snap, c.retry_after);
             }
         }
         Recorded::Counted
     }
 
+    /// MetricsOnly: evaluates every rule as Closed would (in-flight calls included) and
+    /// reports each rule that starts firing, once, as a would-trip event.
     #[cold]
-    fn shadow_evaluate(&self, now: u64, consecutive: Option<u64>) {
-        match self.trip_reason(now, consecutive, true) {
-            Some((reason, window)) => {
-                if !self.hot.would_trip.swap(true, Ordering::Relaxed) {
-                    let word = Word(self.word.load(Ordering::Acquire));
-                    let cold = self.cold();
-                    let core = lock(&cold.core);
-                    if word == Word(self.word.load(Ordering::Acquire)) {
-                        cold.hub
-                            .queue(now, &self.name, EventKind::WouldTrip { reason, window });
-                    }
-                    drop(core);
-                    cold.hub.dispatch();
-                }
-            }
-            None => self.hot.would_trip.store(false, Ordering::Relaxed),
+    fn shadow_evaluate(&self, word: Word, now: u64, consecutive: Option<u64>) {
+        let generation = word.generation();
+        let (fired, window) = self.rules(generation, now, consecutive, true);
+        let t = tag32(generation);
+        let packed = t << 32 | u64::from(fired.0);
+        let before = self.hot.would_trip.swap(packed, Ordering::Relaxed);
+        let before = if before >> 32 == t { before as u32 } else { 0 };
+        let new = fired.0 & !before;
+        if new == 0 {
+            return;
         }
+        let cold = self.cold();
+        let core = lock(&cold.core);
+        if word == Word(self.word.load(Ordering::Acquire)) {
+            for reason in Rules(new).reasons(consecutive) {
+                cold.hub
+                    .queue(now, &self.name, EventKind::WouldTrip { reason, window });
+            }
+        }
+        drop(core);
+        cold.hub.dispatch();
     }
 
     /// Re-checks in-flight calls on acquire, at most once per cohort width. Returns whether the
-    /// breaker tripped.
+    /// breaker tripped (MetricsOnly reports instead of tripping).
     #[cold]
     fn check_in_flight(&self, word: Word, now: u64) -> bool {
         let due = self.next_inflight_check.load(Ordering::Relaxed);
@@ -1263,7 +1397,7 @@ impl<C: Clock> Inner<C> {
                 .next_inflight_check
                 .compare_exchange(
                     due,
-                    now + self.lane.inflight.width(),
+                    now.saturating_add(self.lane.inflight.width()),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
                 )
@@ -1271,7 +1405,11 @@ impl<C: Clock> Inner<C> {
         {
             return false;
         }
-        match self.trip_reason(now, None, true) {
+        if word.state() == State::MetricsOnly {
+            self.shadow_evaluate(word, now, None);
+            return false;
+        }
+        match self.trip_reason(word.generation(), now, None, true) {
             Some((reason, snap)) => self.trip_from(word, now, reason, snap, None),
             None => false,
         }
@@ -1468,9 +1606,7 @@ impl<C: Clock> Inner<C> {
         let probe = match kind {
             Kind::Passthrough => return,
             Kind::Window { cohort, lane } => {
-                if cohort != NO_COHORT {
-                    self.lane_at(lane).inflight.exit(cohort);
-                }
+                self.lane_at(lane).inflight.exit(cohort, generation);
                 false
             }
             Kind::Probe { slot, token } => {
@@ -1507,19 +1643,24 @@ impl<C: Clock> Inner<C> {
     }
 
     /// The open wait for the next open period, at the current backoff level.
+    /// With `open_backoff`, every wait (jitter and `Retry-After` hint included) is at most its
+    /// `max`: a grown wait is capped at `max - open_jitter`, so the jitter still spreads
+    /// replicas at the cap, and a hint above `max` is cut to it.
     fn open_wait(&self, core: &mut Core, retry_after: Option<Duration>) -> u64 {
         let c = &core.config;
         let mut wait = nanos(c.open_duration);
+        let jitter = nanos(c.open_jitter);
+        let cap = c.open_backoff.map(|b| nanos(b.max));
         if let Some(b) = c.open_backoff {
             let grown =
                 c.open_duration.as_secs_f64() * b.multiplier.powi(core.level.min(1000) as i32);
-            wait = if grown.is_finite() && grown < b.max.as_secs_f64() {
+            let room = nanos(b.max).saturating_sub(jitter);
+            wait = if grown.is_finite() && grown < room as f64 / 1e9 {
                 nanos(Duration::from_secs_f64(grown))
             } else {
-                nanos(b.max)
+                room
             };
         }
-        let jitter = nanos(c.open_jitter);
         if jitter > 0 {
             let rng = core.rng.get_or_insert_with(Pcg64Mcg::from_os_rng);
             wait = wait.saturating_add(rng.random_range(0..=jitter));
@@ -1527,7 +1668,7 @@ impl<C: Clock> Inner<C> {
         if let Some(hint) = retry_after {
             wait = wait.max(nanos(hint.min(c.max_retry_after)));
         }
-        wait
+        cap.map_or(wait, |cap| wait.min(cap))
     }
 
     /// Performs a transition. Caller holds the core lock and has checked that the state word
@@ -1578,12 +1719,20 @@ impl<C: Clock> Inner<C> {
                 core.half_open_since = now;
             }
             State::Closed | State::MetricsOnly => {
-                self.window.reset();
-                self.hot.consecutive.store(0, Ordering::Relaxed);
+                // The new generation's window, run of failures and reports start empty before
+                // the word announcing the generation is published.
+                let g = new.generation();
+                self.window.begin(g);
+                self.hot
+                    .consecutive
+                    .store(tag32(g) << 32, Ordering::Relaxed);
+                self.hot.would_trip.store(tag32(g) << 32, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
-                self.next_inflight_check
-                    .store(now + self.lane.inflight.width(), Ordering::Relaxed);
-                self.hot.would_trip.store(false, Ordering::Relaxed);
+                self.closed_generation.store(g, Ordering::Release);
+                self.next_inflight_check.store(
+                    now.saturating_add(self.lane.inflight.width()),
+                    Ordering::Relaxed,
+                );
             }
             State::Disabled | State::ForcedOpen => {}
         }

@@ -178,9 +178,25 @@ impl ManualClock {
         Self::default()
     }
 
-    /// Moves the clock forward by `by`.
+    /// Moves the clock forward by `by`, saturating at `u64::MAX` nanoseconds (it never wraps
+    /// back).
+    ///
+    /// ```
+    /// use tripline::{Clock, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.set(Duration::from_nanos(u64::MAX - 1));
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(clock.now(), u64::MAX);
+    /// ```
     pub fn advance(&self, by: Duration) {
-        self.nanos.fetch_add(nanos(by), Ordering::SeqCst);
+        let by = nanos(by);
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_add(by))
+            });
     }
 
     /// Sets the clock to `at` since its origin; a time earlier than the current one is ignored,

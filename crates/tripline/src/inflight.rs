@@ -3,27 +3,82 @@
 //!
 //! # The rule
 //! Calls are grouped in cohorts by start time, `W = slow_call_duration / 2` wide. When the
-//! rules are evaluated at time `now`, every call of a cohort `c` (started in
-//! `[c·W, (c+1)·W)`) still in flight with `(c+1)·W + slow_call_duration <= now` counts as one
-//! extra slow call, in both the slow count and the total. So a call counts as slow while in
-//! flight once it has run for at least `slow_call_duration` and at most 1.5 times that. When
-//! it finishes it leaves the in-flight count and is recorded in the window as usual (slow, as it
-//! took longer than the slow-call duration), so it is never counted twice. Only calls started
-//! since the breaker last entered Closed count. The closed breaker evaluates the in-flight rule
-//! on every recorded failure or slow call, and on an acquire once per `W`, so a dependency that
-//! hangs every call trips the slow-call rule even though nothing completes.
+//! rules are evaluated at time `now`, every call of a cohort that ends at `end` (the call
+//! started in `[end - W, end)`) still in flight with `end + slow_call_duration <= now` counts
+//! as one extra slow call, in both the slow count and the total. So a call counts as slow while
+//! in flight once it has run for at least `slow_call_duration` and at most 1.5 times that. When
+//! it finishes it leaves the in-flight count and is recorded in the window as usual (slow, as
+//! it took longer than the slow-call duration), so it is never counted twice. The closed
+//! breaker evaluates the in-flight rule on every recorded failure or slow call, and on an
+//! acquire once per `W`, so a dependency that hangs every call trips the slow-call rule even
+//! though nothing completes.
 //!
-//! Eight cohort slots cover `4 × slow_call_duration`; older cohorts are folded into one
-//! "aged" counter, which always counts as overdue.
+//! # Only calls of the current generation
+//! A call joins its cohort with the generation that admitted it, and only the current
+//! generation's calls count: calls started before the breaker last entered Closed (hung since
+//! before a trip, say) never count again, however long they hang. Nothing is cleared at a
+//! transition; each cohort carries its generation's tag, and a cohort of an older generation
+//! is simply ignored, then recycled.
+//!
+//! # Representation
+//! Four cohort slots, each one 128-bit atomic holding the cohort's end time (a full 64-bit
+//! reading: no tag that can wrap) beside a 32-bit generation tag and a 32-bit count; older
+//! cohorts of the generation are folded into one "aged" slot that keeps the count and the
+//! latest end among them, and counts when that end is overdue. A cohort is folded when its
+//! slot is needed four cohorts later, by which time it is already overdue, so folding loses
+//! no precision. After a change of the slow-call duration ([`InFlight::set_slow_call_duration`])
+//! new calls use cohorts of the new width at once; calls already in flight keep the end of the
+//! cohort they joined (at worst counting as slow one old cohort width later than the rule says).
+//! A call that leaves before its cohort's fold is accounted in the aged slot (whose count may
+//! dip below zero for that moment), so no count is lost to a race.
 //!
 //! [`InFlight`] is public so that other hosts of the rules (the Redis store tracks each
 //! replica's own calls with it) apply exactly the same rule.
 
-use crate::sync::{AtomicI64, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, AtomicU128, Ordering, tag};
 
-const SLOTS: usize = 8;
-const COUNT_BITS: u32 = 24;
-const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const SLOTS: usize = 4;
+const TAG_BITS: u32 = 32;
+const AGED: u8 = SLOTS as u8;
+const UNTRACKED: u8 = u8::MAX;
+
+/// Where a call joined the in-flight cohorts; hand it back to [`InFlight::exit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cohort {
+    end: u64,
+    slot: u8,
+}
+
+impl Cohort {
+    /// A call that is not tracked (in-flight counting is off): [`InFlight::exit`] ignores it.
+    pub const NONE: Cohort = Cohort {
+        end: 0,
+        slot: UNTRACKED,
+    };
+
+    /// When the cohort ends: the call counts as slow in flight from this time plus the
+    /// slow-call duration.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+}
+
+#[inline]
+fn pack(end: u64, tag: u64, count: i64) -> u128 {
+    u128::from(end) << 64 | u128::from(tag << 32 | (count as u64 & 0xFFFF_FFFF))
+}
+
+/// `(end, tag, count)`.
+#[inline]
+fn unpack(v: u128) -> (u64, u64, i64) {
+    let lo = v as u64;
+    ((v >> 64) as u64, lo >> 32, i64::from(lo as u32 as i32))
+}
+
+#[inline]
+fn gen_tag(generation: u64) -> u64 {
+    generation & 0xFFFF_FFFF
+}
 
 /// Calls in flight grouped in start-time cohorts (see the module docs for the rule).
 ///
@@ -33,71 +88,136 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// let ms = 1_000_000;
 /// let slow = 100 * ms;
 /// let f = InFlight::new(slow); // cohorts of 50 ms
-/// let call = f.enter(10 * ms);
+/// let call = f.enter(10 * ms, 0);
 /// assert_eq!(f.overdue(149 * ms, slow, 0), 0);
 /// assert_eq!(f.overdue(150 * ms, slow, 0), 1); // cohort [0, 50 ms) + 100 ms
-/// f.exit(call);
+/// assert_eq!(f.overdue(150 * ms, slow, 1), 0); // only the generation that admitted it
+/// f.exit(call, 0);
 /// assert_eq!(f.overdue(150 * ms, slow, 0), 0);
 /// ```
 #[derive(Debug)]
 pub struct InFlight {
-    width: u64,
-    /// Each slot: `(cohort + 1) << 24 | count`; 0 is empty.
-    slots: [AtomicU64; SLOTS],
-    aged: AtomicI64,
+    width: AtomicU64,
+    slots: [AtomicU128; SLOTS],
+    aged: AtomicU128,
 }
 
 impl InFlight {
     /// A tracker for a slow-call duration of `slow_nanos`.
     pub fn new(slow_nanos: u64) -> Self {
         Self {
-            width: (slow_nanos / 2).max(1),
-            slots: std::array::from_fn(|_| AtomicU64::new(0)),
-            aged: AtomicI64::new(0),
+            width: AtomicU64::new((slow_nanos / 2).max(1)),
+            slots: std::array::from_fn(|_| AtomicU128::new(0)),
+            aged: AtomicU128::new(0),
         }
     }
 
-    /// Registers a call starting at `now`; returns its cohort.
+    /// Follows a new slow-call duration: calls starting from now join cohorts of the new
+    /// width; the cohorts of calls already in flight are folded into the aged slot (keeping
+    /// their latest end), so the new width's cohorts start on empty slots.
+    pub fn set_slow_call_duration(&self, slow_nanos: u64) {
+        let width = (slow_nanos / 2).max(1);
+        if self.width.swap(width, Ordering::Relaxed) == width {
+            return;
+        }
+        for slot in &self.slots {
+            let mut cur = slot.load(Ordering::Relaxed);
+            loop {
+                let (end, t, n) = unpack(cur);
+                if n <= 0 {
+                    break;
+                }
+                match slot.compare_exchange_weak(cur, 0, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => {
+                        self.fold(t, end, n);
+                        break;
+                    }
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+    }
+
+    /// Registers a call of `generation` starting at `now`.
     #[inline]
-    pub fn enter(&self, now: u64) -> u64 {
-        let cohort = now / self.width;
-        let tag = cohort + 1;
-        let slot = &self.slots[(cohort % SLOTS as u64) as usize];
+    pub fn enter(&self, now: u64, generation: u64) -> Cohort {
+        let width = self.width.load(Ordering::Relaxed);
+        let cohort = now / width;
+        let end = cohort.saturating_add(1).saturating_mul(width);
+        let t = gen_tag(generation);
+        let i = (cohort % SLOTS as u64) as usize;
+        let slot = &self.slots[i];
         let mut cur = slot.load(Ordering::Relaxed);
         loop {
-            let (stag, n) = (cur >> COUNT_BITS, cur & COUNT_MASK);
-            let (new, moved) = if stag == tag && n < COUNT_MASK {
-                (cur + 1, 0)
-            } else if stag < tag {
-                (tag << COUNT_BITS | 1, n)
+            let (send, stag, n) = unpack(cur);
+            let (new, folded) = if n <= 0 {
+                (pack(end, t, 1), None)
+            } else if stag == t && send == end {
+                if n >= i64::from(i32::MAX) {
+                    self.fold(t, end, 1);
+                    return Cohort { end, slot: AGED };
+                }
+                (cur + 1, None)
+            } else if tag::newer(stag, t, TAG_BITS) {
+                // A newer generation holds the slot: this call's generation is over, and its
+                // calls no longer count.
+                return Cohort::NONE;
+            } else if stag == t && send > end {
+                // A newer cohort holds the slot (this reading is old): account the call with
+                // the aged ones.
+                self.fold(t, end, 1);
+                return Cohort { end, slot: AGED };
             } else {
-                // A newer cohort holds the slot (this reading is old) or the slot is full:
-                // account the call with the aged ones.
-                self.aged.fetch_add(1, Ordering::Relaxed);
-                return u64::MAX;
+                // An older cohort, or an older generation's: recycle the slot. This
+                // generation's calls move to the aged slot; an older generation's are dropped.
+                (pack(end, t, 1), (stag == t).then_some((send, n)))
             };
             match slot.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
-                    if moved > 0 {
-                        self.aged.fetch_add(moved as i64, Ordering::Relaxed);
+                    if let Some((e, k)) = folded {
+                        self.fold(t, e, k);
                     }
-                    return cohort;
+                    return Cohort { end, slot: i as u8 };
                 }
                 Err(actual) => cur = actual,
             }
         }
     }
 
-    /// Unregisters a call of `cohort`.
+    /// Adds `count` calls of generation tag `t` whose cohort ended at `end` to the aged slot.
+    fn fold(&self, t: u64, end: u64, count: i64) {
+        let mut cur = self.aged.load(Ordering::Relaxed);
+        loop {
+            let (aend, atag, an) = unpack(cur);
+            let new = if atag == t {
+                pack(aend.max(end), t, an.saturating_add(count))
+            } else if tag::newer(atag, t, TAG_BITS) {
+                return;
+            } else {
+                pack(end, t, count)
+            };
+            match self
+                .aged
+                .compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Unregisters a call that joined `cohort` in `generation`.
     #[inline]
-    pub fn exit(&self, cohort: u64) {
-        if cohort != u64::MAX {
-            let tag = cohort + 1;
-            let slot = &self.slots[(cohort % SLOTS as u64) as usize];
+    pub fn exit(&self, cohort: Cohort, generation: u64) {
+        if cohort.slot == UNTRACKED {
+            return;
+        }
+        let t = gen_tag(generation);
+        if let Some(slot) = self.slots.get(cohort.slot as usize) {
             let mut cur = slot.load(Ordering::Relaxed);
             loop {
-                let (stag, n) = (cur >> COUNT_BITS, cur & COUNT_MASK);
-                if stag != tag || n == 0 {
+                let (send, stag, n) = unpack(cur);
+                if stag != t || send != cohort.end || n <= 0 {
                     break;
                 }
                 match slot.compare_exchange_weak(cur, cur - 1, Ordering::Relaxed, Ordering::Relaxed)
@@ -107,37 +227,31 @@ impl InFlight {
                 }
             }
         }
-        // The cohort was folded into the aged counter.
-        self.aged.fetch_sub(1, Ordering::Relaxed);
+        // The cohort was folded into the aged slot (or is being folded right now, then the
+        // count dips below zero until the fold lands), or dropped with its generation.
+        self.fold(t, 0, -1);
     }
 
-    /// Calls in flight past `slow` at `now` that started at or after `since`.
-    pub fn overdue(&self, now: u64, slow: u64, since: u64) -> u64 {
-        let mut n = 0;
-        for slot in &self.slots {
-            let w = slot.load(Ordering::Relaxed);
-            let (tag, count) = (w >> COUNT_BITS, w & COUNT_MASK);
-            if tag == 0 || count == 0 {
-                continue;
-            }
-            let cohort = tag - 1;
-            let start = cohort.saturating_mul(self.width);
-            let end = start.saturating_add(self.width);
-            if start >= since && end.saturating_add(slow) <= now {
-                n += count;
-            }
-        }
-        // Aged calls started before the oldest slot; they count only if that is after `since`.
-        let horizon = now.saturating_sub(self.width * SLOTS as u64);
-        if horizon >= since {
-            n += self.aged.load(Ordering::Relaxed).max(0) as u64;
-        }
-        n
+    /// Calls of `generation` in flight past `slow` at `now`.
+    pub fn overdue(&self, now: u64, slow: u64, generation: u64) -> u64 {
+        let t = gen_tag(generation);
+        self.slots
+            .iter()
+            .chain(std::iter::once(&self.aged))
+            .map(|s| {
+                let (end, stag, n) = unpack(s.load(Ordering::Relaxed));
+                if stag == t && n > 0 && end.saturating_add(slow) <= now {
+                    n as u64
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
-    /// How often the closed breaker re-checks in-flight calls on acquire.
+    /// How often the closed breaker re-checks in-flight calls on acquire: the cohort width.
     pub fn width(&self) -> u64 {
-        self.width
+        self.width.load(Ordering::Relaxed)
     }
 }
 
@@ -145,34 +259,135 @@ impl InFlight {
 mod tests {
     use super::*;
 
+    const MS: u64 = 1_000_000;
+
     #[test]
     fn counts_only_overdue_calls() {
-        let ms = 1_000_000;
-        let f = InFlight::new(100 * ms); // cohorts of 50 ms
-        let a = f.enter(0);
-        let _b = f.enter(10 * ms);
-        let c = f.enter(120 * ms);
+        let f = InFlight::new(100 * MS); // cohorts of 50 ms
+        let a = f.enter(0, 0);
+        let _b = f.enter(10 * MS, 0);
+        let c = f.enter(120 * MS, 0);
         // Cohort 0 (0..50 ms) is overdue once 50 + 100 ms have passed.
-        assert_eq!(f.overdue(149 * ms, 100 * ms, 0), 0);
-        assert_eq!(f.overdue(150 * ms, 100 * ms, 0), 2);
-        f.exit(a);
-        assert_eq!(f.overdue(150 * ms, 100 * ms, 0), 1);
-        // Calls started before `since` do not count.
-        assert_eq!(f.overdue(150 * ms, 100 * ms, 60 * ms), 0);
-        f.exit(c);
-        assert_eq!(f.overdue(1000 * ms, 100 * ms, 0), 1);
+        assert_eq!(f.overdue(149 * MS, 100 * MS, 0), 0);
+        assert_eq!(f.overdue(150 * MS, 100 * MS, 0), 2);
+        f.exit(a, 0);
+        assert_eq!(f.overdue(150 * MS, 100 * MS, 0), 1);
+        f.exit(c, 0);
+        assert_eq!(f.overdue(1000 * MS, 100 * MS, 0), 1);
     }
 
     #[test]
     fn recycled_slots_fold_into_aged() {
-        let ms = 1_000_000;
-        let f = InFlight::new(100 * ms);
-        let old = f.enter(0); // cohort 0, slot 0
-        let newer = f.enter(8 * 50 * ms); // cohort 8, slot 0 again: cohort 0 moves to aged
-        assert_eq!(f.overdue(10_000 * ms, 100 * ms, 0), 2);
-        f.exit(old);
-        assert_eq!(f.overdue(10_000 * ms, 100 * ms, 0), 1);
-        f.exit(newer);
-        assert_eq!(f.overdue(10_000 * ms, 100 * ms, 0), 0);
+        let f = InFlight::new(100 * MS);
+        let old = f.enter(0, 0); // cohort 0, slot 0
+        let newer = f.enter(4 * 50 * MS, 0); // cohort 4, slot 0 again: cohort 0 moves to aged
+        assert_eq!(f.overdue(10_000 * MS, 100 * MS, 0), 2);
+        f.exit(old, 0);
+        assert_eq!(f.overdue(10_000 * MS, 100 * MS, 0), 1);
+        f.exit(newer, 0);
+        assert_eq!(f.overdue(10_000 * MS, 100 * MS, 0), 0);
+    }
+
+    /// Calls hung from before the breaker last entered Closed never count again, not even
+    /// once their cohorts were folded into the aged slot.
+    #[test]
+    fn only_calls_of_the_generation_count() {
+        let f = InFlight::new(100 * MS);
+        let hung: Vec<_> = (0..5).map(|i| f.enter(i * MS, 0)).collect();
+        assert_eq!(f.overdue(200 * MS, 100 * MS, 0), 5);
+        // Generation 3 (after trip, half-open, close): the old calls are not its calls.
+        assert_eq!(f.overdue(200 * MS, 100 * MS, 3), 0);
+        // Generation 3's traffic recycles every slot; the old calls stay out.
+        for c in 0..20u64 {
+            let p = f.enter(1_000 * MS + c * 50 * MS, 3);
+            f.exit(p, 3);
+        }
+        assert_eq!(f.overdue(1_000_000 * MS, 100 * MS, 3), 0);
+        // Their exits, late, do not disturb generation 3's count.
+        let live = f.enter(5_000 * MS, 3);
+        for h in hung {
+            f.exit(h, 0);
+        }
+        assert_eq!(f.overdue(6_000 * MS, 100 * MS, 3), 1);
+        f.exit(live, 3);
+        assert_eq!(f.overdue(6_000 * MS, 100 * MS, 3), 0);
+    }
+
+    #[test]
+    fn an_exit_before_the_fold_of_its_cohort_is_not_lost() {
+        let f = InFlight::new(100 * MS);
+        let a = f.enter(0, 0);
+        // The exit finds its slot recycled before the fold has landed: emulate the order
+        // "recycle, exit, fold" by hand.
+        f.slots[0].store(pack(250 * MS, 0, 1), Ordering::Relaxed);
+        f.exit(a, 0);
+        f.fold(0, 50 * MS, 1);
+        assert_eq!(f.overdue(10_000 * MS, 100 * MS, 0), 1); // only the recycling call
+    }
+
+    /// After the slow-call duration changes, new calls use the new width at once (100 ms ->
+    /// 60 s: a 450 ms call no longer counts; 60 s -> 100 ms: a hung call counts within 150 ms).
+    #[test]
+    fn cohorts_follow_a_new_slow_call_duration() {
+        let f = InFlight::new(100 * MS);
+        f.set_slow_call_duration(60_000 * MS);
+        let c = f.enter(0, 0);
+        assert_eq!(f.overdue(450 * MS, 60_000 * MS, 0), 0);
+        assert_eq!(f.overdue(90_000 * MS, 60_000 * MS, 0), 1);
+        f.exit(c, 0);
+
+        let f = InFlight::new(60_000 * MS);
+        let old = f.enter(0, 0); // a 30 s cohort, ending at 30 s
+        f.set_slow_call_duration(100 * MS);
+        let new = f.enter(40_000 * MS, 0);
+        assert_eq!(f.overdue(40_149 * MS, 100 * MS, 0), 1); // the old call, folded
+        assert_eq!(f.overdue(40_150 * MS, 100 * MS, 0), 2);
+        f.exit(old, 0);
+        f.exit(new, 0);
+        assert_eq!(f.overdue(50_000 * MS, 100 * MS, 0), 0);
+    }
+
+    /// Clocks with large readings: a UNIX-epoch origin with a 2 ms slow-call duration (the
+    /// old 40-bit cohort tags overflowed there) and readings near `u64::MAX`.
+    #[test]
+    fn large_clock_readings_are_counted() {
+        let unix = 1_700_000_000_000_000_000u64;
+        let f = InFlight::new(2 * MS);
+        let c = f.enter(unix, 7);
+        assert_eq!(f.overdue(unix + 3 * MS, 2 * MS, 7), 1);
+        f.exit(c, 7);
+        assert_eq!(f.overdue(unix + 3 * MS, 2 * MS, 7), 0);
+
+        let f = InFlight::new(2 * MS);
+        let near = u64::MAX - MS;
+        let c = f.enter(near, 1);
+        assert_eq!(f.overdue(near, 2 * MS, 1), 0);
+        assert_eq!(f.overdue(u64::MAX, 2 * MS, 1), 1);
+        f.exit(c, 1);
+        assert_eq!(f.overdue(u64::MAX, 2 * MS, 1), 0);
+    }
+
+    #[test]
+    fn concurrent_enters_and_exits_balance() {
+        use std::sync::Arc;
+        let f = Arc::new(InFlight::new(2 * MS));
+        let hs: Vec<_> = (0..4u64)
+            .map(|t| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    for i in 0..20_000u64 {
+                        let now = (i * 7 + t) * MS / 3;
+                        let c = f.enter(now, i / 5_000);
+                        f.exit(c, i / 5_000);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        for g in 0..4 {
+            assert_eq!(f.overdue(u64::MAX, 2 * MS, g), 0, "generation {g}");
+        }
     }
 }

@@ -22,6 +22,27 @@
 //! * [`Registry::reload`] applies a new configuration, keeping each breaker's state and window
 //!   where the window shape is unchanged.
 //!
+//! # Lifecycle of an entry
+//! An entry is *live*, *retiring* or *gone*, in one atomic word. Eviction and a reload's
+//! rebuild retire an entry first (a compare-and-swap from live), then check, with the entry
+//! retiring, that it may go (Closed, clean, and no handle held outside the registry), and only
+//! then remove or replace it; if the check fails the entry is live again. A lookup clones the
+//! breaker handle and then reads the word: a retiring or gone entry makes it drop the clone and
+//! look again. With a sequentially consistent fence on both sides, either the lookup sees the
+//! entry retiring, or the retiring side sees the lookup's handle and keeps the entry; so a
+//! lookup never returns a breaker the registry no longer holds, and a breaker in use, or one
+//! that is not Closed, is never replaced.
+//!
+//! # Operator overrides
+//! Overrides come in two layers: the configuration's `[operator]` section, replaced by each
+//! reload, and the run-time layer set by [`Registry::set_operator`], which a reload never
+//! touches and only [`Registry::clear_operator`] removes. For a key, the first that is set of
+//! run-time key, run-time dependency, configured key and configured dependency decides; so a
+//! kill switch thrown during an incident stays thrown through every configuration sync. Every
+//! change of either layer moves a version; a breaker remembers the version it last applied,
+//! and a lookup that finds it behind applies the overrides in force before returning it, so a
+//! breaker created while an override changes still gets it.
+//!
 //! Keys end up in logs, metrics labels and (with a shared store) a coordinator's keyspace:
 //! they must not carry sensitive data.
 //!
@@ -38,7 +59,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -553,12 +574,20 @@ pub struct ReloadReport {
     pub deferred: Vec<Key>,
 }
 
+const LIVE: u8 = 0;
+const RETIRING: u8 = 1;
+const GONE: u8 = 2;
+
 struct Entry<C: Clock> {
     breaker: CircuitBreaker<C>,
     /// The configuration the registry last applied to this breaker (shared, not a copy).
     config: Mutex<Arc<BreakerConfig>>,
     last_used: AtomicU64,
+    /// LIVE, RETIRING or GONE (see the module docs).
+    life: AtomicU8,
+    /// The override in force for this breaker and the override version it was computed at.
     applied: Mutex<OperatorState>,
+    applied_version: AtomicU64,
     /// How many of the registry's listeners (in subscription order) this breaker has, or is
     /// being given by the thread that claimed them.
     listeners_added: AtomicUsize,
@@ -566,11 +595,36 @@ struct Entry<C: Clock> {
     metrics: crate::observe::BreakerMetrics,
 }
 
+/// The two layers of operator overrides (see the module docs).
+#[derive(Debug, Default)]
+struct Overrides {
+    /// From the configuration's `[operator]` section; replaced by each reload.
+    file: HashMap<String, OperatorState>,
+    /// From [`Registry::set_operator`]; kept until [`Registry::clear_operator`].
+    runtime: HashMap<String, OperatorState>,
+}
+
+impl Overrides {
+    fn for_key(&self, key: &Key) -> OperatorState {
+        let k = key.to_string();
+        let d = key.dependency();
+        self.runtime
+            .get(&k)
+            .or_else(|| self.runtime.get(d))
+            .or_else(|| self.file.get(&k))
+            .or_else(|| self.file.get(d))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
 /// A bounded, lock-free-read registry of keyed breakers.
 pub struct Registry<C: Clock + Clone = MonotonicClock> {
     map: papaya::HashMap<Key, Arc<Entry<C>>>,
     config: RwLock<Arc<Active>>,
-    overrides: RwLock<HashMap<String, OperatorState>>,
+    overrides: RwLock<Overrides>,
+    /// Moves on every change of either override layer.
+    override_version: AtomicU64,
     listeners: Mutex<Vec<Arc<dyn Listener>>>,
     /// `listeners.len()`, readable without the lock.
     listener_count: AtomicUsize,
@@ -608,11 +662,15 @@ impl<C: Clock + Clone> Registry<C> {
     /// A registry whose breakers read `clock`.
     pub fn with_clock(config: RegistryConfig, clock: C) -> Result<Self, ConfigError> {
         config.validate()?;
-        let overrides = config.operator.clone().into_iter().collect();
+        let overrides = Overrides {
+            file: config.operator.clone().into_iter().collect(),
+            runtime: HashMap::new(),
+        };
         Ok(Self {
             map: papaya::HashMap::new(),
             config: RwLock::new(Arc::new(Active::new(config, None))),
             overrides: RwLock::new(overrides),
+            override_version: AtomicU64::new(0),
             listeners: Mutex::new(Vec::new()),
             listener_count: AtomicUsize::new(0),
             maintenance: Mutex::new(()),
@@ -682,31 +740,81 @@ impl<C: Clock + Clone> Registry<C> {
     /// least recently used evictable breakers make room; if none may go, the lookup fails.
     pub fn get(&self, key: &Key) -> Result<CircuitBreaker<C>, RegistryError> {
         let now = self.clock.recent();
-        {
-            let map = self.map.pin();
-            if let Some(e) = map.get(key) {
-                touch(e, now);
-                self.catch_up(e);
-                return Ok(e.breaker.clone());
+        loop {
+            {
+                let map = self.map.pin();
+                if let Some(e) = map.get(key) {
+                    if let Some(b) = self.hand_out(key, e, now) {
+                        return Ok(b);
+                    }
+                    // Being retired: look again.
+                    std::hint::spin_loop();
+                    continue;
+                }
             }
-        }
-        let max = read(&self.config).config.max_breakers;
-        if self.map.len() >= max {
-            self.make_room(max);
+            let max = read(&self.config).config.max_breakers;
             if self.map.len() >= max {
-                return Err(RegistryError::Full { max });
+                self.make_room(max);
+                if self.map.len() >= max {
+                    return Err(RegistryError::Full { max });
+                }
+            }
+            let map = self.map.pin();
+            let entry = map.get_or_insert_with(key.clone(), || self.create(key, now));
+            if let Some(b) = self.hand_out(key, entry, now) {
+                return Ok(b);
             }
         }
-        let map = self.map.pin();
-        let entry = map.get_or_insert_with(key.clone(), || self.create(key, now));
-        touch(entry, now);
-        self.catch_up(entry);
-        Ok(entry.breaker.clone())
     }
 
     /// The breaker for `key` if it exists, without creating it or marking it used.
     pub fn peek(&self, key: &Key) -> Option<CircuitBreaker<C>> {
-        self.map.pin().get(key).map(|e| e.breaker.clone())
+        loop {
+            let map = self.map.pin();
+            let e = map.get(key)?;
+            if let Some(b) = hold(e) {
+                return Some(b);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// A handle to a live entry's breaker, brought up to date with the registry's listeners
+    /// and overrides; `None` when the entry is being retired.
+    #[inline]
+    fn hand_out(&self, key: &Key, e: &Entry<C>, now: u64) -> Option<CircuitBreaker<C>> {
+        let b = hold(e)?;
+        touch(e, now);
+        self.catch_up(e);
+        self.sync_override(key, e);
+        Some(b)
+    }
+
+    /// Applies the overrides in force if they changed since `e` last applied them; two loads
+    /// when they did not.
+    #[inline]
+    fn sync_override(&self, key: &Key, e: &Entry<C>) {
+        if e.applied_version.load(Ordering::Acquire) != self.override_version.load(Ordering::SeqCst)
+        {
+            self.resync_override(key, e);
+        }
+    }
+
+    /// Applies the overrides in force to `e`; whether its state changed.
+    #[cold]
+    fn resync_override(&self, key: &Key, e: &Entry<C>) -> bool {
+        let mut applied = lock(&e.applied);
+        // Read the version before the overrides: a change after this read moves it again, and
+        // the next lookup applies that change.
+        let version = self.override_version.load(Ordering::SeqCst);
+        let want = read(&self.overrides).for_key(key);
+        let changed = *applied != want;
+        if changed {
+            apply(&e.breaker, *applied, want);
+            *applied = want;
+        }
+        e.applied_version.store(version, Ordering::Release);
+        changed
     }
 
     fn create(&self, key: &Key, now: u64) -> Arc<Entry<C>> {
@@ -720,6 +828,7 @@ impl<C: Clock + Clone> Registry<C> {
         for l in &listeners {
             breaker.subscribe(Shared(l.clone()));
         }
+        let version = self.override_version.load(Ordering::SeqCst);
         let state = self.override_for(key);
         apply(&breaker, OperatorState::Auto, state);
         Arc::new(Entry {
@@ -728,17 +837,44 @@ impl<C: Clock + Clone> Registry<C> {
             breaker,
             config: Mutex::new(config),
             last_used: AtomicU64::new(now),
+            life: AtomicU8::new(LIVE),
             applied: Mutex::new(state),
+            applied_version: AtomicU64::new(version),
             listeners_added: AtomicUsize::new(listeners.len()),
         })
     }
 
     fn override_for(&self, key: &Key) -> OperatorState {
-        let o = read(&self.overrides);
-        o.get(&key.to_string())
-            .or_else(|| o.get(key.dependency()))
-            .copied()
-            .unwrap_or_default()
+        read(&self.overrides).for_key(key)
+    }
+
+    /// Retires `e` if `may_go` holds for it while it is retiring (see the module docs);
+    /// `false` leaves it live.
+    fn retire(&self, e: &Entry<C>, may_go: impl FnOnce(&CircuitBreaker<C>) -> bool) -> bool {
+        if e.life
+            .compare_exchange(LIVE, RETIRING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        if may_go(&e.breaker) {
+            true
+        } else {
+            e.life.store(LIVE, Ordering::SeqCst);
+            false
+        }
+    }
+
+    /// Removes a retired entry from the map (if it is still the one stored for `key`).
+    fn remove_retired(&self, key: &Key, e: &Arc<Entry<C>>) -> bool {
+        let removed = matches!(
+            self.map.pin().remove_if(key, |_, v| Arc::ptr_eq(v, e)),
+            Ok(Some(_))
+        );
+        e.life
+            .store(if removed { GONE } else { LIVE }, Ordering::SeqCst);
+        removed
     }
 
     fn make_room(&self, max: usize) {
@@ -747,46 +883,56 @@ impl<C: Clock + Clone> Registry<C> {
             return;
         }
         // Drop idle ones first, then the least recently used evictable ones down to 7/8.
-        self.evict_idle();
+        self.evict_idle_locked();
         let target = max - max / 8;
         let len = self.map.len();
         if len < max {
             return;
         }
-        let map = self.map.pin();
-        let mut candidates: Vec<(u64, Key)> = map
+        let mut candidates: Vec<(u64, Key, Arc<Entry<C>>)> = self
+            .map
+            .pin()
             .iter()
             .filter(|(_, e)| e.breaker.evictable(1))
-            .map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone()))
+            .map(|(k, e)| (e.last_used.load(Ordering::Relaxed), k.clone(), e.clone()))
             .collect();
-        candidates.sort_unstable();
-        for (_, key) in candidates
-            .into_iter()
-            .take(len.saturating_sub(target).max(1))
-        {
-            let _ = map.remove_if(&key, |_, e| e.breaker.evictable(1));
+        candidates.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut evicted = 0;
+        let wanted = len.saturating_sub(target).max(1);
+        for (_, key, e) in candidates {
+            if evicted >= wanted {
+                break;
+            }
+            if self.retire(&e, |b| b.evictable(1)) && self.remove_retired(&key, &e) {
+                evicted += 1;
+            }
         }
     }
 
     /// Evicts breakers unused for `idle_after` that may go (Closed, clean, not in use).
     /// Returns how many were evicted. Call it periodically, or let `get` call it when full.
     pub fn evict_idle(&self) -> usize {
+        let _g = lock(&self.maintenance);
+        self.evict_idle_locked()
+    }
+
+    fn evict_idle_locked(&self) -> usize {
         let idle = nanos(read(&self.config).config.idle_after);
         let now = self.clock.now();
-        let map = self.map.pin();
-        let stale: Vec<Key> = map
+        let idle_for =
+            |e: &Entry<C>| now.saturating_sub(e.last_used.load(Ordering::Relaxed)) >= idle;
+        let stale: Vec<(Key, Arc<Entry<C>>)> = self
+            .map
+            .pin()
             .iter()
-            .filter(|(_, e)| now.saturating_sub(e.last_used.load(Ordering::Relaxed)) >= idle)
-            .map(|(k, _)| k.clone())
+            .filter(|(_, e)| idle_for(e))
+            .map(|(k, e)| (k.clone(), e.clone()))
             .collect();
         stale
             .iter()
-            .filter(|k| {
-                map.remove_if(*k, |_, e| {
-                    now.saturating_sub(e.last_used.load(Ordering::Relaxed)) >= idle
-                        && e.breaker.evictable(1)
-                })
-                .is_ok_and(|r| r.is_some())
+            .filter(|(k, e)| {
+                // The walk holds the entry, not the breaker: one handle is the registry's.
+                self.retire(e, |b| idle_for(e) && b.evictable(1)) && self.remove_retired(k, e)
             })
             .count()
     }
@@ -809,22 +955,70 @@ impl<C: Clock + Clone> Registry<C> {
         })
     }
 
-    /// Sets an operator override: from now on the selected breakers (and, for a dependency,
-    /// those created later) are in `state`; [`OperatorState::Auto`] removes the override.
+    /// Sets a run-time operator override: from now on the selected breakers (and, for a
+    /// dependency, those created later) are in `state`, whatever the configuration's
+    /// `[operator]` section says and through every [`reload`](Self::reload), until
+    /// [`clear_operator`](Self::clear_operator). [`OperatorState::Auto`] is an override too:
+    /// the rules decide for the selection even where the configuration forces a state.
     /// Returns how many existing breakers changed.
+    ///
+    /// ```
+    /// use tripline::registry::{Key, OperatorState, Registry, RegistryConfig, Selector};
+    /// use tripline::State;
+    ///
+    /// let registry = Registry::new(RegistryConfig::default())?;
+    /// let recs = Key::new("recommendations")?;
+    /// let kill = Selector::Dependency("recommendations".into());
+    /// registry.set_operator(&kill, OperatorState::ForcedOpen);
+    /// assert_eq!(registry.get(&recs)?.state(), State::ForcedOpen);
+    /// // A configuration sync does not lift a kill switch thrown at run time.
+    /// registry.reload(RegistryConfig::default())?;
+    /// assert_eq!(registry.get(&recs)?.state(), State::ForcedOpen);
+    /// registry.clear_operator(&kill);
+    /// assert_eq!(registry.get(&recs)?.state(), State::Closed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_operator(&self, selector: &Selector, state: OperatorState) -> usize {
+        self.change_overrides(selector, |o, name| {
+            o.runtime.insert(name, state);
+        })
+    }
+
+    /// Removes the run-time override of `selector` (exactly that key, or that dependency's
+    /// dependency-wide one); the configuration's `[operator]` section applies again where it
+    /// has one. Returns how many existing breakers changed.
+    pub fn clear_operator(&self, selector: &Selector) -> usize {
+        self.change_overrides(selector, |o, name| {
+            o.runtime.remove(&name);
+        })
+    }
+
+    /// The run-time overrides in force, by selector (`dep` or `dep/kind=value`).
+    pub fn operator_overrides(&self) -> BTreeMap<String, OperatorState> {
+        read(&self.overrides)
+            .runtime
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    }
+
+    fn change_overrides(
+        &self,
+        selector: &Selector,
+        change: impl FnOnce(&mut Overrides, String),
+    ) -> usize {
         let name = match selector {
             Selector::Key(k) => k.to_string(),
             Selector::Dependency(d) => d.clone(),
         };
         {
             let mut o = write(&self.overrides);
-            if state == OperatorState::Auto {
-                o.remove(&name);
-            } else {
-                o.insert(name, state);
-            }
+            change(&mut o, name);
+            self.override_version.fetch_add(1, Ordering::SeqCst);
         }
+        // Pairs with the fence of a lookup (`hold`): either that lookup sees the new version,
+        // or this walk sees the breaker it created.
+        fence(Ordering::SeqCst);
         self.apply_overrides(Some(selector))
     }
 
@@ -847,11 +1041,7 @@ impl<C: Clock + Clone> Registry<C> {
             if only.is_some_and(|s| !selects(s, k)) {
                 continue;
             }
-            let want = self.override_for(k);
-            let mut applied = lock(&e.applied);
-            if *applied != want {
-                apply(&e.breaker, *applied, want);
-                *applied = want;
+            if self.resync_override(k, e) {
                 n += 1;
             }
         }
@@ -859,20 +1049,31 @@ impl<C: Clock + Clone> Registry<C> {
     }
 
     /// Applies a new configuration to the live registry: bounds, named configurations and
-    /// operator overrides. Each breaker whose configuration changed is reconfigured in place
-    /// (state, generation and window kept); one whose window shape changed is rebuilt if it
-    /// is Closed, else deferred (see [`ReloadReport`]).
+    /// the configured operator overrides (run-time ones stay). Each breaker whose configuration
+    /// changed is reconfigured in place (state, generation and window kept); one whose window
+    /// shape changed is rebuilt if it is Closed and nobody outside the registry holds it, else
+    /// deferred (see [`ReloadReport`]).
     pub fn reload(&self, config: RegistryConfig) -> Result<ReloadReport, ConfigError> {
         config.validate()?;
         let _g = lock(&self.maintenance);
         let previous = read(&self.config).clone();
         let active = Arc::new(Active::new(config, Some(&previous)));
         *write(&self.config) = active.clone();
-        *write(&self.overrides) = active.config.operator.clone().into_iter().collect();
+        {
+            let mut o = write(&self.overrides);
+            o.file = active.config.operator.clone().into_iter().collect();
+            self.override_version.fetch_add(1, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
         let mut report = ReloadReport::default();
-        let map = self.map.pin();
-        for (k, e) in map.iter() {
-            let want = active.config_for(k);
+        let entries: Vec<(Key, Arc<Entry<C>>)> = self
+            .map
+            .pin()
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        for (k, e) in entries {
+            let want = active.config_for(&k);
             let mut current = lock(&e.config);
             if Arc::ptr_eq(&want, &current) || want == *current {
                 continue;
@@ -883,19 +1084,18 @@ impl<C: Clock + Clone> Registry<C> {
                     *current = want;
                     report.reconfigured.push(k.clone());
                 }
-            } else if e.breaker.state() == State::Closed {
-                report.rebuilt.push(k.clone());
+            } else if self.retire(&e, |b| b.state() == State::Closed && !b.in_use(1)) {
+                drop(current);
+                let now = self.clock.recent();
+                let fresh = self.create(&k, now);
+                self.map.pin().insert(k.clone(), fresh.clone());
+                e.life.store(GONE, Ordering::SeqCst);
+                self.catch_up(&fresh);
+                report.rebuilt.push(k);
             } else {
-                report.deferred.push(k.clone());
+                report.deferred.push(k);
             }
         }
-        for k in &report.rebuilt {
-            let now = self.clock.recent();
-            let e = self.create(k, now);
-            map.insert(k.clone(), e.clone());
-            self.catch_up(&e);
-        }
-        drop(map);
         self.apply_overrides(None);
         Ok(report)
     }
@@ -909,6 +1109,16 @@ impl<C: Clock + Clone> Registry<C> {
             e.metrics.update(&e.breaker);
         }
     }
+}
+
+/// A handle to `e`'s breaker if `e` is live (see the module docs on the lifecycle).
+#[inline]
+fn hold<C: Clock>(e: &Entry<C>) -> Option<CircuitBreaker<C>> {
+    let b = e.breaker.clone();
+    // Pairs with the fence of `Registry::retire`: either the retiring side sees this handle,
+    // or this side sees the entry retiring.
+    fence(Ordering::SeqCst);
+    (e.life.load(Ordering::SeqCst) == LIVE).then_some(b)
 }
 
 fn selects(selector: &Selector, key: &Key) -> bool {

@@ -1,28 +1,49 @@
 //! Sliding windows with O(1) (count) or O(buckets) (time) snapshots and no lock.
 //!
+//! # A window belongs to a generation
+//! Every transition into Closed or MetricsOnly starts a fresh window for the new generation,
+//! and a result lands in the window of the generation that admitted it or nowhere: a writer
+//! that read the state word before a transition can never add to the next generation's
+//! counts, and a reset can never tear a running total. The two windows get there differently.
+//!
+//! * The **count window** is reset in place, under the transition lock: the reset marks the
+//!   window *resetting* in its head word (which carries the generation's tag), waits for the
+//!   writers that are between changing a bit and its running total (each registers in the head
+//!   word for those few instructions), clears bits and totals, and publishes the new tag. A
+//!   writer claims its slot and registers with compare-and-swaps that check the tag, so a
+//!   writer of another generation, or one that arrives while the reset runs, records nothing.
+//! * The **time window** is never cleared: each bucket carries the generation's tag and its
+//!   full bucket number, and a snapshot counts only the buckets of its own generation and of
+//!   the last `length`. A new generation starts empty by construction, and a writer of an
+//!   older generation either finds its own generation's (dead) bucket or leaves a newer one
+//!   alone.
+//!
 //! # Count window
 //! The last N outcomes, as two bit rings (failed, slow) with running totals kept as each slot
 //! is overwritten. N = 100 costs 32 bytes of bits. A writer claims a slot with one
-//! `fetch_add` and flips its bits only when they change, so a run of successes over a clean
-//! ring writes nothing but the sequence counter.
+//! compare-and-swap on the head word and flips its bits only when they change, so a run of
+//! successes over a clean ring writes nothing but the head.
 //!
 //! # Time window
-//! A ring of buckets covering the last `length`; bucket `e` (time / bucket width) lives in slot
-//! `e mod B`. Each bucket is one `AtomicU64`: a 16-bit bucket stamp and 16-bit counts of calls,
-//! failures and slow calls, updated by compare-and-swap. A stale bucket (its stamp is an older
-//! epoch) is reset by the first writer that reuses it, in the same swap, so no count is lost to
-//! a reset. When a bucket's call count would overflow 16 bits, all three counts are halved:
-//! the rates are kept and the window keeps far more than any minimum-calls threshold.
-//! Writers may be spread over `stripes` cache-line-separated rings (per thread) so concurrent
-//! writers do not contend; a snapshot sums all stripes.
+//! A ring of buckets covering the last `length`; bucket `e` (time since the window's creation
+//! / bucket width) lives in slot `e mod B`. Each bucket is one 128-bit atomic: the generation
+//! tag (24 bits) and the bucket number (40 bits: 34 years of 1 ms buckets, the smallest
+//! allowed; it saturates rather than wraps), and 21-bit counts of calls, failures and slow
+//! calls, updated by compare-and-swap. A stale bucket (an older bucket number or generation) is
+//! reset by the first writer that reuses it, in the same swap, so no count is lost to a reset,
+//! and no quiet period of any length can make an old bucket look current. When a bucket's call
+//! count would overflow 21 bits, its counts are halved keeping the rates on the right side of
+//! every threshold: the calls are rounded up and the good ones (not failed, not slow) are
+//! rounded up, so a bucket that held one success still holds one and an all-failing bucket
+//! stays all-failing. Writers may be spread over `stripes` cache-line-separated rings (per
+//! thread) so concurrent writers do not contend; a snapshot sums all stripes.
 //!
 //! A result lands in the bucket of the time it is **recorded** (when the call ended), not when
 //! the call started: the window describes what was learned in the last `length`, and a call
 //! that hung for longer than the window would otherwise land in an expired bucket and never be
 //! seen, which is exactly the case (a hung dependency) the breaker exists for.
 
-use crate::sync::{AtomicI32, AtomicU64, Ordering};
-
+use crate::sync::{AtomicI32, AtomicU64, AtomicU128, Ordering, spin, tag};
 /// What the window holds, or what a decision was based on.
 ///
 /// ```
@@ -84,25 +105,31 @@ pub(crate) enum Window {
 }
 
 impl Window {
+    /// Records `s` in `generation`'s window: `None` when the window belongs to another
+    /// generation (the result is stale and lands nowhere), else whether the window was still
+    /// filling (a count window that had not yet wrapped; never for a time window).
     #[inline]
-    pub(crate) fn record(&self, now: u64, s: Sample) {
+    pub(crate) fn record(&self, generation: u64, now: u64, s: Sample) -> Option<bool> {
         match self {
-            Window::Count(w) => w.record(s),
-            Window::Time(w) => w.record(now, s),
+            Window::Count(w) => w.record(generation, s),
+            Window::Time(w) => w.record(generation, now, s).then_some(false),
         }
     }
 
-    pub(crate) fn snapshot(&self, now: u64) -> WindowSnapshot {
+    /// `generation`'s window at `now` (empty for any other generation).
+    pub(crate) fn snapshot(&self, generation: u64, now: u64) -> WindowSnapshot {
         match self {
-            Window::Count(w) => w.snapshot(),
-            Window::Time(w) => w.snapshot(now),
+            Window::Count(w) => w.snapshot(generation),
+            Window::Time(w) => w.snapshot(generation, now),
         }
     }
 
-    pub(crate) fn reset(&self) {
+    /// Starts `generation`'s empty window. Called under the transition lock, before the state
+    /// word announcing `generation` is published.
+    pub(crate) fn begin(&self, generation: u64) {
         match self {
-            Window::Count(w) => w.reset(),
-            Window::Time(w) => w.reset(),
+            Window::Count(w) => w.begin(generation),
+            Window::Time(w) => w.begin(),
         }
     }
 
@@ -110,66 +137,123 @@ impl Window {
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
             Window::Count(w) => w.bits.len() * 8,
-            Window::Time(w) => w.cells.len() * 8,
+            Window::Time(w) => w.cells.len() * 16,
         }
     }
 }
 
+/// Count window head word: position (20 bits: sizes up to 1,000,000), whether the ring has
+/// wrapped, the resetting mark, registered writers (18 bits), the generation tag (24 bits).
+const POS_MASK: u64 = (1 << 20) - 1;
+const FULL: u64 = 1 << 20;
+const RESETTING: u64 = 1 << 21;
+const WRITER: u64 = 1 << 22;
+const WRITERS_MASK: u64 = ((1 << 18) - 1) << 22;
+const HEAD_TAG_SHIFT: u32 = 40;
+const HEAD_TAG_BITS: u32 = 24;
+
+#[inline]
+fn head_tag(generation: u64) -> u64 {
+    (generation & ((1 << HEAD_TAG_BITS) - 1)) << HEAD_TAG_SHIFT
+}
+
 #[derive(Debug)]
 pub(crate) struct CountWindow {
-    /// `u64::MAX / size + 1`: the multiplier of Lemire's fastmod, so the slot of a record is
-    /// two multiplications instead of a 64-bit division.
-    fastmod: u64,
-    seq: AtomicU64,
+    head: AtomicU64,
     /// `size.div_ceil(64)` failure words followed by as many slow words.
     bits: Box<[AtomicU64]>,
-    /// At most 1,000,000 (validated), so the running totals fit 32 bits.
+    /// At most 1,000,000 (validated), so positions fit 20 bits and totals 32.
     size: u32,
     failures: AtomicI32,
     slow: AtomicI32,
 }
 
 impl CountWindow {
+    /// An empty window of generation 0.
     pub(crate) fn new(size: u32) -> Self {
         let words = (size as usize).div_ceil(64);
         Self {
-            // Wraps to 0 for size 1, which yields the right remainder, 0.
-            fastmod: (u64::MAX / u64::from(size.max(1))).wrapping_add(1),
-            seq: AtomicU64::new(0),
+            head: AtomicU64::new(head_tag(0)),
             bits: (0..words * 2).map(|_| AtomicU64::new(0)).collect(),
-            size,
+            size: size.max(1),
             failures: AtomicI32::new(0),
             slow: AtomicI32::new(0),
         }
     }
 
-    /// `seq mod size` on the low 32 bits of `seq` (Lemire, Kaser and Kurz, "Faster remainder by
-    /// direct computation", 2019). Where the low bits wrap, once every 2^32 records, one slot
-    /// index repeats; the running totals stay exact, as they follow the bits.
+    /// `None`: not this generation's window. Else whether the ring had not wrapped yet.
     #[inline]
-    fn slot(&self, seq: u64) -> u64 {
-        let low = self.fastmod.wrapping_mul(u64::from(seq as u32));
-        ((u128::from(low) * u128::from(self.size)) >> 64) as u64
-    }
-
-    #[inline]
-    fn record(&self, s: Sample) {
-        let idx = self.slot(self.seq.fetch_add(1, Ordering::Relaxed));
+    fn record(&self, generation: u64, s: Sample) -> Option<bool> {
+        let tag = head_tag(generation);
+        let own = |h: u64| h & (!0 << HEAD_TAG_SHIFT | RESETTING) == tag;
+        // Claim the next slot.
+        let mut cur = self.head.load(Ordering::Acquire);
+        let idx = loop {
+            if !own(cur) {
+                return None;
+            }
+            let pos = cur & POS_MASK;
+            let next = if pos + 1 >= u64::from(self.size) {
+                (cur & !POS_MASK) | FULL
+            } else {
+                cur + 1
+            };
+            match self
+                .head
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break pos,
+                Err(actual) => cur = actual,
+            }
+        };
+        let filling = cur & FULL == 0;
         let word = (idx / 64) as usize;
         let mask = 1u64 << (idx % 64);
         let (failed, slow) = self.bits.split_at(self.bits.len() / 2);
+        let differs = |w: &AtomicU64, v: bool| (w.load(Ordering::Relaxed) & mask != 0) != v;
+        if !differs(&failed[word], s.failure) && !differs(&slow[word], s.slow) {
+            return Some(filling);
+        }
+        // A bit and its running total change together: register, so a reset waits for this
+        // writer instead of clearing between the two.
+        let mut cur = self.head.load(Ordering::Acquire);
+        let mut round = 0;
+        loop {
+            if !own(cur) {
+                return None;
+            }
+            if cur & WRITERS_MASK == WRITERS_MASK {
+                spin(round);
+                round += 1;
+                cur = self.head.load(Ordering::Acquire);
+                continue;
+            }
+            match self.head.compare_exchange_weak(
+                cur,
+                cur + WRITER,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
         set_bit(&failed[word], mask, s.failure, &self.failures);
         set_bit(&slow[word], mask, s.slow, &self.slow);
+        self.head.fetch_sub(WRITER, Ordering::Release);
+        Some(filling)
     }
 
-    /// Whether the ring has not yet been filled (every record so far is still in it).
-    #[inline]
-    pub(crate) fn filling(&self) -> bool {
-        self.seq.load(Ordering::Relaxed) <= u64::from(self.size)
-    }
-
-    fn snapshot(&self) -> WindowSnapshot {
-        let calls = self.seq.load(Ordering::Relaxed).min(u64::from(self.size));
+    fn snapshot(&self, generation: u64) -> WindowSnapshot {
+        let h = self.head.load(Ordering::Acquire);
+        if h & (!0 << HEAD_TAG_SHIFT | RESETTING) != head_tag(generation) {
+            return WindowSnapshot::default();
+        }
+        let calls = if h & FULL != 0 {
+            u64::from(self.size)
+        } else {
+            h & POS_MASK
+        };
         WindowSnapshot {
             calls,
             failures: clamp(self.failures.load(Ordering::Relaxed), calls),
@@ -178,13 +262,20 @@ impl CountWindow {
         }
     }
 
-    fn reset(&self) {
-        self.seq.store(0, Ordering::Relaxed);
+    fn begin(&self, generation: u64) {
+        // No new claim or registration from here on; wait for the registered writers.
+        self.head.fetch_or(RESETTING, Ordering::AcqRel);
+        let mut round = 0;
+        while self.head.load(Ordering::Acquire) & WRITERS_MASK != 0 {
+            spin(round);
+            round += 1;
+        }
         for w in self.bits.iter() {
             w.store(0, Ordering::Relaxed);
         }
         self.failures.store(0, Ordering::Relaxed);
         self.slow.store(0, Ordering::Relaxed);
+        self.head.store(head_tag(generation), Ordering::Release);
     }
 }
 
@@ -210,14 +301,65 @@ fn clamp(v: i32, max: u64) -> u64 {
     (v.max(0) as u64).min(max)
 }
 
-const FIELD: u64 = 0xFFFF;
+/// Time window cell: high word `tag << 40 | bucket number`, low word three 21-bit counts.
+const CELL_TAG_BITS: u32 = 24;
+const EPOCH_BITS: u32 = 40;
+const EPOCH_MAX: u64 = (1 << EPOCH_BITS) - 1;
+const COUNT_BITS: u32 = 21;
+const COUNT_MAX: u64 = (1 << COUNT_BITS) - 1;
+
+#[inline]
+fn cell(tag: u64, epoch: u64, calls: u64, failures: u64, slow: u64) -> u128 {
+    u128::from(tag << EPOCH_BITS | epoch) << 64
+        | u128::from(calls | failures << COUNT_BITS | slow << (2 * COUNT_BITS))
+}
+
+/// `(tag, epoch, calls, failures, slow)`.
+#[inline]
+fn uncell(c: u128) -> (u64, u64, u64, u64, u64) {
+    let hi = (c >> 64) as u64;
+    let lo = c as u64;
+    (
+        hi >> EPOCH_BITS,
+        hi & EPOCH_MAX,
+        lo & COUNT_MAX,
+        (lo >> COUNT_BITS) & COUNT_MAX,
+        (lo >> (2 * COUNT_BITS)) & COUNT_MAX,
+    )
+}
+
+#[inline]
+fn cell_tag(generation: u64) -> u64 {
+    generation & ((1 << CELL_TAG_BITS) - 1)
+}
+
+/// Halves a full bucket's counts. Calls are rounded up, and so are the calls that did not
+/// fail and those that were not slow: both rates stay on the same side of every threshold
+/// (a bucket with one success among 2^21 - 1 calls still has a success; an all-failing one
+/// stays all-failing).
+#[inline]
+fn halve(calls: u64, failures: u64, slow: u64) -> (u64, u64, u64) {
+    let c = calls.div_ceil(2);
+    (
+        c,
+        c - (calls - failures).div_ceil(2),
+        c - (calls - slow).div_ceil(2),
+    )
+}
 
 #[derive(Debug)]
 pub(crate) struct TimeWindow {
     bucket_nanos: u64,
-    /// When a good result next evaluates the rules (see [`TimeWindow::success_evaluation_due`]).
+    /// Bucket numbers count from here (the window's creation), so a clock whose origin is far
+    /// from zero (a UNIX-epoch reading) does not use up the 40 bits.
+    origin: u64,
+    /// The next bucket boundary; the first good result past it evaluates the rules.
     next_success_eval: AtomicU64,
-    cells: Box<[AtomicU64]>,
+    /// `generation tag << 1 | below`: whether the last evaluation in that generation saw fewer
+    /// than the minimum calls (then every good result evaluates, so the one that brings the
+    /// window to the minimum is not missed).
+    below_minimum: AtomicU64,
+    cells: Box<[AtomicU128]>,
     /// At most 4,096 (validated).
     buckets: u32,
     stripes: u32,
@@ -225,30 +367,23 @@ pub(crate) struct TimeWindow {
     stride: u32,
 }
 
-#[inline]
-fn pack(stamp: u64, calls: u64, failures: u64, slow: u64) -> u64 {
-    (stamp & FIELD) << 48 | calls << 32 | failures << 16 | slow
-}
-
-#[inline]
-fn unpack(w: u64) -> (u64, u64, u64, u64) {
-    (w >> 48, (w >> 32) & FIELD, (w >> 16) & FIELD, w & FIELD)
-}
-
 impl TimeWindow {
-    pub(crate) fn new(bucket_nanos: u64, buckets: u32, stripes: u32) -> Self {
+    pub(crate) fn new(bucket_nanos: u64, buckets: u32, stripes: u32, origin: u64) -> Self {
         let stripes = stripes.max(1);
+        let buckets = buckets.max(1);
         // One stripe: packed. Several: each stripe starts on its own pair of cache lines.
         let stride = if stripes == 1 {
             buckets
         } else {
-            buckets.div_ceil(16) * 16
+            buckets.div_ceil(8) * 8
         };
         Self {
-            bucket_nanos,
+            bucket_nanos: bucket_nanos.max(1),
+            origin,
             next_success_eval: AtomicU64::new(0),
+            below_minimum: AtomicU64::new(1),
             cells: (0..stride as usize * stripes as usize)
-                .map(|_| AtomicU64::new(0))
+                .map(|_| AtomicU128::new(0))
                 .collect(),
             buckets,
             stripes,
@@ -256,78 +391,102 @@ impl TimeWindow {
         }
     }
 
-    /// Whether a good result recorded at `now` should evaluate the rules: it can trip only
-    /// after old buckets expired, so at most once per bucket (the first caller past the due
-    /// time wins).
+    /// The bucket number of `now`, saturating (it never wraps).
     #[inline]
-    pub(crate) fn success_evaluation_due(&self, now: u64) -> bool {
+    fn epoch(&self, now: u64) -> u64 {
+        (now.saturating_sub(self.origin) / self.bucket_nanos).min(EPOCH_MAX)
+    }
+
+    /// Whether a good result recorded at `now` in `generation` should evaluate the rules: when
+    /// the last evaluation saw fewer than the minimum calls (or none has run in this
+    /// generation), and otherwise once per bucket, as the window can only lose calls when a
+    /// bucket boundary passes (the first caller past the boundary wins).
+    #[inline]
+    pub(crate) fn success_evaluation_due(&self, generation: u64, now: u64) -> bool {
+        let hint = self.below_minimum.load(Ordering::Relaxed);
+        if hint >> 1 != cell_tag(generation) || hint & 1 == 1 {
+            return true;
+        }
         let due = self.next_success_eval.load(Ordering::Relaxed);
-        now >= due
-            && self
-                .next_success_eval
-                .compare_exchange(
-                    due,
-                    now.saturating_add(self.bucket_nanos),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+        if now < due {
+            return false;
+        }
+        let next = self.origin.saturating_add(
+            self.epoch(now)
+                .saturating_add(1)
+                .saturating_mul(self.bucket_nanos),
+        );
+        self.next_success_eval
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Notes what an evaluation in `generation` saw.
+    #[inline]
+    pub(crate) fn evaluated(&self, generation: u64, below_minimum: bool) {
+        self.below_minimum.store(
+            cell_tag(generation) << 1 | u64::from(below_minimum),
+            Ordering::Relaxed,
+        );
     }
 
     #[inline]
-    fn record(&self, now: u64, s: Sample) {
-        let epoch = now / self.bucket_nanos;
-        let stamp = epoch & FIELD;
+    fn record(&self, generation: u64, now: u64, s: Sample) -> bool {
+        let tag = cell_tag(generation);
+        let epoch = self.epoch(now);
         let stripe = if self.stripes == 1 {
             0
         } else {
             crate::sync::stripe_index() % self.stripes as usize
         };
         let slot = (epoch % u64::from(self.buckets)) as usize;
-        let cell = &self.cells[stripe * self.stride as usize + slot];
-        let mut cur = cell.load(Ordering::Relaxed);
+        let c = &self.cells[stripe * self.stride as usize + slot];
+        let mut cur = c.load(Ordering::Relaxed);
         loop {
-            let (cstamp, mut calls, mut failures, mut slow) = unpack(cur);
-            if calls == 0 || cstamp != stamp {
-                // A bucket stamped with a *newer* epoch means this writer's clock reading is
-                // more than a whole window old: the sample is outside the window; drop it.
-                let ahead = cstamp.wrapping_sub(stamp) & FIELD;
-                if calls != 0 && ahead != 0 && ahead < 0x8000 {
-                    return;
+            let (ctag, cepoch, mut calls, mut failures, mut slow) = uncell(cur);
+            if calls == 0 || ctag != tag || cepoch != epoch {
+                // A bucket of a newer generation, or a newer bucket of this one (this writer's
+                // clock reading is more than a whole window old): not this writer's to touch.
+                if calls != 0
+                    && (tag::newer(ctag, tag, CELL_TAG_BITS) || (ctag == tag && cepoch > epoch))
+                {
+                    return ctag == tag;
                 }
                 (calls, failures, slow) = (0, 0, 0);
             }
-            if calls == FIELD {
-                (calls, failures, slow) = (calls / 2, failures / 2, slow / 2);
+            if calls == COUNT_MAX {
+                (calls, failures, slow) = halve(calls, failures, slow);
             }
-            let new = pack(
-                stamp,
+            let new = cell(
+                tag,
+                epoch,
                 calls + 1,
                 failures + u64::from(s.failure),
                 slow + u64::from(s.slow),
             );
-            match cell.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
+            match c.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
                 Err(actual) => cur = actual,
             }
         }
     }
 
-    fn snapshot(&self, now: u64) -> WindowSnapshot {
-        let epoch = now / self.bucket_nanos;
+    fn snapshot(&self, generation: u64, now: u64) -> WindowSnapshot {
+        let tag = cell_tag(generation);
+        let epoch = self.epoch(now);
         let buckets = u64::from(self.buckets);
         let mut snap = WindowSnapshot::default();
         for stripe in 0..self.stripes as usize {
             for i in 0..buckets {
-                // The epoch slot `i` would hold if it is inside the window.
+                // The bucket slot `i` would hold if it is inside the window.
                 let back = (epoch % buckets + buckets - i) % buckets;
                 let Some(expected) = epoch.checked_sub(back) else {
                     continue;
                 };
-                let w =
+                let c =
                     self.cells[stripe * self.stride as usize + i as usize].load(Ordering::Relaxed);
-                let (stamp, calls, failures, slow) = unpack(w);
-                if calls != 0 && stamp == expected & FIELD {
+                let (ctag, cepoch, calls, failures, slow) = uncell(c);
+                if calls != 0 && ctag == tag && cepoch == expected {
                     snap.calls += calls;
                     snap.failures += failures;
                     snap.slow_calls += slow;
@@ -337,10 +496,10 @@ impl TimeWindow {
         snap
     }
 
-    fn reset(&self) {
-        for c in self.cells.iter() {
-            c.store(0, Ordering::Relaxed);
-        }
+    /// A new generation's window is empty by construction (its tag is on no bucket); only the
+    /// evaluation gate starts over.
+    fn begin(&self) {
+        self.next_success_eval.store(0, Ordering::Relaxed);
     }
 }
 
@@ -360,35 +519,52 @@ mod tests {
         failure: false,
         slow: true,
     };
+    const SEC: u64 = 1_000_000_000;
 
     #[test]
     fn count_window_slides() {
         let w = CountWindow::new(3);
-        w.record(F);
-        w.record(F);
-        w.record(S);
-        assert_eq!((w.snapshot().calls, w.snapshot().failures), (3, 2));
-        w.record(S); // evicts the first F
-        assert_eq!((w.snapshot().calls, w.snapshot().failures), (3, 1));
-        w.record(SLOW);
-        w.record(S);
-        let s = w.snapshot();
+        assert_eq!(w.record(0, F), Some(true));
+        w.record(0, F);
+        w.record(0, S);
+        assert_eq!((w.snapshot(0).calls, w.snapshot(0).failures), (3, 2));
+        w.record(0, S); // evicts the first F
+        assert_eq!((w.snapshot(0).calls, w.snapshot(0).failures), (3, 1));
+        w.record(0, SLOW);
+        w.record(0, S);
+        let s = w.snapshot(0);
         assert_eq!((s.calls, s.failures, s.slow_calls), (3, 0, 1));
-        w.reset();
-        assert_eq!(w.snapshot(), WindowSnapshot::default());
+        w.begin(1);
+        assert_eq!(w.snapshot(1), WindowSnapshot::default());
     }
 
     #[test]
-    fn fastmod_matches_the_remainder() {
-        for size in [1u32, 2, 3, 7, 64, 100, 130, 1000, 999_983, 1_000_000] {
+    fn a_count_window_belongs_to_one_generation() {
+        let w = CountWindow::new(4);
+        w.record(0, F);
+        w.begin(1);
+        // A writer of generation 0 (it read the state word before the reset) lands nowhere.
+        assert_eq!(w.record(0, F), None);
+        assert_eq!(w.snapshot(1), WindowSnapshot::default());
+        assert_eq!(w.record(1, S), Some(true));
+        assert_eq!(w.snapshot(1).calls, 1);
+        // Other generations read as empty.
+        assert_eq!(w.snapshot(0), WindowSnapshot::default());
+        assert_eq!(w.snapshot(2), WindowSnapshot::default());
+    }
+
+    #[test]
+    fn count_window_positions_wrap_at_the_size() {
+        for size in [1u32, 2, 3, 7, 64, 100, 130, 1000] {
             let w = CountWindow::new(size);
-            for seq in (0..5000u64).chain([u64::from(u32::MAX) - 3, 1 << 31, 123_456_789]) {
-                assert_eq!(
-                    w.slot(seq),
-                    u64::from(seq as u32) % u64::from(size),
-                    "{seq} % {size}"
-                );
+            for i in 0..(3 * size + 5) {
+                w.record(0, if i % 3 == 0 { F } else { S });
             }
+            let n = 3 * size + 5;
+            let s = w.snapshot(0);
+            assert_eq!(s.calls, u64::from(size));
+            let kept = (n - size..n).filter(|i| i % 3 == 0).count() as u64;
+            assert_eq!(s.failures, kept, "size {size}");
         }
     }
 
@@ -396,61 +572,164 @@ mod tests {
     fn count_window_crosses_word_boundaries() {
         let w = CountWindow::new(130);
         for i in 0..400u32 {
-            w.record(if i % 4 == 0 { F } else { S });
+            w.record(0, if i % 4 == 0 { F } else { S });
         }
         // The last 130 of 400: indices 270..400, every fourth failed (272, 276, ... 396).
-        let s = w.snapshot();
+        let s = w.snapshot(0);
         assert_eq!(s.calls, 130);
         assert_eq!(s.failures, (270..400).filter(|i| i % 4 == 0).count() as u64);
     }
 
     #[test]
     fn time_window_expires_old_buckets() {
-        let sec = 1_000_000_000;
-        let w = TimeWindow::new(sec, 10, 1);
-        w.record(0, F);
-        w.record(5 * sec, S);
-        assert_eq!(w.snapshot(9 * sec).calls, 2);
+        let w = TimeWindow::new(SEC, 10, 1, 0);
+        w.record(0, 0, F);
+        w.record(0, 5 * SEC, S);
+        assert_eq!(w.snapshot(0, 9 * SEC).calls, 2);
         // At t = 10 s the bucket of t = 0 has left the 10-bucket window.
-        let s = w.snapshot(10 * sec);
+        let s = w.snapshot(0, 10 * SEC);
         assert_eq!((s.calls, s.failures), (1, 0));
         // Reusing slot 0 at t = 20 s resets it instead of adding to stale counts.
-        w.record(20 * sec, F);
-        let s = w.snapshot(20 * sec);
+        w.record(0, 20 * SEC, F);
+        let s = w.snapshot(0, 20 * SEC);
         assert_eq!((s.calls, s.failures), (1, 1));
+    }
+
+    /// The long-horizon defects of 16-bit bucket stamps: a slot more than 2^15 buckets old
+    /// looked "ahead" (records dropped for hours), and at multiples of lcm(buckets, 65,536)
+    /// stale buckets read as current.
+    #[test]
+    fn no_quiet_period_blinds_the_time_window_or_revives_old_buckets() {
+        let w = TimeWindow::new(SEC, 10, 1, 0);
+        for t in 0..10 {
+            w.record(0, t * SEC, S);
+        }
+        for t in 40_000..40_010 {
+            assert!(w.record(0, t * SEC, F));
+        }
+        let s = w.snapshot(0, 40_009 * SEC);
+        assert_eq!((s.calls, s.failures), (10, 10));
+
+        let w = TimeWindow::new(SEC, 10, 1, 0);
+        for t in 0..10 {
+            w.record(0, t * SEC, F);
+        }
+        assert_eq!(w.snapshot(0, 327_689 * SEC), WindowSnapshot::default());
+        // And at every gap from a second to ten years.
+        for gap in [1u64, 11, 32_768, 65_536, 327_680, 1 << 20, 315_360_000] {
+            let w = TimeWindow::new(SEC, 10, 1, 0);
+            w.record(0, 0, F);
+            let later = (gap + 9) * SEC;
+            assert_eq!(w.snapshot(0, later).calls, 0, "gap {gap}");
+            assert!(w.record(0, later, S));
+            assert_eq!(w.snapshot(0, later).calls, 1, "gap {gap}");
+        }
+    }
+
+    #[test]
+    fn time_window_counts_from_its_own_origin() {
+        // Clocks whose origin is a UNIX-epoch reading or close to u64::MAX.
+        for origin in [1_700_000_000 * SEC, u64::MAX - 100 * SEC] {
+            let w = TimeWindow::new(1_000_000, 10, 1, origin);
+            w.record(0, origin, F);
+            w.record(0, origin + 5_000_000, S);
+            let s = w.snapshot(0, origin + 9_000_000);
+            assert_eq!((s.calls, s.failures), (2, 1), "origin {origin}");
+            assert_eq!(w.snapshot(0, u64::MAX).calls, 0);
+        }
+    }
+
+    #[test]
+    fn a_time_window_belongs_to_one_generation() {
+        let w = TimeWindow::new(SEC, 10, 1, 0);
+        w.record(0, 0, F);
+        w.begin();
+        assert_eq!(w.snapshot(1, 0), WindowSnapshot::default());
+        assert!(w.record(1, 0, S));
+        // A late writer of generation 0 does not add to generation 1's bucket.
+        assert!(!w.record(0, 0, F));
+        let s = w.snapshot(1, 0);
+        assert_eq!((s.calls, s.failures), (1, 0));
+        assert_eq!(w.snapshot(0, 0), WindowSnapshot::default());
     }
 
     #[test]
     fn time_window_halves_on_overflow_keeping_rates() {
-        let w = TimeWindow::new(1_000_000_000, 1, 1);
-        for i in 0..200_000u32 {
-            w.record(0, if i % 2 == 0 { F } else { S });
+        let w = TimeWindow::new(SEC, 1, 1, 0);
+        for i in 0..5_000_000u32 {
+            w.record(0, 0, if i % 2 == 0 { F } else { S });
         }
-        let s = w.snapshot(0);
-        assert!(s.calls > 30_000, "{s:?}");
+        let s = w.snapshot(0, 0);
+        assert!(s.calls > 1_000_000, "{s:?}");
         let rate = s.failure_rate();
         assert!((rate - 50.0).abs() < 1.0, "{rate}");
     }
 
+    /// Halving keeps the 100 % edge: one success among a full bucket's calls is still there
+    /// after halving (so a 100 % threshold does not trip), and an all-failing bucket stays
+    /// all-failing (so it still does).
+    #[test]
+    fn halving_keeps_the_full_threshold_edge() {
+        for (calls, failures) in [
+            (COUNT_MAX, COUNT_MAX - 1),
+            (COUNT_MAX, COUNT_MAX),
+            (COUNT_MAX - 1, COUNT_MAX - 1),
+            (COUNT_MAX - 1, COUNT_MAX - 2),
+            (COUNT_MAX, 0),
+            (COUNT_MAX, 1),
+        ] {
+            let (c, f, s) = halve(calls, failures, failures);
+            assert_eq!(f == c, failures == calls, "{calls}/{failures} -> {c}/{f}");
+            assert_eq!(f == 0, failures == 0, "{calls}/{failures} -> {c}/{f}");
+            assert_eq!(s, f);
+            assert!((f as f64 / c as f64 - failures as f64 / calls as f64).abs() < 1e-5);
+        }
+        // Through the window: one success, then failures until the bucket halves.
+        let w = TimeWindow::new(SEC, 1, 1, 0);
+        w.record(0, 0, S);
+        for _ in 0..COUNT_MAX + 10 {
+            w.record(0, 0, F);
+        }
+        let s = w.snapshot(0, 0);
+        assert!(s.failures < s.calls, "{s:?}");
+    }
+
     #[test]
     fn time_window_drops_samples_older_than_the_window() {
-        let sec = 1_000_000_000;
-        let w = TimeWindow::new(sec, 2, 1);
-        w.record(4 * sec, S); // slot 0, epoch 4
-        w.record(2 * sec, F); // epoch 2 also maps to slot 0 but is older: dropped
-        let s = w.snapshot(4 * sec);
+        let w = TimeWindow::new(SEC, 2, 1, 0);
+        w.record(0, 4 * SEC, S); // slot 0, bucket 4
+        w.record(0, 2 * SEC, F); // bucket 2 also maps to slot 0 but is older: dropped
+        let s = w.snapshot(0, 4 * SEC);
         assert_eq!((s.calls, s.failures), (1, 0));
     }
 
     #[test]
+    fn the_success_gate_opens_below_the_minimum_and_at_each_boundary() {
+        let w = TimeWindow::new(SEC, 10, 1, 0);
+        // No evaluation yet in this generation: due.
+        assert!(w.success_evaluation_due(0, 0));
+        w.evaluated(0, true);
+        assert!(w.success_evaluation_due(0, SEC / 10));
+        w.evaluated(0, false);
+        // Above the minimum: once per bucket, at the first result past each boundary.
+        assert!(w.success_evaluation_due(0, SEC / 5));
+        assert!(!w.success_evaluation_due(0, SEC / 2));
+        assert!(!w.success_evaluation_due(0, SEC - 1));
+        assert!(w.success_evaluation_due(0, SEC));
+        assert!(!w.success_evaluation_due(0, SEC + 1));
+        // A hint of another generation counts as "not evaluated yet".
+        assert!(w.success_evaluation_due(1, SEC + 2));
+    }
+
+    #[test]
     fn striped_time_window_sums_stripes() {
-        let w = std::sync::Arc::new(TimeWindow::new(1_000_000_000, 4, 4));
+        let w = std::sync::Arc::new(TimeWindow::new(SEC, 4, 4, 0));
         let hs: Vec<_> = (0..4)
             .map(|_| {
                 let w = w.clone();
                 std::thread::spawn(move || {
                     for _ in 0..1000 {
-                        w.record(0, F);
+                        w.record(0, 0, F);
                     }
                 })
             })
@@ -458,6 +737,53 @@ mod tests {
         for h in hs {
             h.join().unwrap();
         }
-        assert_eq!(w.snapshot(0).failures, 4000);
+        assert_eq!(w.snapshot(0, 0).failures, 4000);
+    }
+
+    /// Writers racing resets with real threads: after every reset, the running totals match
+    /// the bits, and no generation-0 result is counted in a later generation.
+    #[test]
+    fn count_window_resets_racing_writers_never_tear_the_totals() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let w = Arc::new(CountWindow::new(64));
+        let generation = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (w, g, stop) = (w.clone(), generation.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let gen_ = g.load(Ordering::Relaxed);
+                        // Odd generations see only successes; even ones only failures.
+                        let s = if gen_ % 2 == 0 { F } else { S };
+                        w.record(gen_, s);
+                        i += 1;
+                    }
+                    i
+                })
+            })
+            .collect();
+        for round in 1..=2_000u64 {
+            w.begin(round);
+            generation.store(round, Ordering::Relaxed);
+            let s = w.snapshot(round);
+            if round % 2 == 1 {
+                // Only successes may be in an odd generation's window.
+                assert_eq!(s.failures, 0, "round {round}: {s:?}");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in writers {
+            h.join().unwrap();
+        }
+        // Quiesced: the totals equal the bits.
+        let (failed, _) = w.bits.split_at(w.bits.len() / 2);
+        let bits: u32 = failed
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed).count_ones())
+            .sum();
+        assert_eq!(w.failures.load(Ordering::Relaxed), bits as i32);
     }
 }
