@@ -149,9 +149,11 @@ fn server_script_us(rt: &Runtime, admin: &ConnectionManager) -> Option<(f64, f64
                 field(line, "calls=")?,
                 field(line, "usec=")?,
             ));
-        } else if !["info", "config", "script", "client", "hello", "ping", "function"]
-            .iter()
-            .any(|p| name.starts_with(p))
+        } else if ![
+            "info", "config", "script", "client", "hello", "ping", "function",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
         {
             inner_usec += field(line, "usec=").unwrap_or(0.0);
         }
@@ -333,8 +335,7 @@ impl Env {
                         assert_eq!(v, 1);
                     }
                     Baseline::Ping => {
-                        let v: String =
-                            redis::cmd("PING").query_async(&mut c).await.expect("PING");
+                        let v: String = redis::cmd("PING").query_async(&mut c).await.expect("PING");
                         assert_eq!(v, "PONG");
                     }
                 }

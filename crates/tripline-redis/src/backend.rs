@@ -136,9 +136,12 @@ impl Link {
             .await?;
         // A server that wants a password this client did not give answers the first command
         // with NOAUTH: that is a failed connection, not a failed call.
-        let _: Value = tokio::time::timeout(CONNECT_TIMEOUT, redis::cmd("PING").query_async(&mut c))
-            .await
-            .map_err(|_| RedisError::from((ErrorKind::Io, "tripline: PING after connecting timed out")))??;
+        let _: Value =
+            tokio::time::timeout(CONNECT_TIMEOUT, redis::cmd("PING").query_async(&mut c))
+                .await
+                .map_err(|_| {
+                    RedisError::from((ErrorKind::Io, "tripline: PING after connecting timed out"))
+                })??;
         Ok(c)
     }
 
@@ -154,7 +157,9 @@ impl Link {
             let changed = self.changed.notified();
             match &*lock(&self.state) {
                 LinkState::Up(c, n) => return Ok((c.clone(), *n)),
-                LinkState::Down(Some(f)) => return Err(f.to_error("tripline: not connected to Redis")),
+                LinkState::Down(Some(f)) => {
+                    return Err(f.to_error("tripline: not connected to Redis"));
+                }
                 LinkState::Down(None) => {}
             }
             changed.await;

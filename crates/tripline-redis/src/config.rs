@@ -299,7 +299,11 @@ impl SharedConfig {
         }
         if let Some(id) = &self.replica_id {
             if id.is_empty() || id.len() > 128 {
-                return Err(ConfigError::new("replica_id", excerpt(id), "1 to 128 bytes"));
+                return Err(ConfigError::new(
+                    "replica_id",
+                    excerpt(id),
+                    "1 to 128 bytes",
+                ));
             }
         }
         Ok(())

@@ -14,12 +14,16 @@ pub enum CheckError {
     /// Redis answers but cannot run the breaker's functions: older than 7.0 (no Functions),
     /// `FCALL` or `FUNCTION` renamed or disabled, or an ACL user without `+@scripting` or
     /// without access to the breaker's keys.
-    #[error("Redis cannot run the breaker's functions (needs Redis 7.0 or later, FCALL and FUNCTION LOAD allowed, and the keys under the prefix): {0}")]
+    #[error(
+        "Redis cannot run the breaker's functions (needs Redis 7.0 or later, FCALL and FUNCTION LOAD allowed, and the keys under the prefix): {0}"
+    )]
     Functions(RedisError),
     /// `maxmemory-policy` is `allkeys-*`: under memory pressure Redis may evict an Open
     /// breaker's record, which then reads as Closed. Use `noeviction`, or a `volatile-*`
     /// policy (only Closed breakers' keys carry a TTL).
-    #[error("maxmemory-policy {policy} can evict an Open breaker: use noeviction or a volatile-* policy")]
+    #[error(
+        "maxmemory-policy {policy} can evict an Open breaker: use noeviction or a volatile-* policy"
+    )]
     UnsafeEviction {
         /// The policy Redis reported.
         policy: String,

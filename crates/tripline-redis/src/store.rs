@@ -1112,8 +1112,7 @@ impl<C: Clock + Clone> Inner<C> {
     /// The functions' clock now, estimated from the last reply (microseconds): at least what it
     /// really is, since the reply was computed after its request left.
     fn redis_now_estimate(v: &View, now: u64) -> u64 {
-        v.redis_now
-            .saturating_add(now.saturating_sub(v.at) / 1000)
+        v.redis_now.saturating_add(now.saturating_sub(v.at) / 1000)
     }
 
     /// A decision from the last answer if it is fresh enough, or the in-flight count (-1: none)
@@ -1200,7 +1199,11 @@ impl<C: Clock + Clone> Inner<C> {
         };
         let could_claim = {
             let v = lock(&self.view);
-            !v.valid || !matches!(v.state, State::Closed | State::MetricsOnly | State::Disabled)
+            !v.valid
+                || !matches!(
+                    v.state,
+                    State::Closed | State::MetricsOnly | State::Disabled
+                )
         };
         // A claim Redis refuses because it reached Redis after the estimated deadline (the
         // estimate was short) is asked again once, with the estimate its reply corrects.
@@ -1386,7 +1389,8 @@ impl<C: Clock + Clone> Inner<C> {
             return Err(Unavailable { timed_out: false });
         };
         bump(&self.counters.redis_calls, 1);
-        let outcome = tokio::time::timeout(self.shared.redis_timeout, self.settled(op, now, args)).await;
+        let outcome =
+            tokio::time::timeout(self.shared.redis_timeout, self.settled(op, now, args)).await;
         match outcome {
             Ok(Ok(r)) => {
                 guard.record(Outcome::Success);
@@ -1715,7 +1719,10 @@ impl<C: Clock + Clone> Inner<C> {
     /// Sends everything buffered, a batch of at most `max_batch` at a time, after the batch in
     /// flight (if any) has returned.
     async fn flush(&self) {
-        let max = self.shared.batching.map_or(usize::MAX, |b| b.max_batch as usize);
+        let max = self
+            .shared
+            .batching
+            .map_or(usize::MAX, |b| b.max_batch as usize);
         loop {
             let idle = self.batch_idle.notified();
             let taken = {
@@ -1998,8 +2005,12 @@ mod tests {
             &["permit", "closed", "x", "0", "0", "0", "0", "0", "0"][..],
             &["permit", "closed", "1", "0", "0", "0", "0", "0"][..],
             &["permit", "closed", "1", "0", "0", "0", "0", "0", "2", "1"][..],
-            &["permit", "closed", "1", "0", "0", "0", "0", "0", "0", "closed"][..],
-            &["permit", "closed", "1", "0", "0", "0", "0", "0", "0", "a>b>c"][..],
+            &[
+                "permit", "closed", "1", "0", "0", "0", "0", "0", "0", "closed",
+            ][..],
+            &[
+                "permit", "closed", "1", "0", "0", "0", "0", "0", "0", "a>b>c",
+            ][..],
         ] {
             assert!(reply(bad).is_err(), "{bad:?}");
         }

@@ -591,7 +591,10 @@ async fn no_admit_while_any_replicas_view_is_open() {
     let assert_none_admitted = |phase: &'static str| {
         let fleet = &fleet;
         async move {
-            assert!(any_open_view(fleet), "{phase}: no replica holds an Open view");
+            assert!(
+                any_open_view(fleet),
+                "{phase}: no replica holds an Open view"
+            );
             for b in fleet {
                 for i in 0..5 {
                     if let Ok(p) = b.acquire().await {

@@ -1050,7 +1050,10 @@ async fn redis_down_never_admits_what_the_fleet_holds_open() {
         assert_eq!(m.held_rejections, 20, "{m:?}");
         assert_eq!(b.mode(), Mode::Fallback);
     }
-    assert_eq!(admitted, 0, "admitted while the fleet held the breaker Open");
+    assert_eq!(
+        admitted, 0,
+        "admitted while the fleet held the breaker Open"
+    );
 
     // Past the deadline, with Redis still down: each replica's shadow tripped with the fleet,
     // so it probes (one call) before it closes, instead of admitting everything.
@@ -1093,14 +1096,20 @@ async fn an_empty_redis_does_not_forget_an_open_breaker() {
             }
         }
     }
-    assert_eq!(admitted, 0, "an empty Redis admitted calls to an Open dependency");
+    assert_eq!(
+        admitted, 0,
+        "an empty Redis admitted calls to an Open dependency"
+    );
     let restores: u64 = fleet.iter().map(|b| b.metrics().restores).sum();
     let lost: u64 = fleet.iter().map(|b| b.metrics().lost_state).sum();
     assert_eq!(restores, 1, "restored once, fleet-wide");
     assert!(lost >= 1);
     let snap = fleet[3].refresh().await.unwrap();
     assert_eq!(snap.state, State::Open);
-    assert_eq!(snap.origin, before.origin, "the restored record continues the old one");
+    assert_eq!(
+        snap.origin, before.origin,
+        "the restored record continues the old one"
+    );
     assert!(snap.epoch > before.epoch);
     assert_eq!(snap.open_until_micros, before.open_until_micros);
     assert_eq!(pttl(&server, &fleet[0].keys().record), -1);
@@ -1120,7 +1129,10 @@ async fn an_empty_redis_does_not_forget_an_open_breaker() {
         }
     }
     assert_eq!(probes.len(), 1);
-    assert_eq!(probes.pop().unwrap().record(Outcome::Success).await, Recorded::Counted);
+    assert_eq!(
+        probes.pop().unwrap().record(Outcome::Success).await,
+        Recorded::Counted
+    );
     assert_eq!(fleet[5].refresh().await.unwrap().state, State::Closed);
 }
 
@@ -1157,10 +1169,7 @@ async fn a_record_whose_epoch_went_back_is_not_trusted() {
     let snap = fleet[1].refresh().await.unwrap();
     assert_eq!(snap.state, State::Open);
     assert!(snap.epoch > open.epoch);
-    assert_eq!(
-        fleet.iter().map(|b| b.metrics().restores).sum::<u64>(),
-        1
-    );
+    assert_eq!(fleet.iter().map(|b| b.metrics().restores).sum::<u64>(), 1);
 }
 
 /// Under memory pressure, an Open breaker must still reject: rejecting writes nothing (the
@@ -1227,7 +1236,11 @@ async fn rejecting_needs_no_write_and_works_out_of_memory() {
         }
         for b in [&open, &closed] {
             let m = b.metrics();
-            assert_eq!((m.redis_errors, m.redis_timeouts), (0, 0), "{policy}: {m:?}");
+            assert_eq!(
+                (m.redis_errors, m.redis_timeouts),
+                (0, 0),
+                "{policy}: {m:?}"
+            );
             assert_eq!(b.mode(), Mode::Shared);
         }
         assert_eq!(pttl(&server, &open.keys().record), -1, "{policy}");
@@ -1323,7 +1336,10 @@ async fn a_batch_never_holds_more_than_max_batch() {
         .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
         .and_then(|r| r.split(',').next()?.parse().ok())
         .unwrap();
-    assert!(calls >= (m.batched_outcomes - 1).div_ceil(50), "{calls} calls, {m:?}");
+    assert!(
+        calls >= (m.batched_outcomes - 1).div_ceil(50),
+        "{calls} calls, {m:?}"
+    );
 }
 
 /// An admission queued during a `CLIENT PAUSE` ran after its caller had given up and claimed
@@ -1387,7 +1403,15 @@ async fn a_claim_nobody_waits_for_holds_no_lease() {
     let mut args = vec!["FCALL", "tripline_2_admit", "6"];
     args.extend(keys.all());
     let past = (clock_micros(&clock) - 1).to_string();
-    args.extend([now.as_str(), "late", &version, "0", "-1", "77", past.as_str()]);
+    args.extend([
+        now.as_str(),
+        "late",
+        &version,
+        "0",
+        "-1",
+        "77",
+        past.as_str(),
+    ]);
     let out = server.cli(&args).unwrap();
     assert!(out.starts_with("late"), "{out}");
     let snap = b.refresh().await.unwrap();
@@ -1400,12 +1424,23 @@ async fn a_claim_nobody_waits_for_holds_no_lease() {
 #[tokio::test]
 async fn misconfiguration_is_reported_as_itself() {
     let server = RedisServer::start().expect("redis-server");
-    server.cli(&["CONFIG", "SET", "requirepass", "s3cret"]).unwrap();
+    server
+        .cli(&["CONFIG", "SET", "requirepass", "s3cret"])
+        .unwrap();
     let port = server.port();
     let cases = [
-        (format!("redis://:wrong@127.0.0.1:{port}/"), "Password authentication failed"),
-        (format!("redis://127.0.0.1:{port}/"), "Authentication required"),
-        (format!("redis://:s3cret@127.0.0.1:{port}/99"), "DB index is out of range"),
+        (
+            format!("redis://:wrong@127.0.0.1:{port}/"),
+            "Password authentication failed",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/"),
+            "Authentication required",
+        ),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            "DB index is out of range",
+        ),
         ("redis://127.0.0.1:1/".to_string(), "refused"),
         ("unix:///nonexistent/redis.sock".to_string(), "No such file"),
     ];
@@ -1455,7 +1490,16 @@ async fn misconfiguration_is_reported_as_itself() {
 async fn the_check_says_when_functions_cannot_run() {
     let server = RedisServer::start().expect("redis-server");
     server
-        .cli(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-@scripting"])
+        .cli(&[
+            "ACL",
+            "SETUSER",
+            "app",
+            "on",
+            ">pw",
+            "~*",
+            "+@all",
+            "-@scripting",
+        ])
         .unwrap();
     let backend = Backend::single(&format!("redis://app:pw@127.0.0.1:{}/", server.port())).unwrap();
     let b = breaker(
@@ -1467,7 +1511,10 @@ async fn the_check_says_when_functions_cannot_run() {
     );
     match b.check(Duration::from_secs(5)).await {
         Err(tripline_redis::CheckError::Functions(e)) => {
-            assert!(e.to_string().contains("no permissions to run the 'fcall'"), "{e}")
+            assert!(
+                e.to_string().contains("no permissions to run the 'fcall'"),
+                "{e}"
+            )
         }
         other => panic!("expected a functions error, got {other:?}"),
     }
@@ -1500,7 +1547,13 @@ async fn a_late_probe_result_counts_until_its_lease_is_reclaimed() {
         .probe_lease(Duration::from_secs(5))
         .build()
         .unwrap();
-    let b = breaker(&backend, "faults:late", config, shared_builder("a").build().unwrap(), &clock);
+    let b = breaker(
+        &backend,
+        "faults:late",
+        config,
+        shared_builder("a").build().unwrap(),
+        &clock,
+    );
     shared_calls(&b, Outcome::Failure, 4).await;
     clock.advance(Duration::from_secs(10));
     let p = b.acquire().await.unwrap();
@@ -1516,8 +1569,13 @@ async fn a_late_probe_result_counts_until_its_lease_is_reclaimed() {
 async fn scope_and_timeout_limits_say_what_they_count() {
     let backend = Backend::single("redis://127.0.0.1:1/").unwrap();
     let long = "x".repeat(10_000);
-    let err = SharedBreaker::new(&long, BreakerConfig::default(), SharedConfig::default(), backend.clone())
-        .unwrap_err();
+    let err = SharedBreaker::new(
+        &long,
+        BreakerConfig::default(),
+        SharedConfig::default(),
+        backend.clone(),
+    )
+    .unwrap_err();
     let text = err.to_string();
     assert!(text.contains("1 to 200 bytes"), "{text}");
     assert!(text.contains("(10000 bytes)"), "{text}");
@@ -1528,7 +1586,11 @@ async fn scope_and_timeout_limits_say_what_they_count() {
         .unwrap();
     let err = SharedBreaker::new("dep:x", config, SharedConfig::default(), backend).unwrap_err();
     assert_eq!(err.field(), "redis_timeout");
-    assert!(err.to_string().contains("shorter than half_open.probe_lease (20ms)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("shorter than half_open.probe_lease (20ms)"),
+        "{err}"
+    );
 }
 
 /// The quorum kept one vote per replica id forever and read them all on every evaluation.
@@ -1556,7 +1618,10 @@ async fn quorum_votes_of_churned_replicas_are_trimmed() {
             &backend,
             "faults:churn",
             config.clone(),
-            shared_builder(&format!("pod-{i}")).quorum(quorum).build().unwrap(),
+            shared_builder(&format!("pod-{i}"))
+                .quorum(quorum)
+                .build()
+                .unwrap(),
             &clock,
         );
         shared_calls(&b, Outcome::Failure, 1).await;
@@ -1586,7 +1651,13 @@ async fn a_success_reaching_minimum_calls_in_a_time_window_trips() {
         .count_in_flight_as_slow(false)
         .build()
         .unwrap();
-    let b = breaker(&backend, "faults:gate", config, shared_builder("a").build().unwrap(), &clock);
+    let b = breaker(
+        &backend,
+        "faults:gate",
+        config,
+        shared_builder("a").build().unwrap(),
+        &clock,
+    );
     for o in [Outcome::Success, Outcome::Failure, Outcome::Success] {
         shared_calls(&b, o, 1).await;
     }
@@ -1612,7 +1683,10 @@ fn a_slot_migration_does_not_open_the_breaker_on_redis() {
             &backend,
             "faults:migrating",
             trip_config(Duration::from_secs(10)),
-            shared_builder("a").redis_timeout(Duration::from_millis(500)).build().unwrap(),
+            shared_builder("a")
+                .redis_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap(),
             &clock,
         );
         shared_calls(&b, Outcome::Success, 2).await;
@@ -1626,8 +1700,10 @@ fn a_slot_migration_does_not_open_the_breaker_on_redis() {
             .unwrap();
         let target = (owner + 1) % nodes.len();
         let (src, dst) = (&nodes[owner], &nodes[target]);
-        dst.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(src)]).unwrap();
-        src.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(dst)]).unwrap();
+        dst.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(src)])
+            .unwrap();
+        src.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(dst)])
+            .unwrap();
         let port = dst.port().to_string();
         // Only the record moves for now: the keys are split.
         let out = src
@@ -1643,14 +1719,23 @@ fn a_slot_migration_does_not_open_the_breaker_on_redis() {
         assert!(m.redis_redirections >= 10, "{m:?}");
         assert_eq!(b.redis_breaker().state(), State::Closed, "{m:?}");
         // The rest moves, the slot changes hands.
-        let mut args = vec!["MIGRATE", "127.0.0.1", port.as_str(), "", "0", "5000", "KEYS"];
+        let mut args = vec![
+            "MIGRATE",
+            "127.0.0.1",
+            port.as_str(),
+            "",
+            "0",
+            "5000",
+            "KEYS",
+        ];
         let rest: Vec<String> = keys.all()[1..].iter().map(|k| k.to_string()).collect();
         args.extend(rest.iter().map(String::as_str));
         let out = src.cli(&args).unwrap();
         assert!(out == "OK" || out == "NOKEY", "{out}");
         let dst_id = id(dst);
         for n in nodes {
-            n.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]).unwrap();
+            n.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id])
+                .unwrap();
         }
         shared_calls(&b, Outcome::Success, 1).await;
         assert_eq!(b.mode(), Mode::Shared);
