@@ -2,7 +2,8 @@
 //! at one wall-clock instant T0; how many failed calls reach it, and how long until every
 //! replica rejects, with one shared breaker in Redis against a local breaker per replica.
 //!
-//! Two traffic patterns, each for N = 4 and 12 and each mode (`shared`, `batched`, `local`):
+//! Two traffic patterns, each for N = 4 and 12 and each mode (`shared`, `batched`, `lean`,
+//! `local`):
 //! *steady*, every replica calls every 2 ms (500 calls/s each); *sparse*, every replica calls
 //! every 200 ms, so in the 1 s observed after T0 each replica sends exactly 5 calls (the
 //! load balancer's share in the issue). Replicas' call instants are staggered evenly
@@ -274,7 +275,7 @@ fn main() {
     let mut runs = Vec::new();
     for p in if bench { &patterns[..] } else { &patterns[..1] } {
         for &n in sizes {
-            for mode in ["shared", "batched", "local"] {
+            for mode in ["shared", "batched", "lean", "local"] {
                 let r = run(&url, p, n, mode, &tag);
                 if std::env::var_os("FLEET_VERBOSE").is_some() {
                     for l in &r.lines {

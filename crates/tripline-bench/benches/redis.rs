@@ -120,9 +120,10 @@ where
     (lat, wall)
 }
 
-/// The server's mean `EVALSHA` time since the last reset, in µs, and the part of it spent in
-/// the Redis commands the script called (`INFO commandstats` counts those separately).
-fn server_script_us(rt: &Runtime, admin: &ConnectionManager) -> Option<(f64, f64)> {
+/// The server's mean `EVALSHA` or `FCALL` time since the last reset, in µs, the part of it
+/// spent in the Redis commands the script called (`INFO commandstats` counts those
+/// separately), and the total µs.
+fn server_script_us(rt: &Runtime, admin: &ConnectionManager) -> Option<(f64, f64, f64)> {
     let info: String = rt
         .block_on(
             redis::cmd("INFO")
@@ -142,17 +143,23 @@ fn server_script_us(rt: &Runtime, admin: &ConnectionManager) -> Option<(f64, f64
             continue;
         };
         let name = rest.split(':').next().unwrap_or("");
-        if name == "evalsha" {
-            script = Some((field(line, "usec_per_call=")?, field(line, "calls=")?));
-        } else if !["info", "config", "script", "client", "hello", "ping"]
-            .iter()
-            .any(|p| name.starts_with(p))
+        if name == "evalsha" || name == "fcall" {
+            script = Some((
+                field(line, "usec_per_call=")?,
+                field(line, "calls=")?,
+                field(line, "usec=")?,
+            ));
+        } else if ![
+            "info", "config", "script", "client", "hello", "ping", "function",
+        ]
+        .iter()
+        .any(|p| name.starts_with(p))
         {
             inner_usec += field(line, "usec=").unwrap_or(0.0);
         }
     }
-    let (per_call, calls) = script?;
-    Some((per_call, inner_usec / calls.max(1.0)))
+    let (per_call, calls, total) = script?;
+    Some((per_call, inner_usec / calls.max(1.0), total))
 }
 
 fn reset_stats(rt: &Runtime, admin: &ConnectionManager) {
@@ -240,9 +247,18 @@ impl Env {
         let (lat, wall) = run_tasks(&self.rt, self.calls, tasks, call);
         self.rt.block_on(b.flush());
         let after = b.metrics();
-        let server_us = server_script_us(&self.rt, &self.admin);
+        let server = server_script_us(&self.rt, &self.admin);
+        let server_us = server.map(|(x, y, _)| (x, y));
         let calls = lat.len();
-        let note = notes(&before, &after);
+        let mut note = notes(&before, &after);
+        let outcomes = after.batched_outcomes - before.batched_outcomes;
+        if let (Some((_, _, total)), true) = (server, outcomes > 0) {
+            note.push_str(&format!(
+                "; Redis {:.2} µs per call, {:.2} µs per batched outcome",
+                total / calls as f64,
+                total / outcomes as f64
+            ));
+        }
         Row {
             case: name.to_string(),
             tasks,
@@ -285,29 +301,53 @@ impl Env {
         self.measure(name, tasks, &b, call)
     }
 
-    fn redis_baseline(&self, name: &str, tasks: usize, eval: bool) -> Row {
+    fn redis_baseline(&self, name: &str, tasks: usize, kind: Baseline) -> Row {
         let conn = connect(&self.rt, &self.url);
         let script = Arc::new(redis::Script::new("return 1"));
+        if kind == Baseline::Fcall {
+            let _: String = self
+                .rt
+                .block_on(
+                    redis::cmd("FUNCTION")
+                        .arg("LOAD")
+                        .arg("REPLACE")
+                        .arg("#!lua name=bench\nredis.register_function('bench_one', function() return 1 end)")
+                        .query_async(&mut conn.clone()),
+                )
+                .expect("FUNCTION LOAD");
+        }
         let call = move || {
             let mut c = conn.clone();
             let script = script.clone();
             async move {
-                if eval {
-                    let v: i64 = script.invoke_async(&mut c).await.expect("EVALSHA");
-                    assert_eq!(v, 1);
-                } else {
-                    let v: String = redis::cmd("PING").query_async(&mut c).await.expect("PING");
-                    assert_eq!(v, "PONG");
+                match kind {
+                    Baseline::Evalsha => {
+                        let v: i64 = script.invoke_async(&mut c).await.expect("EVALSHA");
+                        assert_eq!(v, 1);
+                    }
+                    Baseline::Fcall => {
+                        let v: i64 = redis::cmd("FCALL")
+                            .arg("bench_one")
+                            .arg(0)
+                            .query_async(&mut c)
+                            .await
+                            .expect("FCALL");
+                        assert_eq!(v, 1);
+                    }
+                    Baseline::Ping => {
+                        let v: String = redis::cmd("PING").query_async(&mut c).await.expect("PING");
+                        assert_eq!(v, "PONG");
+                    }
                 }
             }
         };
         let _ = run_tasks(&self.rt, self.warmup, 1, call.clone());
         reset_stats(&self.rt, &self.admin);
         let (lat, wall) = run_tasks(&self.rt, self.calls, tasks, call);
-        let server_us = if eval {
-            server_script_us(&self.rt, &self.admin)
-        } else {
+        let server_us = if kind == Baseline::Ping {
             None
+        } else {
+            server_script_us(&self.rt, &self.admin).map(|(x, y, _)| (x, y))
         };
         Row {
             case: name.to_string(),
@@ -347,6 +387,13 @@ impl Env {
             note: String::new(),
         }
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Baseline {
+    Ping,
+    Evalsha,
+    Fcall,
 }
 
 /// Anything unusual in a case's counters: fallbacks, timeouts, errors, stale results.
@@ -433,17 +480,27 @@ fn main() {
         .batching(Batching {
             flush_every: Duration::from_millis(10),
             max_batch: 256,
+            success_wait: None,
         })
         .build()
         .expect("config");
 
     let mut rows = vec![env.in_process()];
     for tasks in [1, 16] {
-        rows.push(env.redis_baseline("bare `PING` (baseline)", tasks, false));
+        rows.push(env.redis_baseline("bare `PING` (baseline)", tasks, Baseline::Ping));
     }
     for tasks in [1, 16] {
-        rows.push(env.redis_baseline("`EVALSHA` of `return 1` (baseline)", tasks, true));
+        rows.push(env.redis_baseline(
+            "`EVALSHA` of `return 1` (baseline)",
+            tasks,
+            Baseline::Evalsha,
+        ));
     }
+    rows.push(env.redis_baseline(
+        "`FCALL` of a function returning 1 (baseline)",
+        1,
+        Baseline::Fcall,
+    ));
     for tasks in [1, 16] {
         rows.push(env.closed_case("(a) exact, view_ttl 0", exact0.clone(), tasks));
     }
@@ -453,6 +510,12 @@ fn main() {
     for tasks in [1, 16] {
         rows.push(env.closed_case("(c) batching 10 ms / 256", batched.clone(), tasks));
     }
+    let lean = SharedConfig::builder()
+        .time_source(TimeSource::Redis)
+        .batching(Batching::lean())
+        .build()
+        .expect("config");
+    rows.push(env.closed_case("(d) `Batching::lean()` (10 ms / 250 ms / 256)", lean, 1));
     // The same with a Redis timeout long enough that 16 batches pipelined on the one
     // connection (Redis answers them together, after running all of them) do not time out.
     let batched_patient = SharedConfig::builder()
@@ -461,6 +524,7 @@ fn main() {
         .batching(Batching {
             flush_every: Duration::from_millis(10),
             max_batch: 256,
+            success_wait: None,
         })
         .build()
         .expect("config");

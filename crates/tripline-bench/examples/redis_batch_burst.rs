@@ -34,6 +34,7 @@ fn main() {
         .batching(Batching {
             flush_every: Duration::from_millis(10),
             max_batch: 256,
+            success_wait: None,
         })
         .redis_timeout(timeout)
         .build()

@@ -1,161 +1,225 @@
--- tripline shared breaker: the rules of tripline's in-process breaker as one atomic script.
+#!lua name=tripline_2
+-- tripline shared breaker: the rules of tripline's in-process breaker as a Redis 7 Functions
+-- library. Loaded once per node (FUNCTION LOAD); every helper below is created at load time,
+-- not per call. Each function runs atomically.
 --
 -- KEYS (one hash tag, so a Redis Cluster keeps them in one slot)
---   1 record   hash: state, epoch, open deadline, counters, probe leases. Never expires unless
---              Closed (then an idle TTL).
---   2 window   count window: a string ring, one byte per outcome; time window: a hash of
---              buckets and totals. May expire or be evicted: a lost window is an empty window.
---   3 inflight hash: replica -> "epoch:count:until", calls in flight past the slow duration.
---   4 voters   hash: replica -> time of its last failure (the quorum rule).
---   5 events   stream of transitions, capped.
+--   1 record    string: a MessagePack map of state, epoch, origin, open deadline, window totals,
+--               probe leases. Never expires unless Closed (then an idle TTL, renewed lazily).
+--   2 window    string: a count window's ring (one byte per outcome, then a sentinel byte), or
+--               a time window's buckets (three u32 per bucket, then a u32 sentinel). May be
+--               evicted: a missing sentinel means the window was lost, and says so.
+--   3 inflight  hash: replica -> "epoch:count:until", calls in flight past the slow duration.
+--   4 voters    sorted set: replica -> time of its last failure or slow call (the quorum
+--               rule); votes older than the quorum window are trimmed, at most 10000 kept.
+--   5 events    stream of transitions, capped.
+--   6 config    hash: version -> configuration (comma-separated numbers, see FIELDS).
 --
--- ARGV
---   1 op: admit | record | probe | batch | release | tick | operator | read
---   2 now in microseconds, or "" to use Redis TIME (clamped so it never goes backwards)
---   3 replica id
---   4..24 configuration (see CFG below)
---   25.. op arguments
+-- ARGV (every function but tripline_2_config)
+--   1 now in microseconds, or "" to use Redis TIME (clamped so it never goes backwards)
+--   2 replica id
+--   3 configuration version (a field of the config hash)
+--   4 jitter of the next open wait, us
+--   5.. the function's own arguments
 --
 -- Rates are compared in integers: failures * 1000000 >= threshold_ppm * calls.
+-- Reply: verdict, state, epoch, open deadline, now, expired leases, origin, notes (1: the
+-- window was lost, 2: the record was missing), the number n of the verdict's fields, the n
+-- fields, then transitions as "from>to>reason".
 
-local R, W, I, Q, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local op = ARGV[1]
-local replica = ARGV[3]
+local FIELDS = {
+  'kind',    -- 0 count, 1 time
+  'size',    -- ring size, or number of buckets
+  'bucket',  -- bucket length (time window), us
+  'min',     -- minimum calls (>= 1)
+  'fppm',    -- failure-rate threshold, ppm
+  'sppm',    -- slow-call-rate threshold, ppm
+  'slow',    -- slow-call duration, us
+  'consec',  -- consecutive failures, 0 = off
+  'open',    -- open duration, us
+  'mult',    -- backoff multiplier, 0 = no backoff
+  'maxopen', -- backoff cap, us
+  'healthy', -- backoff decays after this long Closed, us
+  'maxhint', -- cap on a Retry-After hint, us
+  'k',       -- half-open probes
+  'policy',  -- 0 all probes, 1 consecutive
+  'maxwait', -- half-open max wait, us, 0 = none
+  'lease',   -- probe lease, us
+  'auto',    -- automatic Open -> HalfOpen on tick, 0/1
+  'idle',    -- idle TTL of a Closed record, ms
+  'quorum',  -- distinct failing replicas needed to trip, 0 = off
+  'qwithin', -- how recent a replica's failure must be to count, us
+}
+local MAX_VOTERS = 10000
+local MAX_BATCH = 100000
 
--- Integers as decimal strings: Lua's own number formatting switches to exponents past 14
--- digits, and epochs and microsecond clocks are 16.
+-- Parsed configurations by version: a memo of the config hash, kept across calls (it is a pure
+-- function of data stored in Redis), bounded.
+local CACHE, CACHED = {}, 0
+
+-- The state of the call being run (functions run one at a time).
+local R, W, I, Q, E, C
+local CFG, now, replica, jitter
+local rec, dirty, trans
+local fresh, st, ep, expired, notes, ttl_due, wrote_window
+local NO_TRANSITIONS = {}
+
+-- Integers as decimal strings where Redis needs a string (numbers given to redis.call are
+-- converted exactly by Redis itself).
 local function fmt(n)
   return string.format('%.0f', n)
 end
 
-local a = 4
-local function num()
-  local v = tonumber(ARGV[a])
-  a = a + 1
-  return v
-end
-local CFG = {}
-CFG.kind = num()        -- 0 count, 1 time
-CFG.size = num()        -- ring size, or number of buckets
-CFG.bucket = num()      -- bucket length (time window), us
-CFG.min = num()         -- minimum calls (>= 1)
-CFG.fppm = num()        -- failure-rate threshold, ppm
-CFG.sppm = num()        -- slow-call-rate threshold, ppm
-CFG.slow = num()        -- slow-call duration, us
-CFG.consec = num()      -- consecutive failures, 0 = off
-CFG.open = num()        -- open duration, us
-CFG.mult = num()        -- backoff multiplier, 0 = no backoff
-CFG.maxopen = num()     -- backoff cap, us
-CFG.healthy = num()     -- backoff decays after this long Closed, us
-CFG.maxhint = num()     -- cap on a Retry-After hint, us
-CFG.k = num()           -- half-open probes
-CFG.policy = num()      -- 0 all probes, 1 consecutive
-CFG.maxwait = num()     -- half-open max wait, us, 0 = none
-CFG.lease = num()       -- probe lease, us
-CFG.auto = num()        -- automatic Open -> HalfOpen on tick, 0/1
-CFG.idle = num()        -- idle TTL of a Closed record, ms
-CFG.quorum = num()      -- distinct failing replicas needed to trip, 0 = off
-CFG.qwithin = num()     -- how recent a replica's failure must be to count, us
-local args = a
-
--- The clock: Redis's own unless the caller supplies one, never backwards.
-local now
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[2])
-end
-
--- The record.
-local rec = {}
-do
-  local flat = redis.call('HGETALL', R)
-  for i = 1, #flat, 2 do
-    rec[flat[i]] = flat[i + 1]
-  end
-end
-local fresh = rec.st == nil
--- Fields as numbers, parsed once; written back once, formatted, at the end.
-local num = {}
-local dirty = {}
-local gone = {}
-local function getn(f)
-  local v = num[f]
-  if v == nil then
-    v = false
-    if rec[f] ~= nil then
-      v = tonumber(rec[f]) or false
+local function parse_cfg(s)
+  local c, i = {}, 1
+  for v in string.gmatch(s, '[^,]+') do
+    local name = FIELDS[i]
+    local n = tonumber(v)
+    if name == nil or n == nil then
+      return nil
     end
-    num[f] = v
+    c[name] = n
+    i = i + 1
   end
-  return v or nil
-end
-local function geti(f)
-  return getn(f) or 0
-end
-local function set(f, v)
-  if type(v) == 'string' then
-    rec[f] = v
-  else
-    num[f] = v
+  if i <= #FIELDS then
+    return nil
   end
-  dirty[f] = true
-  gone[f] = nil
-end
-local function unset(f)
-  num[f] = false
-  rec[f] = nil
-  dirty[f] = nil
-  gone[f] = true
-end
-local st = rec.st or 'closed'
-local ep = geti('ep')
-local last = geti('ln')
-if fresh then
-  -- A missing record reads as Closed. Its epoch starts from the clock so that results of a
-  -- lost record's permits cannot match it.
-  ep = now
-  redis.call('DEL', W, I, Q)
-end
-if now < last then
-  now = last
-end
-set('ln', now)
-if fresh then
-  set('st', 'closed')
-  set('ep', ep)
-  set('cs', now)
+  return c
 end
 
-local trans = {}
+local function load_cfg(version)
+  local c = CACHE[version]
+  if c then
+    return c
+  end
+  local s = redis.call('HGET', C, version)
+  if not s then
+    return nil
+  end
+  c = parse_cfg(s)
+  if c then
+    if CACHED >= 64 then
+      CACHE, CACHED = {}, 0
+    end
+    CACHE[version] = c
+    CACHED = CACHED + 1
+  end
+  return c
+end
+
+-- Record fields: the unpacked map, written back (packed) once, at the end, if changed.
+local function getn(f)
+  return rec[f]
+end
+
+local function geti(f)
+  return rec[f] or 0
+end
+
+local function set(f, v)
+  rec[f] = v
+  dirty = true
+end
+
+local function unset(f)
+  if rec[f] ~= nil then
+    rec[f] = nil
+    dirty = true
+  end
+end
+
+-- Loads the call's state. False when the configuration version is unknown here.
+local function begin(keys, args)
+  R, W, I, Q, E, C = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  CFG = load_cfg(args[3])
+  if not CFG then
+    return false
+  end
+  replica = args[2]
+  jitter = tonumber(args[4]) or 0
+  if args[1] == '' then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(args[1])
+  end
+  dirty, trans = false, NO_TRANSITIONS
+  expired, notes, ttl_due, wrote_window = 0, 0, false, false
+  local raw = redis.call('GET', R)
+  if raw then
+    rec = cmsgpack.unpack(raw)
+  else
+    rec = {}
+  end
+  fresh = rec.st == nil
+  st = rec.st or 'closed'
+  ep = geti('ep')
+  local last = geti('ln')
+  if now < last then
+    now = last
+  end
+  if fresh then
+    -- A missing record reads as Closed. Its epoch starts from the clock so that results of a
+    -- lost record's permits cannot match it; the origin tells replicas it started over.
+    ep = now
+    redis.call('DEL', W, I, Q)
+    set('st', 'closed')
+    set('ep', ep)
+    set('o', ep)
+    set('cs', now)
+    notes = notes + 2
+    ttl_due = true
+  end
+  return true
+end
 
 -- Windows ------------------------------------------------------------------------------------
 
--- Count window: ring bytes 1 + failure + 2 * slow; the totals live in the record (wc, wf, ws,
--- wq = next slot). A ring lost to eviction or expiry resets the totals.
-local checked = false
-local function count_check()
-  if checked then
-    return
+-- Count window: ring bytes 1 + failure + 2 * slow, then a sentinel byte; the totals live in the
+-- record (wc, wf, ws, wq = next slot).
+local function count_add(failure, slow)
+  -- The hot path of an exact call: fields read and written directly.
+  local n = CFG.size
+  local q = rec.wq or 0
+  local slot = q % n
+  local r = redis.call('BITFIELD', W, 'SET', 'u8', n * 8, 1, 'SET', 'u8', slot * 8, 1 + failure + 2 * slow)
+  local c, f, s = rec.wc or 0, rec.wf or 0, rec.ws or 0
+  local old = r[2]
+  if r[1] == 0 and c > 0 then
+    -- The ring was evicted or expired: its outcomes are gone.
+    notes = notes + 1
+    c, f, s = 0, 0, 0
+    rec.wx = nil
+  elseif old ~= 0 then
+    c = c - 1
+    if old == 2 or old == 4 then
+      f = f - 1
+    end
+    if old >= 3 then
+      s = s - 1
+    end
   end
-  checked = true
-  if geti('wc') > 0 and redis.call('EXISTS', W) == 0 then
-    set('wc', 0)
-    set('wf', 0)
-    set('ws', 0)
-    set('wq', 0)
-  end
+  rec.wc, rec.wf, rec.ws, rec.wq = c + 1, f + failure, s + slow, (q + 1) % n
+  dirty = true
+  wrote_window = true
+  return old ~= 0
 end
 
 -- A batch of n outcomes works on the n ring slots it will write (one or two ranges, or the
 -- whole ring), in memory, and writes them back once.
-local ring = nil
-local ring_ranges = {}
-local ring_dirty = false
+local ring, ring_ranges, ring_dirty = nil, {}, false
 local function ring_load(n)
-  ring = {}
   local size = CFG.size
+  if geti('wc') > 0 and redis.call('GETRANGE', W, size, size) == '' then
+    notes = notes + 1
+    set('wc', 0)
+    set('wf', 0)
+    set('ws', 0)
+    set('wq', 0)
+    unset('wx')
+  end
+  ring = {}
+  ring_dirty = false
   local a = geti('wq') % size
   if n >= size then
     ring_ranges = { { 0, size - 1 } }
@@ -175,8 +239,28 @@ local function ring_load(n)
   end
 end
 
+local function ring_add(failure, slow)
+  local n = CFG.size
+  local q = geti('wq')
+  local slot = q % n
+  local old = ring[slot + 1] or 0
+  local c, f, s = geti('wc'), geti('wf'), geti('ws')
+  if old ~= 0 then
+    local v = old - 1
+    c = c - 1
+    f = f - (v % 2)
+    s = s - math.floor(v / 2)
+  end
+  ring[slot + 1] = 1 + failure + 2 * slow
+  ring_dirty = true
+  rec.wc, rec.wf, rec.ws, rec.wq = c + 1, f + failure, s + slow, (q + 1) % n
+  dirty = true
+  return old ~= 0
+end
+
 local function ring_store()
   if not (ring and ring_dirty) then
+    ring = nil
     return
   end
   for _, r in ipairs(ring_ranges) do
@@ -190,128 +274,134 @@ local function ring_store()
     end
     redis.call('SETRANGE', W, r[1], table.concat(parts))
   end
+  redis.call('SETRANGE', W, CFG.size, '\1')
+  ring = nil
+  wrote_window = true
 end
 
--- Time window: hash fields h (newest bucket), c f s (totals), c<i> f<i> s<i> per slot.
-local tw = nil
-local function tw_load()
-  if tw then
-    return tw
+-- Time window: three u32 counters (calls, failures, slow) per bucket slot, then a u32 sentinel;
+-- the newest bucket (th) and the totals (tc, tf, ts) live in the record. Buckets that left the
+-- window are cleared (their old values subtracted) once, when the clock enters a new bucket;
+-- outcomes of one call are summed and written with one BITFIELD at the end.
+local tw_cur, tw_add_c, tw_add_f, tw_add_s = nil, 0, 0, 0
+local function tw_rotate()
+  if tw_cur then
+    return
   end
+  tw_add_c, tw_add_f, tw_add_s = 0, 0, 0
   local cur = math.floor(now / CFG.bucket)
-  local h = redis.call('HMGET', W, 'h', 'c', 'f', 's')
-  tw = { h = tonumber(h[1]), c = tonumber(h[2] or 0), f = tonumber(h[3] or 0), s = tonumber(h[4] or 0), cur = cur, dirty = false }
-  if tw.h == nil then
-    tw.h = cur
-    tw.c, tw.f, tw.s = 0, 0, 0
-  elseif cur > tw.h then
-    local n = CFG.size
-    if cur - tw.h >= n then
+  tw_cur = cur
+  local h = getn('th')
+  if h == nil or cur <= h then
+    if h == nil then
+      set('th', cur)
+    end
+    return
+  end
+  local n = CFG.size
+  if cur - h >= n or geti('tc') == 0 then
+    if geti('tc') > 0 or redis.call('EXISTS', W) == 1 then
       redis.call('DEL', W)
-      tw.c, tw.f, tw.s = 0, 0, 0
-    else
-      for e = tw.h + 1, cur do
-        local slot = e % n
-        local v = redis.call('HMGET', W, 'c' .. slot, 'f' .. slot, 's' .. slot)
-        if v[1] then
-          tw.c = tw.c - tonumber(v[1])
-          tw.f = tw.f - tonumber(v[2])
-          tw.s = tw.s - tonumber(v[3])
-          redis.call('HDEL', W, 'c' .. slot, 'f' .. slot, 's' .. slot)
-        end
+      unset('wx')
+    end
+    set('tc', 0)
+    set('tf', 0)
+    set('ts', 0)
+  else
+    local cmd = { 'GET', 'u32', 96 * n }
+    for e = h + 1, cur do
+      local slot = e % n
+      for j = 0, 2 do
+        cmd[#cmd + 1] = 'SET'
+        cmd[#cmd + 1] = 'u32'
+        cmd[#cmd + 1] = 32 * (3 * slot + j)
+        cmd[#cmd + 1] = 0
       end
     end
-    tw.h = cur
-    tw.dirty = true
+    local r = redis.call('BITFIELD', W, unpack(cmd))
+    if r[1] == 0 then
+      notes = notes + 1
+      set('tc', 0)
+      set('tf', 0)
+      set('ts', 0)
+      unset('wx')
+    else
+      local c, f, s = geti('tc'), geti('tf'), geti('ts')
+      for i = 2, #r, 3 do
+        c, f, s = c - r[i], f - r[i + 1], s - r[i + 2]
+      end
+      set('tc', c)
+      set('tf', f)
+      set('ts', s)
+    end
+    wrote_window = true
   end
-  return tw
+  set('th', cur)
+end
+
+local function tw_add(failure, slow)
+  tw_rotate()
+  tw_add_c = tw_add_c + 1
+  tw_add_f = tw_add_f + failure
+  tw_add_s = tw_add_s + slow
+  set('tc', geti('tc') + 1)
+  set('tf', geti('tf') + failure)
+  set('ts', geti('ts') + slow)
 end
 
 local function tw_save()
-  if tw and tw.ac then
-    local slot = tw.cur % CFG.size
-    redis.call('HINCRBY', W, 'c' .. slot, tw.ac)
-    redis.call('HINCRBY', W, 'f' .. slot, tw.af)
-    redis.call('HINCRBY', W, 's' .. slot, tw.as)
+  if not tw_cur then
+    return
   end
-  if tw and tw.dirty then
-    redis.call('HSET', W, 'h', fmt(tw.h), 'c', fmt(tw.c), 'f', fmt(tw.f), 's', fmt(tw.s))
-    redis.call('PEXPIRE', W, math.ceil(CFG.bucket * (CFG.size + 1) / 1000))
+  if tw_add_c > 0 then
+    local n = CFG.size
+    local slot = tw_cur % n
+    local cmd = { 'OVERFLOW', 'SAT', 'SET', 'u32', 96 * n, 1, 'INCRBY', 'u32', 96 * slot, tw_add_c }
+    if tw_add_f > 0 then
+      cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3], cmd[#cmd + 4] = 'INCRBY', 'u32', 96 * slot + 32, tw_add_f
+    end
+    if tw_add_s > 0 then
+      cmd[#cmd + 1], cmd[#cmd + 2], cmd[#cmd + 3], cmd[#cmd + 4] = 'INCRBY', 'u32', 96 * slot + 64, tw_add_s
+    end
+    local r = redis.call('BITFIELD', W, unpack(cmd))
+    if r[1] == 0 and geti('tc') > tw_add_c then
+      -- The buckets were evicted: only this call's outcomes are left.
+      notes = notes + 1
+      set('tc', tw_add_c)
+      set('tf', tw_add_f)
+      set('ts', tw_add_s)
+      unset('wx')
+    end
+    wrote_window = true
   end
+  tw_cur = nil
 end
 
 local function window()
   if CFG.kind == 0 then
-    count_check()
     return geti('wc'), geti('wf'), geti('ws')
   end
-  local t = tw_load()
-  return t.c, t.f, t.s
+  tw_rotate()
+  return geti('tc'), geti('tf'), geti('ts')
 end
 
+-- Adds an outcome; returns whether it replaced one (a count window's full ring).
 local function window_add(failure, slow)
-  if CFG.kind == 0 then
-    count_check()
-    local n = CFG.size
-    local q = geti('wq')
-    local slot = q % n
-    local old
-    if ring then
-      old = ring[slot + 1] or 0
-    else
-      local o = redis.call('GETRANGE', W, slot, slot)
-      old = 0
-      if o ~= '' then
-        old = string.byte(o)
-      end
-    end
-    local c, f, s = geti('wc'), geti('wf'), geti('ws')
-    if old ~= 0 then
-      local v = old - 1
-      c = c - 1
-      f = f - (v % 2)
-      s = s - math.floor(v / 2)
-    end
-    local byte = 1 + failure + 2 * slow
-    if ring then
-      ring[slot + 1] = byte
-      ring_dirty = true
-    else
-      redis.call('SETRANGE', W, slot, string.char(byte))
-    end
-    set('wc', c + 1)
-    set('wf', f + failure)
-    set('ws', s + slow)
-    set('wq', (q + 1) % n)
-  else
-    -- Every outcome of one script lands in the current bucket: sum them, write once.
-    local t = tw_load()
-    t.ac = (t.ac or 0) + 1
-    t.af = (t.af or 0) + failure
-    t.as = (t.as or 0) + slow
-    t.c = t.c + 1
-    t.f = t.f + failure
-    t.s = t.s + slow
-    t.dirty = true
+  if CFG.kind == 1 then
+    tw_add(failure, slow)
+    return false
+  elseif ring then
+    return ring_add(failure, slow)
   end
+  return count_add(failure, slow)
 end
 
 local function window_reset()
   redis.call('DEL', W, I, Q)
-  if ring then
-    ring = {}
-    ring_dirty = false
+  ring, ring_dirty, tw_cur = nil, false, nil
+  for _, f in ipairs({ 'wc', 'wf', 'ws', 'wq', 'tc', 'tf', 'ts', 'th', 'cf', 'wx', 'ab', 'nse' }) do
+    unset(f)
   end
-  set('wc', 0)
-  set('wf', 0)
-  set('ws', 0)
-  set('wq', 0)
-  set('cf', 0)
-  -- A new epoch's window has not been evaluated: good results evaluate until one evaluation
-  -- sees the minimum calls ('bo'), and the once-per-bucket gate starts over ('nse').
-  unset('bo')
-  unset('nse')
-  tw = nil
 end
 
 -- Calls in flight past the slow duration, reported by each replica for the current epoch.
@@ -322,17 +412,20 @@ local function in_flight_slow()
     local e, c, u = string.match(flat[i + 1], '^(%d+):(%d+):(%d+)$')
     if tonumber(e) == ep and tonumber(u) > now then
       n = n + tonumber(c)
-    elseif tonumber(u) <= now or tonumber(e) ~= ep then
+    else
       redis.call('HDEL', I, flat[i])
     end
   end
   return n
 end
 
--- A replica's report of its calls in flight past the slow duration: "epoch:count", or "-1"
--- for none. A count of another epoch (the replica counted calls the current epoch does not
--- own) clears the replica's entry. Returns whether a report came.
+-- A replica's report of its calls in flight past the slow duration: "epoch:count", or "-1" for
+-- none. A count of another epoch, or zero, clears the replica's entry. Returns whether a report
+-- came.
 local function report_in_flight(report)
+  if report == '-1' then
+    return false
+  end
   local e, count = string.match(report or '', '^(%d+):(%d+)$')
   if e == nil then
     return false
@@ -347,18 +440,28 @@ local function report_in_flight(report)
   return true
 end
 
+-- The quorum's votes: trimmed to the quorum window and to MAX_VOTERS on every use.
+local function trim_votes()
+  redis.call('ZREMRANGEBYSCORE', Q, '-inf', fmt(now - CFG.qwithin))
+end
+
+local function vote()
+  if redis.call('ZADD', Q, now, replica) == 1 then
+    local n = redis.call('ZCARD', Q)
+    if n > MAX_VOTERS then
+      redis.call('ZREMRANGEBYRANK', Q, 0, n - MAX_VOTERS - 1)
+    end
+  end
+  trim_votes()
+  redis.call('PEXPIRE', Q, math.ceil(CFG.qwithin / 1000) + 1000)
+end
+
 local function quorum_met()
   if CFG.quorum <= 1 then
     return true
   end
-  local flat = redis.call('HGETALL', Q)
-  local n = 0
-  for i = 1, #flat, 2 do
-    if tonumber(flat[i + 1]) + CFG.qwithin > now then
-      n = n + 1
-    end
-  end
-  return n >= CFG.quorum
+  trim_votes()
+  return redis.call('ZCARD', Q) >= CFG.quorum
 end
 
 -- Transitions --------------------------------------------------------------------------------
@@ -374,7 +477,7 @@ local function open_wait(hint)
       wait = CFG.maxopen
     end
   end
-  wait = wait + (tonumber(ARGV[args]) or 0)
+  wait = wait + jitter
   if hint and hint > 0 then
     wait = math.max(wait, math.min(hint, CFG.maxhint))
   end
@@ -388,10 +491,19 @@ local function clear_round()
       unset('ld' .. i)
     end
   end
-  set('rr', 0)
-  set('rf', 0)
-  set('rs', 0)
-  set('ru', 0)
+  for _, f in ipairs({ 'rr', 'rf', 'rs', 'ru' }) do
+    unset(f)
+  end
+end
+
+local function event(from, to, reason)
+  redis.call('XADD', E, 'MAXLEN', '~', 1000, '*', 'from', from, 'to', to, 'epoch', fmt(ep), 'reason', reason, 'at', fmt(now), 'replica', replica)
+  -- The events stream outlives no idle breaker.
+  redis.call('PEXPIRE', E, CFG.idle)
+  if trans == NO_TRANSITIONS then
+    trans = {}
+  end
+  trans[#trans + 1] = from .. '>' .. to .. '>' .. reason
 end
 
 local function transition(to, reason, hint)
@@ -419,30 +531,30 @@ local function transition(to, reason, hint)
   if to == 'half-open' or from == 'half-open' then
     clear_round()
   end
+  if to == 'closed' then
+    ttl_due = true
+  end
   st = to
   set('st', to)
   set('tr', geti('tr') + 1)
-  redis.call('XADD', E, 'MAXLEN', '~', 1000, '*', 'from', from, 'to', to, 'epoch', fmt(ep), 'reason', reason, 'at', fmt(now), 'replica', replica)
-  -- The events stream and the quorum votes outlive no idle breaker: each gets the idle TTL
-  -- when written.
-  redis.call('PEXPIRE', E, CFG.idle)
-  trans[#trans + 1] = from .. '>' .. to .. '>' .. reason
+  event(from, to, reason)
 end
 
--- The trip rules. Returns a reason or nil.
+-- The trip rules. Returns a reason or nil. Every evaluation notes whether the window held
+-- minimum_calls ('ab': at or above), for the time window's success gate.
 local function trip_reason(consecutive, with_in_flight)
   if consecutive then
     return 'consecutive-failures'
   end
   local c, f, s = window()
-  local min = math.max(CFG.min, 1)
-  if CFG.kind ~= 0 then
+  local min = CFG.min
+  if CFG.kind == 1 then
     local above = 0
     if c >= min then
       above = 1
     end
-    if geti('bo') ~= above then
-      set('bo', above)
+    if rec.ab ~= above then
+      set('ab', above)
     end
   end
   if c >= min and f * 1000000 >= CFG.fppm * c then
@@ -461,7 +573,7 @@ end
 
 local function try_trip(consecutive, with_in_flight, hint)
   local reason = trip_reason(consecutive, with_in_flight)
-  if reason and quorum_met() then
+  if reason and (CFG.quorum <= 1 or quorum_met()) then
     transition('open', reason, hint)
     return true
   end
@@ -484,8 +596,9 @@ local function leases()
   return live, soonest
 end
 
-local expired = 0
-local function claim()
+-- Claims a probe slot for the caller's token, unless the caller has given up already (its
+-- deadline, in the script's clock, has passed): a claim nobody will use is never made.
+local function claim(token, deadline)
   if CFG.maxwait > 0 and now >= geti('hs') + CFG.maxwait then
     transition('open', 'half-open-timeout')
     return nil
@@ -504,10 +617,11 @@ local function claim()
   end
   local live, soonest = leases()
   if live + settled < CFG.k then
+    if deadline > 0 and now >= deadline then
+      return { 'late' }
+    end
     for i = 0, CFG.k - 1 do
       if not getn('ld' .. i) then
-        local token = geti('tok') + 1
-        set('tok', token)
         set('lt' .. i, token)
         set('ld' .. i, now + CFG.lease)
         return { 'probe', i, token }
@@ -519,8 +633,12 @@ end
 
 -- Operations ---------------------------------------------------------------------------------
 
-local function admit()
-  local report = ARGV[args + 1]
+-- ARGV[5] in-flight report, [6] the caller's probe token, [7] the caller's deadline (us in the
+-- script's clock, 0 = none).
+local function admit(args)
+  local report = args[5]
+  local token = tonumber(args[6]) or 0
+  local deadline = tonumber(args[7]) or 0
   for _ = 1, 4 do
     if st == 'closed' or st == 'metrics-only' then
       -- A report is the replica's periodic in-flight check: evaluate every rule with the
@@ -535,7 +653,7 @@ local function admit()
       end
       transition('half-open', 'open-elapsed')
     elseif st == 'half-open' then
-      local r = claim()
+      local r = claim(token, deadline)
       if r then
         return r
       end
@@ -548,8 +666,6 @@ local function admit()
   return { 'reject', -1 }
 end
 
--- ARGV[args+1] epoch, +2 outcome (s, f, i), +3 slow (0/1), +4 in-flight report ("epoch:count" or -1),
--- +5 Retry-After hint in us (0 = none).
 local function record_window(epoch, outcome, slow, hint)
   if epoch ~= ep then
     return 'stale'
@@ -561,7 +677,12 @@ local function record_window(epoch, outcome, slow, hint)
   if outcome == 'f' then
     failure = 1
   end
-  window_add(failure, slow)
+  local replaced
+  if CFG.kind == 0 and not ring then
+    replaced = count_add(failure, slow)
+  else
+    replaced = window_add(failure, slow)
+  end
   local consecutive = false
   if CFG.consec > 0 then
     if failure == 1 then
@@ -573,20 +694,18 @@ local function record_window(epoch, outcome, slow, hint)
     end
   end
   if (failure == 1 or slow == 1) and CFG.quorum > 1 then
-    redis.call('HSET', Q, replica, fmt(now))
-    redis.call('PEXPIRE', Q, CFG.idle)
+    vote()
   end
   if st == 'closed' then
     -- As in-process: failures, slow calls and a consecutive run always evaluate; a fast
     -- success evaluates a count window always (over a full ring it cannot raise a rate), a
-    -- time window while the last evaluation saw fewer than the minimum calls (so the result
-    -- that brings the window to the minimum is evaluated), and otherwise once per bucket: the
-    -- first result past each bucket boundary, as old buckets expire only there.
-    local evaluate = failure == 1 or slow == 1 or consecutive or CFG.kind == 0
-    if not evaluate and geti('bo') == 0 then
-      evaluate = true
-    end
-    if not evaluate and now >= geti('nse') then
+    -- time window when the last evaluation found the window below minimum_calls, or when the
+    -- clock has entered a new bucket since the last success evaluated.
+    local evaluate = failure == 1 or slow == 1 or consecutive
+    if CFG.kind == 0 then
+      -- Over a full ring a success replaced an outcome: it cannot raise either rate.
+      evaluate = evaluate or not replaced
+    elseif not evaluate and (rec.ab ~= 1 or now >= (rec.nse or 0)) then
       set('nse', (math.floor(now / CFG.bucket) + 1) * CFG.bucket)
       evaluate = true
     end
@@ -597,54 +716,102 @@ local function record_window(epoch, outcome, slow, hint)
   return 'counted'
 end
 
-local function record()
-  local epoch = tonumber(ARGV[args + 1])
-  report_in_flight(ARGV[args + 4])
-  return { record_window(epoch, ARGV[args + 2], tonumber(ARGV[args + 3]), tonumber(ARGV[args + 5])) }
+-- ARGV[5] epoch, [6] outcome (s, f, i), [7] slow (0/1), [8] in-flight report ("epoch:count" or
+-- -1), [9] Retry-After hint in us (0 = none).
+local function record(args)
+  report_in_flight(args[8])
+  return { record_window(tonumber(args[5]), args[6], tonumber(args[7]), tonumber(args[9])) }
 end
 
--- ARGV[args+1] epoch, +2 outcomes: one character per call, s f i (fast) or S F I (slow),
--- oldest first, +3 in-flight report ("epoch:count" or -1).
-local function batch()
-  local epoch = tonumber(ARGV[args + 1])
-  local outcomes = ARGV[args + 2]
-  report_in_flight(ARGV[args + 3])
+-- ARGV[5] epoch, [6] outcomes: one character per call, s f i (fast) or S F I (slow), oldest
+-- first, [7] in-flight report ("epoch:count" or -1).
+local function batch(args)
+  local epoch = tonumber(args[5])
+  local outcomes = args[6]
+  if #outcomes > MAX_BATCH then
+    return redis.error_reply('tripline: a batch holds at most ' .. MAX_BATCH .. ' outcomes')
+  end
+  report_in_flight(args[7])
   if CFG.kind == 0 and epoch == ep then
-    count_check()
     ring_load(#outcomes)
   end
   local counted, stale, ignored = 0, 0, 0
-  for i = 1, #outcomes do
-    local ch = string.sub(outcomes, i, i)
-    local slow = 0
-    local o = ch
-    if ch == 'S' or ch == 'F' or ch == 'I' then
-      slow = 1
-      o = string.lower(ch)
-    end
-    local r = record_window(epoch, o, slow, 0)
-    if r == 'counted' then
-      counted = counted + 1
-    elseif r == 'stale' then
-      stale = stale + 1
-    else
-      ignored = ignored + 1
+  local n = #outcomes
+  local size = CFG.size
+  local fast = CFG.kind == 0 and ring ~= nil and CFG.consec == 0 and CFG.quorum <= 1
+  for from = 1, n, 4096 do
+    local codes = { string.byte(outcomes, from, math.min(from + 4095, n)) }
+    for j = 1, #codes do
+      if epoch ~= ep then
+        -- A transition (the trip) ended the epoch: every later outcome is stale.
+        stale = stale + n - (from + j - 1) + 1
+        return { 'batch', counted, stale, ignored }
+      end
+      local ch = codes[j]
+      local slow = 0
+      if ch < 97 then
+        -- S F I: slow
+        slow = 1
+        ch = ch + 32
+      end
+      local r
+      if fast and ch == 115 and slow == 0 and st == 'closed' then
+        -- A fast success on a count window, without the consecutive or quorum rules: what
+        -- record_window does, inline (the common case of a healthy replica's batch).
+        local q = rec.wq or 0
+        local slot = q % size
+        local old = ring[slot + 1] or 0
+        ring[slot + 1] = 1
+        ring_dirty = true
+        local c, f, sl = rec.wc or 0, rec.wf or 0, rec.ws or 0
+        if old ~= 0 then
+          c = c - 1
+          if old == 2 or old == 4 then
+            f = f - 1
+          end
+          if old >= 3 then
+            sl = sl - 1
+          end
+        end
+        rec.wc, rec.wf, rec.ws, rec.wq = c + 1, f, sl, (q + 1) % size
+        dirty = true
+        if old == 0 then
+          -- The ring is still filling: this success may bring it to minimum_calls.
+          try_trip(false, false, 0)
+        end
+        r = 'counted'
+      elseif ch == 102 then
+        r = record_window(epoch, 'f', slow, 0)
+      elseif ch == 115 then
+        r = record_window(epoch, 's', slow, 0)
+      else
+        r = record_window(epoch, 'i', slow, 0)
+      end
+      if r == 'counted' then
+        counted = counted + 1
+      elseif r == 'stale' then
+        stale = stale + 1
+      else
+        ignored = ignored + 1
+      end
     end
   end
   return { 'batch', counted, stale, ignored }
 end
 
--- ARGV[args+1] epoch, +2 slot, +3 token, +4 outcome, +5 slow, +6 hint us.
-local function probe()
-  local epoch = tonumber(ARGV[args + 1])
-  local slot = ARGV[args + 2]
-  local token = tonumber(ARGV[args + 3])
+-- ARGV[5] epoch, [6] slot, [7] token, [8] outcome, [9] slow, [10] hint us. A probe's result
+-- counts while its lease is held: until it is released, or reclaimed by an acquire after its
+-- deadline (as in-process).
+local function probe(args)
+  local epoch = tonumber(args[5])
+  local slot = args[6]
+  local token = tonumber(args[7])
   if epoch ~= ep or st ~= 'half-open' or getn('lt' .. slot) ~= token then
     return { 'stale' }
   end
   unset('lt' .. slot)
   unset('ld' .. slot)
-  local outcome = ARGV[args + 4]
+  local outcome = args[8]
   if outcome == 'i' then
     return { 'ignored' }
   end
@@ -652,7 +819,7 @@ local function probe()
   if outcome == 'f' then
     failure = 1
   end
-  local slow = tonumber(ARGV[args + 5])
+  local slow = tonumber(args[9])
   local rr = geti('rr') + 1
   local rf = geti('rf') + failure
   local rs = geti('rs') + slow
@@ -679,20 +846,25 @@ local function probe()
     end
   end
   if to == 'open' then
-    transition('open', 'probes-failed', tonumber(ARGV[args + 6]))
+    transition('open', 'probes-failed', tonumber(args[10]))
   elseif to == 'closed' then
     transition('closed', 'probes-succeeded')
   end
   return { 'counted' }
 end
 
--- ARGV[args+1] epoch, +2 slot, +3 token.
-local function release()
-  local slot = ARGV[args + 2]
-  if tonumber(ARGV[args + 1]) == ep and st == 'half-open' and getn('lt' .. slot) == tonumber(ARGV[args + 3]) then
-    unset('lt' .. slot)
-    unset('ld' .. slot)
-    return { 'released' }
+-- ARGV[5] epoch (0 = any), [6] slot (-1 = any), [7] token. Releases the lease holding the token
+-- (tokens are chosen at random by the replicas, so any slot can be searched).
+local function release(args)
+  local epoch, slot, token = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
+  if st == 'half-open' and (epoch == 0 or epoch == ep) then
+    for i = 0, CFG.k - 1 do
+      if (slot < 0 or slot == i) and getn('lt' .. i) == token then
+        unset('lt' .. i)
+        unset('ld' .. i)
+        return { 'released' }
+      end
+    end
   end
   return { 'stale' }
 end
@@ -706,79 +878,142 @@ local function tick()
   return { 'ok' }
 end
 
--- ARGV[args+1] target state.
-local function operator()
-  local to = ARGV[args + 1]
+-- ARGV[5] target state.
+local function operator(args)
+  local to = args[5]
   if st ~= to or to == 'closed' then
     transition(to, 'operator')
   end
   return { 'ok' }
 end
 
-local reply
-if op == 'admit' then
-  reply = admit()
-elseif op == 'record' then
-  reply = record()
-elseif op == 'probe' then
-  reply = probe()
-elseif op == 'batch' then
-  reply = batch()
-elseif op == 'release' then
-  reply = release()
-elseif op == 'tick' then
-  reply = tick()
-elseif op == 'operator' then
-  reply = operator()
-elseif op == 'read' then
+-- ARGV[5] origin, [6] epoch and [7] state ('open' or 'forced-open') of a replica's last view,
+-- [8] for Open, the time left of its wait (us). A replica sends it when Redis answers with a
+-- Closed record that cannot follow from what it saw (the record started over, or its epoch went
+-- back: an eviction, a restart without persistence, a failover that lost writes). Brought back
+-- over a Closed record only, once: a record that follows from the view is left alone.
+local function restore(args)
+  local origin, epoch, to = tonumber(args[5]), tonumber(args[6]), args[7]
+  if st ~= 'closed' or (geti('o') == origin and ep >= epoch) then
+    return { 'current' }
+  end
+  if to ~= 'open' and to ~= 'forced-open' then
+    return redis.error_reply('tripline: restore to ' .. tostring(to))
+  end
+  local from = st
+  ep = math.max(ep, epoch) + 1
+  set('ep', ep)
+  set('o', origin)
+  if to == 'open' then
+    set('ou', now + math.max(tonumber(args[8]) or 0, 0))
+    set('eo', 1)
+  end
+  st = to
+  set('st', to)
+  set('tr', geti('tr') + 1)
+  event(from, to, 'restored')
+  return { 'restored' }
+end
+
+-- Whether a count window's ring is still there (a read has no write to find out with).
+local function count_check()
+  if CFG.kind == 0 and geti('wc') > 0 and redis.call('GETRANGE', W, CFG.size, CFG.size) == '' then
+    notes = notes + 1
+    for _, f in ipairs({ 'wc', 'wf', 'ws', 'wq', 'wx' }) do
+      unset(f)
+    end
+  end
+end
+
+local function read()
+  count_check()
   local c, f, s = window()
   local live = leases()
-  reply = { 'read', c, f, s, in_flight_slow(), live, geti('tr') }
-else
-  return redis.error_reply('tripline: unknown op ' .. tostring(op))
+  return { 'read', c, f, s, in_flight_slow(), live, geti('tr') }
 end
 
--- Write back what changed; a record that is not Closed never expires.
-ring_store()
-local flat = {}
-for f in pairs(dirty) do
-  flat[#flat + 1] = f
-  if f == 'st' then
-    flat[#flat + 1] = rec.st
-  else
-    flat[#flat + 1] = fmt(num[f])
+-- Writes back what changed; a record that is not Closed never expires (a plain SET drops any
+-- TTL), a Closed one has its idle TTL (renewed when an eighth of it has passed); then the reply.
+local function finish(reply)
+  ring_store()
+  tw_save()
+  local live = st == 'closed' or st == 'metrics-only'
+  if live and (ttl_due or now - geti('xa') >= CFG.idle * 125) then
+    ttl_due = true
+    set('xa', now)
   end
-end
-redis.call('HSET', R, unpack(flat))
-local del = {}
-for f in pairs(gone) do
-  del[#del + 1] = f
-end
-if #del > 0 then
-  redis.call('HDEL', R, unpack(del))
-end
-if st == 'closed' then
-  redis.call('PEXPIRE', R, CFG.idle)
-  if CFG.kind == 0 then
+  if wrote_window and rec.wx ~= 1 then
+    set('wx', 1)
     redis.call('PEXPIRE', W, CFG.idle)
   end
-else
-  redis.call('PERSIST', R)
-end
-tw_save()
-
--- Reply: verdict fields (up to 4), then state, epoch, open deadline, now, expired leases, and
--- the transitions made, as "from>to>reason".
-local function field(v)
-  if v == nil then
-    return ''
-  elseif type(v) == 'number' then
-    return fmt(v)
+  if dirty then
+    rec.ln = now
+    if st ~= 'closed' then
+      redis.call('SET', R, cmsgpack.pack(rec))
+    elseif ttl_due then
+      redis.call('SET', R, cmsgpack.pack(rec), 'PX', CFG.idle)
+    else
+      redis.call('SET', R, cmsgpack.pack(rec), 'KEEPTTL')
+    end
+  elseif st == 'closed' and ttl_due then
+    redis.call('PEXPIRE', R, CFG.idle)
   end
-  return v
+  if live and ttl_due then
+    redis.call('PEXPIRE', W, CFG.idle)
+    redis.call('PEXPIRE', C, CFG.idle)
+  end
+  local out = { reply[1], st, ep, rec.ou or 0, now, expired, rec.o or 0, notes, #reply - 1 }
+  for i = 2, #reply do
+    out[#out + 1] = reply[i]
+  end
+  for i = 1, #trans do
+    out[#out + 1] = trans[i]
+  end
+  return out
 end
-local out = { reply[1], field(reply[2]), field(reply[3]), field(reply[4]), field(reply[5]), field(reply[6]), field(reply[7]), st, fmt(ep), fmt(geti('ou')), fmt(now), fmt(expired) }
-for i = 1, #trans do
-  out[#out + 1] = trans[i]
+
+local function entry(op)
+  return function(keys, args)
+    if not begin(keys, args) then
+      return { 'config' }
+    end
+    local reply = op(args)
+    if reply.err then
+      return reply
+    end
+    return finish(reply)
+  end
 end
-return out
+
+-- ARGV[1] version, [2] configuration, [3] idle TTL of the config hash, ms.
+local function config(keys, args)
+  local c = parse_cfg(args[2])
+  if not c then
+    return redis.error_reply('tripline: malformed configuration ' .. args[2])
+  end
+  local C = keys[6]
+  if redis.call('HLEN', C) >= 16 then
+    -- Old versions of a rolling deploy: the replicas still using one store it again.
+    redis.call('DEL', C)
+  end
+  redis.call('HSET', C, args[1], args[2])
+  redis.call('PEXPIRE', C, args[3])
+  if CACHED >= 64 then
+    CACHE, CACHED = {}, 0
+  end
+  CACHE[args[1]] = c
+  CACHED = CACHED + 1
+  return { 'config' }
+end
+
+local OOM = { 'allow-oom' }
+redis.register_function { function_name = 'tripline_2_admit', callback = entry(admit), flags = OOM }
+redis.register_function { function_name = 'tripline_2_record', callback = entry(record), flags = OOM }
+redis.register_function { function_name = 'tripline_2_batch', callback = entry(batch), flags = OOM }
+redis.register_function { function_name = 'tripline_2_probe', callback = entry(probe), flags = OOM }
+redis.register_function { function_name = 'tripline_2_release', callback = entry(release), flags = OOM }
+redis.register_function { function_name = 'tripline_2_tick', callback = entry(tick), flags = OOM }
+redis.register_function { function_name = 'tripline_2_operator', callback = entry(operator), flags = OOM }
+redis.register_function { function_name = 'tripline_2_restore', callback = entry(restore), flags = OOM }
+redis.register_function { function_name = 'tripline_2_read', callback = entry(read), flags = OOM }
+redis.register_function { function_name = 'tripline_2_config', callback = config, flags = OOM }

@@ -5,11 +5,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use tripline::{BreakerConfig, ConfigError};
 
-/// Where the script's clock comes from.
+/// Where the functions' clock comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TimeSource {
-    /// Redis `TIME`, read inside the script, so replicas with skewed clocks agree. The default.
+    /// Redis `TIME`, read inside the functions, so replicas with skewed clocks agree. The default.
     #[default]
     Redis,
     /// The replica's own clock (the breaker's [`tripline::Clock`]). For tests and simulations
@@ -30,15 +30,57 @@ pub enum Fallback {
 }
 
 /// Buffering of outcomes while Closed.
+///
+/// A batch goes out when it holds `max_batch` outcomes, when a failure or a slow call in it has
+/// waited `flush_every`, or when its oldest outcome has waited `success_wait`, whichever comes
+/// first; one function call applies at most `max_batch` outcomes, in order. So the fleet learns
+/// of this replica's failures and slow calls within `flush_every` (plus a round trip), of its
+/// successes within `success_wait`; and this replica learns of the fleet's state within the
+/// shared config's `view_ttl`. With `success_wait` = `flush_every` (the default) every outcome
+/// waits at most `flush_every`; [`Batching::lean`] lets a healthy replica send a batch only a
+/// few times a second.
+///
+/// ```
+/// use std::time::Duration;
+/// use tripline_redis::Batching;
+///
+/// let lean = Batching::lean();
+/// assert_eq!(lean.flush_every, Duration::from_millis(10));
+/// assert_eq!(lean.success_wait(), Duration::from_millis(250));
+/// assert_eq!(Batching::default().success_wait(), Duration::from_millis(10));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Batching {
-    /// The longest an outcome waits in the buffer (the added reaction delay). Default 10 ms.
+    /// The longest a failure or a slow call waits in the buffer (the added reaction delay for
+    /// outcomes that can trip the breaker). Default 10 ms.
     #[serde(with = "humantime_serde", default = "default_flush_every")]
     pub flush_every: Duration,
-    /// A buffer this full is sent at once. Default 256.
+    /// A buffer this full is sent at once, and no batch holds more. Default 256.
     #[serde(default = "default_max_batch")]
     pub max_batch: u32,
+    /// The longest a buffer of fast successes waits (at least `flush_every`). `None` (the
+    /// default): the same as `flush_every`.
+    #[serde(with = "humantime_serde", default)]
+    pub success_wait: Option<Duration>,
+}
+
+impl Batching {
+    /// Few round trips for a healthy replica: failures and slow calls go out within 10 ms,
+    /// successes within 250 ms, at most 256 outcomes a batch. At 500 calls per second a replica
+    /// then sends about 4 batches a second, and asks Redis for the state once per `view_ttl`.
+    pub fn lean() -> Self {
+        Self {
+            flush_every: default_flush_every(),
+            max_batch: default_max_batch(),
+            success_wait: Some(Duration::from_millis(250)),
+        }
+    }
+
+    /// How long a buffer of fast successes waits: `success_wait`, or `flush_every`.
+    pub fn success_wait(&self) -> Duration {
+        self.success_wait.unwrap_or(self.flush_every)
+    }
 }
 
 fn default_flush_every() -> Duration {
@@ -54,8 +96,18 @@ impl Default for Batching {
         Self {
             flush_every: default_flush_every(),
             max_batch: default_max_batch(),
+            success_wait: None,
         }
     }
+}
+
+/// A value echoed in an error: at most 40 characters of it, and its length in bytes.
+pub(crate) fn excerpt(s: &str) -> String {
+    if s.len() <= 40 {
+        return format!("{s:?}");
+    }
+    let head: String = s.chars().take(40).collect();
+    format!("{head:?}... ({} bytes)", s.len())
 }
 
 /// The quorum rule: the shared breaker trips only when failures come from at least
@@ -167,7 +219,7 @@ impl SharedConfig {
         self.quorum
     }
 
-    /// Where the script's clock comes from.
+    /// Where the functions' clock comes from.
     pub fn time_source(&self) -> TimeSource {
         self.time_source
     }
@@ -186,8 +238,8 @@ impl SharedConfig {
         if !prefix_ok {
             return Err(ConfigError::new(
                 "key_prefix",
-                format!("{:?}", self.key_prefix),
-                "1 to 64 characters without '{' or '}'",
+                excerpt(&self.key_prefix),
+                "1 to 64 bytes without '{' or '}'",
             ));
         }
         dur(
@@ -215,11 +267,18 @@ impl SharedConfig {
                 Duration::from_millis(1),
                 Duration::from_secs(10),
             )?;
-            if !(1..=100_000).contains(&b.max_batch) {
+            if !(1..=MAX_BATCH).contains(&b.max_batch) {
                 return Err(ConfigError::new(
                     "batching.max_batch",
                     b.max_batch,
-                    "in [1, 100000]",
+                    format!("in [1, {MAX_BATCH}]"),
+                ));
+            }
+            if b.success_wait() < b.flush_every || b.success_wait() > Duration::from_secs(60) {
+                return Err(ConfigError::new(
+                    "batching.success_wait",
+                    fmt(b.success_wait()),
+                    format!("in [flush_every ({}), 1m]", fmt(b.flush_every)),
                 ));
             }
         }
@@ -242,14 +301,18 @@ impl SharedConfig {
             if id.is_empty() || id.len() > 128 {
                 return Err(ConfigError::new(
                     "replica_id",
-                    format!("{id:?}"),
-                    "1 to 128 characters",
+                    excerpt(id),
+                    "1 to 128 bytes",
                 ));
             }
         }
         Ok(())
     }
 }
+
+/// The most outcomes one batch may carry: a batch holds Redis for well under a millisecond per
+/// thousand outcomes, so no batch holds it long.
+pub const MAX_BATCH: u32 = 10_000;
 
 fn fmt(d: Duration) -> String {
     humantime::format_duration(d).to_string()
@@ -350,7 +413,8 @@ quorum = { replicas = 3, within = "30s" }
             c.batching(),
             Some(Batching {
                 flush_every: Duration::from_millis(5),
-                max_batch: 64
+                max_batch: 64,
+                success_wait: None,
             })
         );
         assert_eq!(c.quorum().map(|q| q.replicas), Some(3));
@@ -367,7 +431,7 @@ quorum = { replicas = 3, within = "30s" }
         let cases = [
             (
                 SharedConfig::builder().key_prefix("a{b}"),
-                "key_prefix must be 1 to 64 characters without '{' or '}', got \"a{b}\"",
+                "key_prefix must be 1 to 64 bytes without '{' or '}', got \"a{b}\"",
             ),
             (
                 SharedConfig::builder().view_ttl(Duration::from_secs(7200)),
@@ -384,12 +448,13 @@ quorum = { replicas = 3, within = "30s" }
                 SharedConfig::builder().batching(Batching {
                     flush_every: Duration::from_millis(5),
                     max_batch: 0,
+                    success_wait: None,
                 }),
-                "batching.max_batch must be in [1, 100000], got 0",
+                "batching.max_batch must be in [1, 10000], got 0",
             ),
             (
                 SharedConfig::builder().replica_id(""),
-                "replica_id must be 1 to 128 characters, got \"\"",
+                "replica_id must be 1 to 128 bytes, got \"\"",
             ),
         ];
         for (builder, message) in cases {

@@ -28,95 +28,184 @@
 //! ```
 //!
 //! # How it works
-//! * **One script, the same rules.** Admission, recording, probe release, timers and operator
-//!   actions are one Lua script run with `EVALSHA` (reloaded once on `NOSCRIPT`). It is a
-//!   second implementation of the in-process breaker's rules, and it passes the same
-//!   conformance vectors (`tripline::conformance`): identical decisions, verdicts, states,
-//!   windows and transitions. A differential property test runs random configurations and
-//!   histories on both and requires them to agree at every step. One known difference: past
-//!   65,535 calls in one time-window bucket the in-process window halves that bucket's 16-bit
-//!   counts (keeping its rates), while the script keeps counting exactly. Rates are compared in integers, in parts per million
-//!   (`failures * 1_000_000 >= ppm * calls`), the same integers the in-process breaker uses;
-//!   a 100 % threshold still trips.
+//! * **One library, the same rules.** Admission, recording, probe release, timers and operator
+//!   actions are functions of one Redis Functions library (`tripline_2`, loaded with
+//!   `FUNCTION LOAD` the first time a node answers that it lacks it), called with `FCALL`; each
+//!   runs atomically. It is a second implementation of the in-process breaker's rules, and it
+//!   passes the same conformance vectors (`tripline::conformance`): identical decisions,
+//!   verdicts, states, windows and transitions. A differential property test runs random
+//!   configurations and histories on both and requires them to agree at every step. One known
+//!   difference: past 65,535 calls in one time-window bucket the in-process window halves that
+//!   bucket's 16-bit counts (keeping its rates), while the library counts exactly (up to 2³²
+//!   per bucket). Rates are compared in integers, in parts per million
+//!   (`failures * 1_000_000 >= ppm * calls`), the same integers the in-process breaker uses; a
+//!   100 % threshold still trips. Redis 7.0 or later is required (Functions); Valkey works too.
+//! * **Lean calls.** The library's helpers are created once, when it is loaded, not per call.
+//!   The configuration is stored once per scope, in the scope's config hash, under a version
+//!   (a hash of the configuration), and each call carries only the version; a node parses a
+//!   version once and keeps it. A call in Closed reads the record with one `HGETALL`, writes a
+//!   count window's slot with one `BITFIELD` (a time window's bucket too), and writes the record
+//!   back with one `HSET`; TTLs are renewed once per eighth of `idle_ttl`, not per call. A
+//!   rejection writes nothing. BENCHMARKS.md has the cost in Redis CPU per call.
 //! * **Keys.** All keys of one breaker share the hash tag `{prefix:scope}` (a Redis Cluster
-//!   keeps them in one slot) and every one is declared in `KEYS`: the record (a hash), the
-//!   window (a string ring of one byte per outcome for a count window, a hash of buckets
-//!   for a time window), the in-flight and quorum hashes and a capped events stream. Scopes
-//!   are chosen by the user (`dep:payments`, `region:eu-west`, `tenant:acme`) and become key
-//!   names: never put credentials or personal data in them.
-//! * **Time** is Redis `TIME`, read inside the script and clamped so it never goes backwards,
-//!   so replicas with skewed clocks agree. Replicas measure call durations (for the slow-call
-//!   rule) with their own monotonic clocks, which needs no agreement. The script keeps time
-//!   and durations in whole microseconds.
-//! * **Epochs.** Every transition bumps the epoch except Open → HalfOpen. A permit carries
-//!   the epoch it was admitted in; a result from another epoch is discarded as stale.
+//!   keeps them in one slot) and every one is declared to the functions: the record (a hash),
+//!   the window (a string), the in-flight hash, the quorum's votes (a sorted set), a capped
+//!   events stream and the config hash ([`Keys`]). Scopes are chosen by the user
+//!   (`dep:payments`, `region:eu-west`, `tenant:acme`) and become key names: never put
+//!   credentials or personal data in them. A scope is 1 to 200 bytes.
+//! * **Time** is Redis `TIME`, read inside the functions and clamped so it never goes
+//!   backwards, so replicas with skewed clocks agree. Replicas measure call durations (for the
+//!   slow-call rule) with their own monotonic clocks, which needs no agreement. The functions
+//!   keep time and durations in whole microseconds.
+//! * **Epochs and origins.** Every transition bumps the epoch except Open → HalfOpen. A permit
+//!   carries the epoch it was admitted in; a result from another epoch is discarded as stale. A
+//!   missing record reads as Closed and starts over with an epoch taken from the clock (so
+//!   permits of a lost record cannot match it) and a new *origin*, which every reply carries.
 //! * **Probes** are fleet-wide: HalfOpen admits at most `half_open.permitted_calls` probes
-//!   across all replicas, each holding a lease with a token and a deadline
-//!   (`half_open.probe_lease`, which must exceed the slowest probe: put the timeout inside).
-//!   An expired lease is reclaimed by the next acquire, not before; the late result of its
-//!   probe, or any result with a token that is no longer the lease's, is stale. Abandoning a
-//!   probe releases its lease.
-//! * **Expiry.** A record that is not Closed never expires (`PTTL` is -1), so a memory policy
-//!   like `volatile-lru` can never evict an Open breaker into admitting everything. A Closed
-//!   record expires after `idle_ttl` without traffic; windows expire with their data. A
-//!   missing record reads as Closed and starts over, with an epoch taken from the clock so
-//!   that permits of a lost record cannot match it. Starting a replica writes nothing.
-//! * **No lock across the call.** Acquire and record are separate atomic scripts; nothing is
+//!   across all replicas, each holding a lease with a token (chosen at random by the replica)
+//!   and a deadline (`half_open.probe_lease`, which must exceed the slowest probe: put the
+//!   timeout inside; `redis_timeout` must be shorter). A probe's result counts while its lease
+//!   is held: until the result or an abandon releases it, or until an acquire after the
+//!   deadline reclaims it; a result whose lease was reclaimed, or whose token is not the
+//!   lease's, is stale. (So a result that arrives after the deadline still counts if no acquire
+//!   has reclaimed its slot meanwhile, exactly as in-process.) A claim that nobody will use
+//!   costs nothing: an admission carries the caller's deadline (its Redis timeout, in the
+//!   functions' clock as estimated from the last reply) and claims no lease once that has
+//!   passed, and a caller that gives up on an admission (a paused or overloaded Redis) sends a
+//!   release for its token right behind it.
+//! * **Expiry.** A record that is not Closed never expires (`PTTL` is -1). A Closed record
+//!   expires after `idle_ttl` without traffic (renewed lazily: between 7/8 of `idle_ttl` and
+//!   `idle_ttl` after its last call); windows, votes, events and configurations expire too.
+//!   Starting a replica writes nothing.
+//! * **No lock across the call.** Acquire and record are separate atomic functions; nothing is
 //!   held while the protected call runs.
-//! * **Round trips.** A replica decides from the state Redis last returned while that view
-//!   is younger than `view_ttl` (100 ms by default): a Closed breaker costs one round trip
-//!   per call (the record, whose answer refreshes the view), an Open breaker one per
-//!   `view_ttl` (so an operator's reset reaches every replica), a HalfOpen breaker that has
-//!   no probe to give one per `view_ttl` or per expiring lease, whichever comes first. `view_ttl = 0` asks Redis on every acquire. A replica that has not
-//!   recorded for a while learns of a fleet-wide trip within `view_ttl`.
-//! * **Batching** (optional): while Closed, outcomes are buffered and sent together every
-//!   `flush_every` or `max_batch` outcomes, whichever comes first; the script applies them
-//!   in order, so a trip happens at the outcome that causes it and the rest of the batch is
-//!   stale. Failures carrying a `Retry-After` hint and every probe are sent at once. A
-//!   replica keeps one batch in flight (sent by the caller whose outcome made it due, or by a
-//!   background flusher; a caller sends at most one, and one that is cancelled mid-send
-//!   gives the role back); outcomes arriving meanwhile wait for the next one, up
-//!   to 16 batches' worth, beyond which they reach only the shadow breaker (counted in
-//!   [`SharedMetrics::lost_records`]): a replica cannot queue more work on Redis than Redis
-//!   applies.
+//! * **Round trips.** A replica decides from the state Redis last returned while that view is
+//!   younger than `view_ttl` (100 ms by default): a Closed breaker costs one round trip per
+//!   call (the record, whose answer refreshes the view), an Open breaker one per `view_ttl` (so
+//!   an operator's reset reaches every replica), a HalfOpen breaker that has no probe to give
+//!   one per `view_ttl` or per expiring lease, whichever comes first. `view_ttl = 0` asks Redis
+//!   on every acquire. A replica that has not recorded for a while learns of a fleet-wide trip
+//!   within `view_ttl`.
+//! * **Batching** (optional, [`Batching`]): while Closed, outcomes are buffered and sent
+//!   together; the functions apply them in order, so a trip happens at the outcome that causes
+//!   it and the rest of the batch is stale. A batch goes out when it holds `max_batch`
+//!   outcomes, when a failure or slow call in it has waited `flush_every`, or when its oldest
+//!   outcome has waited `success_wait`; one call never applies more than `max_batch` outcomes
+//!   (at most [`MAX_BATCH`]), so no replica holds Redis for long. Failures carrying a
+//!   `Retry-After` hint and every probe are sent at once. A replica keeps one batch in flight;
+//!   outcomes arriving meanwhile wait for the next one, up to 16 batches' worth, beyond which
+//!   they reach only the shadow breaker (counted in [`SharedMetrics::lost_records`]).
+//!   [`Batching::lean`] (failures within 10 ms, successes within 250 ms) brings a healthy
+//!   replica at 500 calls/s to a few hundredths of a round trip per call; its reaction delays
+//!   are bounded: the fleet sees this replica's failures within `flush_every` plus a round
+//!   trip, and this replica sees the fleet's trip within `view_ttl`.
 //! * **Calls in flight past the slow-call duration** count as slow before they finish, as in
 //!   the in-process breaker: each replica tracks its own calls with the same cohort rule
-//!   ([`tripline::inflight::InFlight`]), sends its overdue count with every outcome and, once
-//!   per half slow-call duration, with an acquire that asks Redis to evaluate every rule (the
-//!   in-process breaker's periodic check); the script adds the counts of the current epoch
+//!   ([`tripline::inflight::InFlight`]), sends its overdue count with outcomes and, once per
+//!   half slow-call duration, with an acquire that asks Redis to evaluate every rule (the
+//!   in-process breaker's periodic check); the functions add the counts of the current epoch
 //!   that are still fresh.
+//! * **Time windows' success gate.** As in-process, a failure or slow call always evaluates
+//!   the rules; a fast success in a time window evaluates them when the last evaluation found
+//!   fewer than `minimum_calls` calls (or none has happened in this epoch), or when the clock
+//!   has entered a new bucket since the last success evaluated.
 //! * **Quorum** (optional): the breaker trips on the rules only when failures or slow calls
 //!   come from at least `quorum.replicas` distinct replicas within `quorum.within`, so one
-//!   replica with a broken network cannot open it for the fleet.
-//! * **Redis is a dependency too.** Every script call is bounded by `redis_timeout` (25 ms by
-//!   default) and goes through a breaker on Redis itself (a tripline
-//!   [`CircuitBreaker`](tripline::CircuitBreaker), 3 consecutive failures, 1 s open). While
-//!   Redis is unreachable a replica decides with its local shadow breaker, which has seen
-//!   this replica's outcomes all along ([`Fallback::Local`], the default), or rejects
-//!   ([`Fallback::Reject`]); [`SharedBreaker::mode`] and [`SharedMetrics`] say so. Calls in
-//!   flight when Redis stalls time out together and each counts as a failure, so one stall
-//!   longer than `redis_timeout` with three calls in flight opens the breaker on Redis for a
-//!   second; where such stalls are normal, raise `redis_timeout` or give
-//!   [`SharedConfigBuilder::redis_breaker`] a rate-based configuration. It returns
-//!   to shared decisions by itself once a probe call to Redis succeeds. A script call that
-//!   timed out is abandoned by the replica but not by Redis: a paused or overloaded server may
-//!   still run it later, so an outcome counted as lost can still land, and an admission that
-//!   nobody waits for anymore can hold a probe lease until its deadline.
+//!   replica with a broken network cannot open it for the fleet. Votes live in a sorted set by
+//!   time, trimmed to `quorum.within` (and to 10,000 replicas) whenever one is cast or
+//!   counted, so churning replica ids do not pile up.
+//! * **Redis is a dependency too.** Every call is bounded by `redis_timeout` (25 ms by default)
+//!   and goes through a breaker on Redis itself (a tripline
+//!   [`CircuitBreaker`](tripline::CircuitBreaker), 3 consecutive failures, 1 s open). Connecting
+//!   and authenticating happen outside that bound, in a supervisor task that keeps the reason
+//!   of its last failed attempt: a call made without a connection fails at once with that
+//!   reason ([`SharedBreaker::last_redis_error`]), and [`SharedBreaker::check`] reports it, or
+//!   an ACL or an eviction policy that cannot host the breaker, before traffic arrives. Redis
+//!   Cluster redirections and `TRYAGAIN` during a slot migration do not count against the
+//!   breaker on Redis (up to [`REDIRECTIONS_FORGIVEN`] in a row). While Redis is unreachable a
+//!   replica first keeps what it saw: a breaker it last saw Open keeps rejecting until the
+//!   deadline it saw, one it saw ForcedOpen keeps rejecting. Otherwise its local shadow
+//!   breaker decides ([`Fallback::Local`], the default), which has seen this replica's outcomes
+//!   all along and follows the fleet's transitions (it trips with the fleet, so after the
+//!   deadline it probes locally before it closes), or it rejects ([`Fallback::Reject`]);
+//!   [`SharedBreaker::mode`] and [`SharedMetrics`] say so. Calls in flight when Redis stalls
+//!   time out together and each counts as a failure, so one stall longer than `redis_timeout`
+//!   with three calls in flight opens the breaker on Redis for a second; where such stalls are
+//!   normal, raise `redis_timeout` or give [`SharedConfigBuilder::redis_breaker`] a rate-based
+//!   configuration. A call that timed out is abandoned by the replica but not by Redis: a
+//!   paused or overloaded server may still run it later, so an outcome counted as lost can
+//!   still land.
+//! * **Lost state.** A record that is not Closed never expires, but Redis can still lose it: a
+//!   restart without persistence, an `allkeys-*` eviction, a failover to a replica that had not
+//!   received the trip, a `FLUSHALL`. A replica that saw the breaker Open (or HalfOpen, or
+//!   ForcedOpen) within the last `idle_ttl` does not accept a Closed record that cannot follow
+//!   from it (another origin, or an epoch that went back): it keeps its view, counts
+//!   [`SharedMetrics::lost_state`], and brings the state back, once fleet-wide (an event with
+//!   reason `restored`): Open until the deadline it saw (or with no wait left, so that the
+//!   fleet probes before it closes), or ForcedOpen. So deleting a breaker's keys does not reset
+//!   it while replicas remember it: use [`SharedBreaker::reset`]. A window lost while its
+//!   record says it held calls is counted in [`SharedMetrics::lost_windows`].
 //! * **Events.** Exactly one replica performs each transition; it publishes it to its
-//!   subscribers ([`SharedBreaker::subscribe`]) and the script appends it to the events
+//!   subscribers ([`SharedBreaker::subscribe`]) and the functions append it to the events
 //!   stream ([`SharedBreaker::fleet_events`]).
 //!
-//! Every replica of a scope should use the same [`tripline::BreakerConfig`]: the script takes
-//! the configuration from each call.
+//! Every replica of a scope should use the same [`tripline::BreakerConfig`]: each call is
+//! decided with the configuration its version names.
+//!
+//! # Running Redis for tripline
+//! What the guarantees above need from Redis, and what each setting costs.
+//! [`SharedBreaker::check`] reads most of it (`INFO`) and says what is wrong.
+//! * **Version.** Redis 7.0 or later (Functions), or Valkey 7.2 or later.
+//! * **`maxmemory-policy`.** `noeviction` keeps every key; the breaker's functions are flagged
+//!   `allow-oom`, so a trip is still recorded when Redis refuses other writes, and a rejection
+//!   writes nothing at all. `volatile-*` is safe for the state: only Closed breakers' keys carry
+//!   a TTL, so an Open or HalfOpen record is never evicted; under memory pressure a Closed
+//!   breaker's window can be (counted in [`SharedMetrics::lost_windows`]), which delays a trip.
+//!   `allkeys-*` can evict an Open record: `check` refuses it ([`CheckError::UnsafeEviction`]);
+//!   a fleet that runs on it anyway brings lost Open records back (see "Lost state"), but a
+//!   breaker that no replica saw Open is simply gone. Best: a Redis (or a database) of its own,
+//!   or enough memory that nothing is evicted.
+//! * **Persistence.** Without it (`appendonly no`, no RDB) a restart forgets every breaker:
+//!   replicas bring back what they saw Open, the rest start Closed with empty windows. With
+//!   `appendonly yes` (and `appendfsync everysec`, the default) a restart keeps all but about
+//!   the last second. The functions do not `WAIT`: a trip is answered before a replica of Redis
+//!   has it.
+//! * **Replication and failover.** A failover to a replica that lagged behind loses the last
+//!   writes; a breaker that tripped in that gap comes back through the replicas that saw it
+//!   (an epoch that went back is detected). Point the backend at the primary (the functions
+//!   write): through a proxy or a DNS name that follows failovers. Redis Sentinel discovery is
+//!   not built in; resolve the primary with Sentinel and give its URL, or use a proxy.
+//! * **ACLs.** The user needs `+fcall`, `+function|load` (or an administrator loads the library
+//!   once per node with `FUNCTION LOAD`), `+info` for `check` (optional), `+xrevrange` for
+//!   [`SharedBreaker::fleet_events`], and access to the keys under the prefix
+//!   (`~{tripline:*`), e.g. `ACL SETUSER app on >secret ~{tripline:* +fcall +function|load +info
+//!   +xrevrange`. Renamed or disabled `FCALL` cannot work; `check` says so
+//!   ([`CheckError::Functions`]).
+//! * **TLS.** With the `tls` feature, `rediss://host:port/` verifies the server against the
+//!   system's root certificates; [`Backend::single_tls`] takes your own CA (and a client
+//!   certificate for `tls-auth-clients yes`). Managed services (ElastiCache, Memorystore, Azure
+//!   Cache) that require encryption in transit work this way.
+//! * **Cluster.** With the `cluster` feature, [`Backend::cluster`]: a breaker's keys share one
+//!   hash tag, so they live on one node and move together; during a slot migration calls fall
+//!   back for as long as the keys are split (`TRYAGAIN`) without opening the breaker on Redis.
+//!   The library is loaded on every primary, and again on a node that lacks it.
+//! * **Latency.** `redis_timeout` (25 ms by default) bounds every call; it must be shorter than
+//!   `half_open.probe_lease`. A breaker on the same Redis as heavy traffic waits behind it: give
+//!   it a Redis whose p99 is well under `redis_timeout`.
 
 mod backend;
 mod config;
+mod health;
 #[cfg(feature = "server")]
 pub mod server;
 mod store;
 
 pub use backend::Backend;
-pub use config::{Batching, Fallback, Quorum, SharedConfig, SharedConfigBuilder, TimeSource};
+pub use config::{
+    Batching, Fallback, MAX_BATCH, Quorum, SharedConfig, SharedConfigBuilder, TimeSource,
+};
+pub use health::{CheckError, Health};
 pub use store::{
-    FleetEvent, Keys, Mode, SharedBreaker, SharedMetrics, SharedPermit, Snapshot, Transition,
+    FleetEvent, Keys, Mode, REDIRECTIONS_FORGIVEN, SharedBreaker, SharedMetrics, SharedPermit,
+    Snapshot, Transition,
 };

@@ -242,8 +242,8 @@ fn batches_agree_with_records_one_by_one() {
         let shared = SharedConfig::builder()
             .time_source(TimeSource::Local)
             .view_ttl(Duration::from_secs(3600))
-            .redis_timeout(Duration::from_secs(10))
-            .batching(tripline_redis::Batching { flush_every: Duration::from_secs(10), max_batch })
+            .redis_timeout(Duration::from_secs(1))
+            .batching(tripline_redis::Batching { flush_every: Duration::from_secs(10), max_batch, success_wait: None })
             .build()
             .unwrap();
         let redis = {

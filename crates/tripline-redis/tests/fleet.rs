@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use tripline::{BreakerConfig, ManualClock, Outcome, Recorded, State, WindowConfig};
+use tripline::{BreakerConfig, Clock, ManualClock, Outcome, Recorded, State, WindowConfig};
 use tripline_redis::server::{RedisCluster, RedisServer};
 use tripline_redis::{
     Backend, Quorum, SharedBreaker, SharedConfig, SharedConfigBuilder, TimeSource,
@@ -30,7 +30,7 @@ fn shared(replica: &str) -> SharedConfigBuilder {
     SharedConfig::builder()
         .time_source(TimeSource::Local)
         .view_ttl(Duration::ZERO)
-        .redis_timeout(10 * SECOND)
+        .redis_timeout(2 * SECOND)
         .replica_id(replica)
 }
 
@@ -447,6 +447,9 @@ async fn a_lost_record_reads_closed_and_a_new_replica_resets_nothing() {
         a.reset().await.unwrap();
         a.acquire().await.unwrap()
     };
+    // Every replica has seen the reset (a replica that last saw the breaker Open would bring
+    // the Open state back: see the resilience tests).
+    assert_eq!(late_joiner.refresh().await.unwrap().state, State::Closed);
     server.cli(&["DEL", &a.keys().record]).unwrap();
     clock.advance(SECOND);
     let p = late_joiner.acquire().await.unwrap();
@@ -552,4 +555,88 @@ async fn the_quorum_counts_slow_calls_too() {
         p.record(Outcome::Success).await;
     }
     assert_eq!(a.refresh().await.unwrap().state, State::Open);
+}
+
+/// No replica admits a call while any replica's last view of the breaker is Open and
+/// unexpired: not while Redis is killed, not when it comes back empty, not while it is paused.
+/// At the deadline the fleet probes with K probes, as one breaker.
+#[tokio::test]
+async fn no_admit_while_any_replicas_view_is_open() {
+    let mut server = RedisServer::start().unwrap();
+    let clock = ManualClock::new();
+    let url = server.url();
+    let fleet: Vec<_> = (0..6)
+        .map(|i| {
+            replica_with(
+                Target::Single(&url),
+                "dep:views",
+                config(1),
+                &clock,
+                shared(&format!("r{i}")).redis_timeout(Duration::from_millis(200)),
+            )
+        })
+        .collect();
+    trip(&fleet[0]).await;
+    let open_until = fleet[0].refresh().await.unwrap().open_until_micros;
+    for b in &fleet {
+        assert!(b.acquire().await.is_err());
+    }
+    // Whether some replica's last view is Open with a deadline still ahead (manual clock).
+    let any_open_view = |fleet: &[SharedBreaker<ManualClock>]| {
+        clock.now() / 1000 < open_until
+            && fleet
+                .iter()
+                .any(|b| b.last_known_state() == Some(State::Open))
+    };
+    let assert_none_admitted = |phase: &'static str| {
+        let fleet = &fleet;
+        async move {
+            assert!(
+                any_open_view(fleet),
+                "{phase}: no replica holds an Open view"
+            );
+            for b in fleet {
+                for i in 0..5 {
+                    if let Ok(p) = b.acquire().await {
+                        panic!(
+                            "{phase}: {} admitted call {i} (probe {}, local {}) while a view is Open",
+                            b.replica(),
+                            p.is_probe(),
+                            p.is_local()
+                        );
+                    }
+                }
+            }
+        }
+    };
+    assert_none_admitted("Redis up").await;
+    clock.advance(SECOND);
+    server.kill();
+    assert_none_admitted("Redis killed").await;
+    clock.advance(SECOND);
+    server.restart().unwrap();
+    for b in &fleet {
+        b.check(10 * SECOND).await.unwrap();
+    }
+    assert_none_admitted("Redis back, empty").await;
+    clock.advance(SECOND);
+    server.cli(&["CLIENT", "PAUSE", "300", "WRITE"]).unwrap();
+    assert_none_admitted("Redis paused").await;
+    clock.advance(6 * SECOND + Duration::from_millis(999));
+    assert_none_admitted("just before the deadline").await;
+    // The deadline: one probe, fleet-wide, decided by Redis.
+    clock.advance(Duration::from_millis(1));
+    let mut probes = Vec::new();
+    for b in &fleet {
+        b.check(10 * SECOND).await.unwrap();
+        for _ in 0..5 {
+            if let Ok(p) = b.acquire().await {
+                assert!(p.is_probe() && !p.is_local());
+                probes.push(p);
+            }
+        }
+    }
+    assert_eq!(probes.len(), 1);
+    let restores: u64 = fleet.iter().map(|b| b.metrics().restores).sum();
+    assert_eq!(restores, 1);
 }

@@ -6,7 +6,7 @@
 //!
 //! MODE is `shared` (a `tripline_redis::SharedBreaker`, exact mode, default `view_ttl`,
 //! `TimeSource::Redis`), `batched` (the same with `Batching { flush_every: 10ms,
-//! max_batch: 256 }`) or `local` (an in-process `tripline::CircuitBreaker`). Every mode uses the
+//! max_batch: 256 }`), `lean` (the same with `Batching::lean()`) or `local` (an in-process `tripline::CircuitBreaker`). Every mode uses the
 //! same rules: count window 20, minimum 10 calls, failure rate 50 %, open 30 s.
 //!
 //! The replica makes one call at each instant `T0 + PHASE + k * INTERVAL` (wall clock, UNIX
@@ -117,15 +117,12 @@ fn main() {
 
     let breaker = {
         let _g = rt.enter();
-        let shared = |batching: bool| {
+        let shared = |batching: Option<Batching>| {
             let mut b = SharedConfig::builder()
                 .time_source(TimeSource::Redis)
                 .replica_id(id.clone());
-            if batching {
-                b = b.batching(Batching {
-                    flush_every: Duration::from_millis(10),
-                    max_batch: 256,
-                });
+            if let Some(batching) = batching {
+                b = b.batching(batching);
             }
             let backend = Backend::single(&url).expect("backend");
             Breaker::Shared(
@@ -134,10 +131,15 @@ fn main() {
             )
         };
         match mode.as_str() {
-            "shared" => shared(false),
-            "batched" => shared(true),
+            "shared" => shared(None),
+            "batched" => shared(Some(Batching {
+                flush_every: Duration::from_millis(10),
+                max_batch: 256,
+                success_wait: None,
+            })),
+            "lean" => shared(Some(Batching::lean())),
             "local" => Breaker::Local(CircuitBreaker::new(scope.clone(), config())),
-            other => panic!("mode must be shared, batched or local, not {other:?}"),
+            other => panic!("mode must be shared, batched, lean or local, not {other:?}"),
         }
     };
 

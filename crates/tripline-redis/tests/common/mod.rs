@@ -52,7 +52,7 @@ impl RedisSubject {
             .time_source(TimeSource::Local)
             .view_ttl(view_ttl)
             // Generous: a loaded test machine must not push a call into the fallback.
-            .redis_timeout(Duration::from_secs(10))
+            .redis_timeout(Duration::from_secs(1))
             .replica_id("conformance")
             .build()
             .unwrap();
