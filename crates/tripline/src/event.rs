@@ -75,7 +75,9 @@ pub enum EventKind {
     Rejected {
         /// The refusing state.
         state: State,
-        /// Time until a probe may be admitted.
+        /// Why.
+        reason: crate::RejectReason,
+        /// Time until a probe may be admitted (see [`crate::RejectReason`]).
         retry_after: Option<Duration>,
     },
     /// A result arrived for an older generation (or an expired probe lease) and was discarded.

@@ -79,19 +79,25 @@ mod event;
 pub mod inflight;
 mod lifecycle;
 pub mod observe;
+mod operator;
 mod outcome;
 pub mod registry;
 mod state;
 mod sync;
 mod window;
 
-pub use breaker::{CircuitBreaker, Metrics, OwnedPermit, Permit, Recorded};
+pub use breaker::{
+    CircuitBreaker, KindCounts, Metrics, OwnedPermit, Permit, ProbeCounts, Recorded, Rejections,
+};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use config::{Backoff, BreakerConfig, BreakerConfigBuilder, HalfOpenPolicy, WindowConfig};
-pub use error::{BreakerName, CallError, ConfigError, Rejected};
+pub use config::{
+    AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureKindWeights, HalfOpenPolicy,
+    WindowConfig,
+};
+pub use error::{BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError};
 pub use event::{Event, EventKind, EventLog, Listener, Reason};
-pub use outcome::{Classification, Classify, Outcome, ResultClassifier};
+pub use outcome::{Classification, Classify, FailureKind, Outcome, ResultClassifier};
 pub use state::State;
 pub use window::WindowSnapshot;
