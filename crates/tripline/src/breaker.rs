@@ -273,15 +273,6 @@ struct Lane {
     inflight: InFlight,
 }
 
-/// The refusal counter of a state (Open 0, HalfOpen 1, ForcedOpen 2).
-#[inline]
-const fn rejection_slot(state: State) -> usize {
-    match state {
-        State::HalfOpen => 1,
-        State::ForcedOpen => 2,
-        _ => 0,
-    }
-}
 
 impl Lane {
     fn new(slow_nanos: u64) -> Self {
@@ -1538,6 +1529,65 @@ impl<C: Clock> Inner<C> {
         }
     }
 
+    /// What a failure weighs, or how it was recorded instead of counting in the window (its
+    /// kind weighs 0, or it is lumped into an earlier one).
+    #[inline(never)]
+    fn admit_failure(
+        &self,
+        generation: u64,
+        now: u64,
+        kind: Option<FailureKind>,
+        slow: bool,
+    ) -> Result<u32, Recorded> {
+        let mut weight = 1;
+        if let Some(kind) = kind {
+            weight = self.hot.weight(kind);
+            if weight == 0 {
+                self.count_kind(kind);
+                self.lane().1.count(Outcome::Ignored, slow);
+                return Err(Recorded::Ignored);
+            }
+        }
+        let lump = self.hot.lump_nanos.load(Ordering::Relaxed);
+        if lump != 0 && self.lumped(generation, now, lump) {
+            if let Some(kind) = kind {
+                self.count_kind(kind);
+            }
+            self.cold().lumped.fetch_add(1, Ordering::Relaxed);
+            self.lane().1.count(Outcome::Failure, slow);
+            return Err(Recorded::Lumped);
+        }
+        Ok(weight)
+    }
+
+    /// After a failure landed in the window: its further outcomes if it weighs more than one
+    /// (a reset meanwhile ends them), its kind, the run of failures. Returns the run if the
+    /// consecutive rule fires.
+    #[inline(never)]
+    fn counted_failure(
+        &self,
+        generation: u64,
+        now: u64,
+        sample: Sample,
+        weight: u32,
+        kind: Option<FailureKind>,
+    ) -> Option<u64> {
+        for _ in 1..weight {
+            if self.window.record(generation, now, sample).is_none() {
+                break;
+            }
+        }
+        if let Some(kind) = kind {
+            self.count_kind(kind);
+        }
+        let n = self.hot.consecutive_failure(generation, weight);
+        self.hot
+            .success_mark
+            .store(self.successes(), Ordering::Relaxed);
+        let limit = self.hot.consecutive_limit.load(Ordering::Relaxed);
+        (limit != 0 && n >= limit).then_some(u64::from(n))
+    }
+
     /// Successes counted so far (every lane).
     fn successes(&self) -> u64 {
         self.lanes()
@@ -1574,7 +1624,7 @@ impl<C: Clock> Inner<C> {
                     let now = self.clock.recent();
                     let until = self.open_until.load(Ordering::Acquire);
                     if now < until {
-                        return Err(self.reject(State::Open, Some(until - now), now));
+                        return Err(self.reject::<0>(Some(until - now), now));
                     }
                     self.open_to_half_open(word, self.clock.now());
                 }
@@ -1591,7 +1641,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(self.reject(State::ForcedOpen, None, 0));
+                    return Err(self.reject::<2>(None, 0));
                 }
             }
         }
@@ -1617,21 +1667,18 @@ impl<C: Clock> Inner<C> {
         snap
     }
 
+    /// A refusal by the state of slot `SLOT` of `Lane::rejected` (Open 0, HalfOpen 1,
+    /// ForcedOpen 2); the slot is a constant, so the counter, the state and the reason cost
+    /// nothing to find.
     #[cold]
-    fn reject(&self, state: State, retry_after: Option<u64>, now: u64) -> Rejected {
-        self.lane().1.rejected[rejection_slot(state)].fetch_add(1, Ordering::Relaxed);
-        let retry_after = retry_after.map(Duration::from_nanos);
+    fn reject<const SLOT: usize>(&self, retry_after: Option<u64>, now: u64) -> Rejected {
+        const STATES: [State; 3] = [State::Open, State::HalfOpen, State::ForcedOpen];
+        let state = STATES[SLOT];
         let reason = RejectReason::of_state(state);
+        self.lane().1.rejected[SLOT].fetch_add(1, Ordering::Relaxed);
+        let retry_after = retry_after.map(Duration::from_nanos);
         if let Some(cold) = self.call_events() {
-            cold.hub.call_event(
-                now,
-                &self.name,
-                EventKind::Rejected {
-                    state,
-                    reason,
-                    retry_after,
-                },
-            );
+            Self::rejection_event(cold, &self.name, state, reason, retry_after, now);
         }
         Rejected {
             breaker: self.name.clone(),
@@ -1639,6 +1686,27 @@ impl<C: Clock> Inner<C> {
             reason,
             retry_after,
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rejection_event(
+        cold: &Cold,
+        name: &BreakerName,
+        state: State,
+        reason: RejectReason,
+        retry_after: Option<Duration>,
+        now: u64,
+    ) {
+        cold.hub.call_event(
+            now,
+            name,
+            EventKind::Rejected {
+                state,
+                reason,
+                retry_after,
+            },
+        );
     }
 
     fn stale(&self, permit_generation: u64, now: u64) -> Recorded {
@@ -1741,22 +1809,9 @@ impl<C: Clock> Inner<C> {
             }
             Outcome::Success => false,
             Outcome::Failure => {
-                if let Some(kind) = c.kind {
-                    weight = self.hot.weight(kind);
-                    if weight == 0 {
-                        self.count_kind(kind);
-                        self.lane().1.count(Outcome::Ignored, slow);
-                        return Recorded::Ignored;
-                    }
-                }
-                let lump = self.hot.lump_nanos.load(r);
-                if lump != 0 && self.lumped(generation, now, lump) {
-                    if let Some(kind) = c.kind {
-                        self.count_kind(kind);
-                    }
-                    self.cold().lumped.fetch_add(1, r);
-                    self.lane().1.count(Outcome::Failure, slow);
-                    return Recorded::Lumped;
+                match self.admit_failure(generation, now, c.kind, slow) {
+                    Ok(w) => weight = w,
+                    Err(recorded) => return recorded,
                 }
                 true
             }
@@ -1771,29 +1826,15 @@ impl<C: Clock> Inner<C> {
         let Some(filling) = self.window.record(generation, now, sample) else {
             return self.stale(generation, now);
         };
-        // A weighted failure adds its further outcomes; a reset meanwhile ends them.
-        for _ in 1..weight {
-            if self.window.record(generation, now, sample).is_none() {
-                break;
-            }
-        }
         self.lane().1.count(c.outcome, slow);
         // Per-outcome events: a listener's outcome event would carry `c.kind` (the failure's
         // kind) and `weight` from here.
-        let mut consecutive = None;
-        if failure {
-            if let Some(kind) = c.kind {
-                self.count_kind(kind);
-            }
-            let n = self.hot.consecutive_failure(generation, weight);
-            self.hot.success_mark.store(self.successes(), r);
-            let limit = self.hot.consecutive_limit.load(r);
-            if limit != 0 && n >= limit {
-                consecutive = Some(u64::from(n));
-            }
+        let consecutive = if failure {
+            self.counted_failure(generation, now, sample, weight, c.kind)
         } else {
             self.hot.consecutive_success(generation);
-        }
+            None
+        };
         if word.state() == State::MetricsOnly {
             self.shadow_evaluate(word, now, consecutive);
         } else if failure
@@ -1978,7 +2019,7 @@ impl<C: Clock> Inner<C> {
             .map(|l| l.deadline.saturating_sub(now))
             .min();
         drop(core);
-        Some(Err(self.reject(State::HalfOpen, retry, now)))
+        Some(Err(self.reject::<1>(retry, now)))
     }
 
     fn record_probe(

@@ -1099,7 +1099,7 @@ impl<C: Clock + Clone> Registry<C> {
     /// breaker's follow its transitions.
     ///
     /// # Cardinality
-    /// Each key has its own series (about 30), so keys that come and go (tenants, hosts) would
+    /// Each key has its own series (37), so keys that come and go (tenants, hosts) would
     /// grow a recorder without end. The registry bounds what is live: at most `max_breakers`
     /// keys; an evicted key's state gauges drop to 0 and none of its series is touched again,
     /// so an exporter that forgets idle series keeps the series to the live keys (for
