@@ -2102,7 +2102,10 @@ mod tests {
                 b().failure_kind_weight(FailureKind::RateLimited, 0),
                 "failure_kinds",
             ),
-            (b().lumping_interval(Duration::from_secs(1)), "lumping_interval"),
+            (
+                b().lumping_interval(Duration::from_secs(1)),
+                "lumping_interval",
+            ),
             (b().call_durations(true), "call_durations"),
         ] {
             let err = hosted(&config.build().unwrap()).unwrap_err();

@@ -273,7 +273,6 @@ struct Lane {
     inflight: InFlight,
 }
 
-
 impl Lane {
     fn new(slow_nanos: u64) -> Self {
         Self {

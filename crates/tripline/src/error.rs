@@ -247,7 +247,15 @@ impl fmt::Display for Rejected {
                 RejectReason::ProbesBusy => "a probe slot frees",
                 _ => "next probe",
             };
-            write!(f, "; {what} in {}", crate::config::fmt_d(d))?;
+            // To the millisecond, rounded up: a probe is never sooner than said.
+            let shown = if d >= Duration::from_millis(1) {
+                Duration::from_millis(
+                    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+                )
+            } else {
+                d
+            };
+            write!(f, "; {what} in {}", crate::config::fmt_d(shown))?;
         }
         Ok(())
     }

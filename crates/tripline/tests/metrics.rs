@@ -156,23 +156,69 @@ fn every_tuning_figure_reaches_the_recorder() {
         l.push((k, v));
         l
     };
-    assert_eq!(counter(&all, "tripline_breaker_calls_total", &with("outcome", "failure")), 2);
-    assert_eq!(counter(&all, "tripline_breaker_slow_calls_total", &with("outcome", "success")), 1);
-    assert_eq!(counter(&all, "tripline_breaker_slow_calls_total", &with("outcome", "failure")), 1);
     assert_eq!(
-        counter(&all, "tripline_breaker_failures_by_kind_total", &with("kind", "timeout")),
+        counter(
+            &all,
+            "tripline_breaker_calls_total",
+            &with("outcome", "failure")
+        ),
+        2
+    );
+    assert_eq!(
+        counter(
+            &all,
+            "tripline_breaker_slow_calls_total",
+            &with("outcome", "success")
+        ),
         1
     );
     assert_eq!(
-        counter(&all, "tripline_breaker_failures_by_kind_total", &with("kind", "unavailable")),
+        counter(
+            &all,
+            "tripline_breaker_slow_calls_total",
+            &with("outcome", "failure")
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &all,
+            "tripline_breaker_failures_by_kind_total",
+            &with("kind", "timeout")
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &all,
+            "tripline_breaker_failures_by_kind_total",
+            &with("kind", "unavailable")
+        ),
         1
     );
     // Three calls, fewer than six: not yet evaluated.
     assert!(gauge(&all, "tripline_breaker_failure_rate", &at).is_nan());
     assert!(gauge(&all, "tripline_breaker_slow_call_rate", &at).is_nan());
-    assert_eq!(gauge(&all, "tripline_breaker_window_call_duration_seconds", &at), 5.1);
-    assert_eq!(gauge(&all, "tripline_breaker_window_mean_call_duration_seconds", &at), 1.7);
-    assert_eq!(gauge(&all, "tripline_breaker_consecutive_calls", &with("outcome", "failure")), 2.0);
+    assert_eq!(
+        gauge(&all, "tripline_breaker_window_call_duration_seconds", &at),
+        5.1
+    );
+    assert_eq!(
+        gauge(
+            &all,
+            "tripline_breaker_window_mean_call_duration_seconds",
+            &at
+        ),
+        1.7
+    );
+    assert_eq!(
+        gauge(
+            &all,
+            "tripline_breaker_consecutive_calls",
+            &with("outcome", "failure")
+        ),
+        2.0
+    );
 
     for _ in 0..3 {
         rec(Outcome::Success.into(), Duration::from_millis(1));
@@ -182,8 +228,18 @@ fn every_tuning_figure_reaches_the_recorder() {
     m.update(&b);
     let all = series(&snap);
     assert_eq!(gauge(&all, "tripline_breaker_failure_rate", &at), 3.0 / 7.0);
-    assert_eq!(counter(&all, "tripline_breaker_lumped_failures_total", &at), 1);
-    assert_eq!(gauge(&all, "tripline_breaker_consecutive_calls", &with("outcome", "success")), 0.0);
+    assert_eq!(
+        counter(&all, "tripline_breaker_lumped_failures_total", &at),
+        1
+    );
+    assert_eq!(
+        gauge(
+            &all,
+            "tripline_breaker_consecutive_calls",
+            &with("outcome", "success")
+        ),
+        0.0
+    );
 
     // Probes and refusals per state.
     b.trip();
@@ -199,13 +255,27 @@ fn every_tuning_figure_reaches_the_recorder() {
     let all = series(&snap);
     for (state, n) in [("open", 1), ("half-open", 1), ("forced-open", 1)] {
         assert_eq!(
-            counter(&all, "tripline_breaker_rejected_calls_total", &with("state", state)),
+            counter(
+                &all,
+                "tripline_breaker_rejected_calls_total",
+                &with("state", state)
+            ),
             n,
             "{state}"
         );
     }
-    assert_eq!(gauge(&all, "tripline_breaker_probes", &with("status", "admitted")), 1.0);
-    assert_eq!(gauge(&all, "tripline_breaker_probes", &with("status", "in_flight")), 1.0);
+    assert_eq!(
+        gauge(&all, "tripline_breaker_probes", &with("status", "admitted")),
+        1.0
+    );
+    assert_eq!(
+        gauge(
+            &all,
+            "tripline_breaker_probes",
+            &with("status", "in_flight")
+        ),
+        1.0
+    );
     drop((probe, probe2));
 }
 
@@ -241,11 +311,21 @@ fn a_registrys_state_series_stay_bounded_by_its_live_keys() {
     let (r, clock) = registry(5);
     let tenant = |i: u32| Key::scoped("payments", ScopeKind::Tenant, &format!("t{i}")).unwrap();
     let state_of = |text: &str, scope: &str| -> Vec<String> {
-        scrape(text, "tripline_breaker_state", &[&format!("scope=\"{scope}\"")])
-            .into_iter()
-            .filter(|(_, v)| *v == 1.0)
-            .map(|(s, _)| s.rsplit_once("state=\"").unwrap().1.trim_end_matches("\"}").to_string())
-            .collect()
+        scrape(
+            text,
+            "tripline_breaker_state",
+            &[&format!("scope=\"{scope}\"")],
+        )
+        .into_iter()
+        .filter(|(_, v)| *v == 1.0)
+        .map(|(s, _)| {
+            s.rsplit_once("state=\"")
+                .unwrap()
+                .1
+                .trim_end_matches("\"}")
+                .to_string()
+        })
+        .collect()
     };
     metrics::with_local_recorder(&recorder, || {
         for i in 0..40 {

@@ -101,7 +101,10 @@ fn recording_with_durations_kinds_and_lumping_does_not_allocate() {
             }
             let _ = breaker.metrics();
         });
-        assert_eq!(n, 0, "recording with durations, kinds and lumping allocated");
+        assert_eq!(
+            n, 0,
+            "recording with durations, kinds and lumping allocated"
+        );
     }
 }
 

@@ -78,7 +78,10 @@ fn every_operator_edge_is_a_transition_and_every_missing_one_is_refused() {
             let exists = from.operator_targets().contains(&to);
             let refused = matches!(
                 (from, to),
-                (State::Closed | State::Disabled | State::MetricsOnly, State::HalfOpen)
+                (
+                    State::Closed | State::Disabled | State::MetricsOnly,
+                    State::HalfOpen
+                )
             );
             assert_eq!(exists, !refused, "{from} -> {to}");
             if refused {
@@ -253,7 +256,12 @@ fn half_open_from_half_open_does_nothing() {
 /// and are discarded, whichever edge it took.
 #[test]
 fn results_admitted_before_an_operator_transition_are_stale() {
-    for to in [State::Closed, State::Open, State::MetricsOnly, State::ForcedOpen] {
+    for to in [
+        State::Closed,
+        State::Open,
+        State::MetricsOnly,
+        State::ForcedOpen,
+    ] {
         let (b, _clock) = plain();
         let p = b.try_acquire().unwrap();
         b.transition_to(to).unwrap();
@@ -370,9 +378,15 @@ fn the_new_settings_read_from_toml_and_round_trip() {
     let err = toml::from_str::<BreakerConfig>("[failure_kinds]\ntimeout = 11\n")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("failure_kinds.timeout must be in [0, 10], got 11"), "{err}");
+    assert!(
+        err.contains("failure_kinds.timeout must be in [0, 10], got 11"),
+        "{err}"
+    );
     let err = toml::from_str::<BreakerConfig>("lumping_interval = \"2h\"\n")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("lumping_interval must be between 1ms and 1h"), "{err}");
+    assert!(
+        err.contains("lumping_interval must be between 1ms and 1h"),
+        "{err}"
+    );
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tripline::{
     BreakerConfig, CircuitBreaker, Classification, EventKind, EventLog, FailureKind, ManualClock,
-    Outcome, RejectReason, Recorded, State,
+    Outcome, Recorded, RejectReason, State,
 };
 
 const S: Duration = Duration::from_secs(1);
@@ -47,12 +47,18 @@ fn an_explicit_duration_decides_slowness_instead_of_the_elapsed_time() {
     // Granted, then an hour passes on the breaker's clock: the caller measured 1 s.
     let p = b.try_acquire().unwrap();
     clock.advance(Duration::from_secs(3600));
-    assert_eq!(p.record_with_duration(Outcome::Success, S), Recorded::Counted);
+    assert_eq!(
+        p.record_with_duration(Outcome::Success, S),
+        Recorded::Counted
+    );
     // Granted and recorded at once: the caller measured 3 s.
     assert_eq!(timed(&b, Outcome::Success, 3 * S), Recorded::Counted);
     assert_eq!(timed(&b, Outcome::Failure, 5 * S), Recorded::Counted);
     let m = b.metrics();
-    assert_eq!((m.slow_successful_calls, m.slow_failed_calls, m.slow_calls), (1, 1, 2));
+    assert_eq!(
+        (m.slow_successful_calls, m.slow_failed_calls, m.slow_calls),
+        (1, 1, 2)
+    );
     assert_eq!(m.window.slow_calls, 2);
 
     // The same for a probe: a fast-measured probe closes, though it took long on the clock.
@@ -66,7 +72,10 @@ fn an_explicit_duration_decides_slowness_instead_of_the_elapsed_time() {
     clock.advance(10 * S);
     let p = b.try_acquire().unwrap();
     clock.advance(60 * S);
-    assert_eq!(p.record_with_duration(Outcome::Success, MS), Recorded::Counted);
+    assert_eq!(
+        p.record_with_duration(Outcome::Success, MS),
+        Recorded::Counted
+    );
     assert_eq!(b.state(), State::Closed);
     // And a slow-measured one reopens.
     b.trip();
@@ -80,7 +89,10 @@ fn an_explicit_duration_decides_slowness_instead_of_the_elapsed_time() {
 fn the_window_keeps_its_calls_durations_when_asked() {
     let (b, _clock) = breaker(count(3, 3).call_durations(true));
     let m = b.metrics();
-    assert_eq!((m.total_duration, m.mean_duration), (Some(Duration::ZERO), None));
+    assert_eq!(
+        (m.total_duration, m.mean_duration),
+        (Some(Duration::ZERO), None)
+    );
     timed(&b, Outcome::Success, 100 * MS);
     timed(&b, Outcome::Success, 200 * MS);
     timed(&b, Outcome::Success, 600 * MS);
@@ -104,7 +116,10 @@ fn the_window_keeps_its_calls_durations_when_asked() {
     // Off by default: nothing to show.
     let (b, _clock) = breaker(count(3, 3));
     timed(&b, Outcome::Success, S);
-    assert_eq!((b.metrics().total_duration, b.metrics().mean_duration), (None, None));
+    assert_eq!(
+        (b.metrics().total_duration, b.metrics().mean_duration),
+        (None, None)
+    );
 }
 
 #[test]
@@ -119,7 +134,10 @@ fn a_time_window_keeps_durations_per_bucket_and_they_expire_with_it() {
     clock.advance(5 * S);
     timed(&b, Outcome::Success, 300 * MS);
     let m = b.metrics();
-    assert_eq!((m.total_duration, m.mean_duration), (Some(400 * MS), Some(200 * MS)));
+    assert_eq!(
+        (m.total_duration, m.mean_duration),
+        (Some(400 * MS), Some(200 * MS))
+    );
     clock.advance(5 * S); // the first bucket leaves the window
     let m = b.metrics();
     assert_eq!((m.window.calls, m.total_duration), (1, Some(300 * MS)));
@@ -135,7 +153,12 @@ fn a_time_window_keeps_durations_per_bucket_and_they_expire_with_it() {
 #[test]
 fn call_durations_cannot_change_on_a_live_breaker() {
     let (b, _clock) = breaker(count(3, 3));
-    let with = b.config().to_builder().call_durations(true).build().unwrap();
+    let with = b
+        .config()
+        .to_builder()
+        .call_durations(true)
+        .build()
+        .unwrap();
     let err = b.reconfigure(with).unwrap_err();
     assert_eq!(err.field(), "window");
     assert!(err.value().contains("call durations"), "{err}");
@@ -165,12 +188,18 @@ fn refusals_are_counted_per_state_and_say_why() {
     let r = b.try_acquire().unwrap_err();
     assert_eq!((r.state(), r.reason()), (State::Open, RejectReason::Open));
     assert_eq!(r.retry_after(), Some(10 * S));
-    assert_eq!(r.to_string(), "circuit breaker 'dep' is open; next probe in 10s");
+    assert_eq!(
+        r.to_string(),
+        "circuit breaker 'dep' is open; next probe in 10s"
+    );
     clock.advance(10 * S);
     let probe = b.try_acquire().unwrap();
     clock.advance(4 * S);
     let r = b.try_acquire().unwrap_err();
-    assert_eq!((r.state(), r.reason()), (State::HalfOpen, RejectReason::ProbesBusy));
+    assert_eq!(
+        (r.state(), r.reason()),
+        (State::HalfOpen, RejectReason::ProbesBusy)
+    );
     // Until the probe's lease (30 s from its start) expires.
     assert_eq!(r.retry_after(), Some(26 * S));
     assert_eq!(
@@ -179,11 +208,18 @@ fn refusals_are_counted_per_state_and_say_why() {
     );
     b.force_open();
     let r = b.try_acquire().unwrap_err();
-    assert_eq!((r.reason(), r.retry_after()), (RejectReason::ForcedOpen, None));
+    assert_eq!(
+        (r.reason(), r.retry_after()),
+        (RejectReason::ForcedOpen, None)
+    );
     let _ = b.try_acquire();
     let m = b.metrics();
     assert_eq!(
-        (m.rejections.open, m.rejections.half_open, m.rejections.forced_open),
+        (
+            m.rejections.open,
+            m.rejections.half_open,
+            m.rejections.forced_open
+        ),
         (1, 1, 2)
     );
     assert_eq!(m.rejected_calls, 4);
@@ -202,7 +238,10 @@ fn refusals_are_counted_per_state_and_say_why() {
             retry_after: None
         }
     )));
-    assert_eq!(RejectReason::of_state(State::HalfOpen).as_str(), "probes_busy");
+    assert_eq!(
+        RejectReason::of_state(State::HalfOpen).as_str(),
+        "probes_busy"
+    );
 }
 
 #[test]
@@ -213,10 +252,16 @@ fn probe_counts_are_live_and_belong_to_the_round() {
     clock.advance(10 * S);
     let p: Vec<_> = (0..4).map(|_| b.try_acquire().unwrap()).collect();
     let m = b.metrics().probes;
-    assert_eq!((m.admitted, m.in_flight, m.succeeded, m.failed), (4, 4, 0, 0));
+    assert_eq!(
+        (m.admitted, m.in_flight, m.succeeded, m.failed),
+        (4, 4, 0, 0)
+    );
     let mut p = p.into_iter();
     let _ = p.next().unwrap().record(Outcome::Success);
-    let _ = p.next().unwrap().record_with_duration(Outcome::Success, 2 * S);
+    let _ = p
+        .next()
+        .unwrap()
+        .record_with_duration(Outcome::Success, 2 * S);
     drop(p.next().unwrap()); // abandoned: admitted, no result
     let m = b.metrics().probes;
     assert_eq!(
@@ -278,7 +323,10 @@ fn failures_are_counted_by_kind() {
     assert_eq!(m.failed_calls, 5);
     // A success's kind means nothing.
     assert!(record(&b, Outcome::Success).counted());
-    let _ = record(&b, Classification::new(Outcome::Success).with_kind(FailureKind::Other));
+    let _ = record(
+        &b,
+        Classification::new(Outcome::Success).with_kind(FailureKind::Other),
+    );
     assert_eq!(b.metrics().failures_by_kind.get(FailureKind::Other), 0);
 }
 
@@ -360,7 +408,10 @@ fn probe_kinds_count_once_and_ignored_kinds_free_their_slot() {
     let _ = r.record_classified(Classification::failure(FailureKind::Timeout));
     // One failed probe of two: 50 % reopens; the timeout counted as one probe, not five.
     assert_eq!(b.state(), State::Open);
-    assert_eq!(b.metrics().failures_by_kind.get(FailureKind::RateLimited), 1);
+    assert_eq!(
+        b.metrics().failures_by_kind.get(FailureKind::RateLimited),
+        1
+    );
 }
 
 /// Semian's lumping: failures within the interval of the last counted one count once.
