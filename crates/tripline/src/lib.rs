@@ -53,6 +53,14 @@
 //!   reclaimed by the next acquire, and its late result is refused as stale.
 //! * Calls still in flight past the slow-call duration count as slow (see the rule in
 //!   [`WindowSnapshot::in_flight_slow`] and the `inflight` notes in the README).
+//! * Operators move a breaker with [`CircuitBreaker::transition_to`] and its `transition_to_*`
+//!   siblings along the edges of [`State::operator_targets`]; a missing edge (HalfOpen from
+//!   Disabled, say) is a [`TransitionError`] that lists the edges there are.
+//! * A refusal says why ([`RejectReason`]) and what its `retry_after` means; a classifier may
+//!   label a failure with a [`FailureKind`] that the breaker counts, ignores or weighs.
+//!
+//! Coming from resilience4j, gobreaker, Polly or failsafe-go: `docs/porting.md` in the
+//! repository maps their settings and calls to these, with the deliberate differences.
 //!
 //! ## Features
 //! * `serde` (default): configurations from TOML or JSON, durations written like `"250ms"`.
