@@ -1,4 +1,4 @@
-#!lua name=tripline_2
+#!lua name=tripline_3
 -- tripline shared breaker: the rules of tripline's in-process breaker as a Redis 7 Functions
 -- library. Loaded once per node (FUNCTION LOAD); every helper below is created at load time,
 -- not per call. Each function runs atomically.
@@ -15,7 +15,7 @@
 --   5 events    stream of transitions, capped.
 --   6 config    hash: version -> configuration (comma-separated numbers, see FIELDS).
 --
--- ARGV (every function but tripline_2_config)
+-- ARGV (every function but tripline_3_config)
 --   1 now in microseconds, or "" to use Redis TIME (clamped so it never goes backwards)
 --   2 replica id
 --   3 configuration version (a field of the config hash)
@@ -49,6 +49,7 @@ local FIELDS = {
   'idle',    -- idle TTL of a Closed record, ms
   'quorum',  -- distinct failing replicas needed to trip, 0 = off
   'qwithin', -- how recent a replica's failure must be to count, us
+  'jitter',  -- the open wait's jitter range, us
 }
 local MAX_VOTERS = 10000
 local MAX_BATCH = 100000
@@ -466,20 +467,27 @@ end
 
 -- Transitions --------------------------------------------------------------------------------
 
+-- As in-process: with backoff, no wait exceeds the backoff cap, jitter and hints included; a
+-- grown wait is capped at cap - jitter range (but not below the base wait), so the jitter still
+-- spreads replicas at the cap.
 local function open_wait(hint)
   local wait = CFG.open
   local lv = geti('lv')
   if CFG.mult > 0 then
+    local room = math.max(CFG.maxopen - CFG.jitter, CFG.open)
     local grown = CFG.open * CFG.mult ^ math.min(lv, 1000)
-    if grown < CFG.maxopen then
+    if grown < room then
       wait = math.floor(grown)
     else
-      wait = CFG.maxopen
+      wait = room
     end
   end
   wait = wait + jitter
   if hint and hint > 0 then
     wait = math.max(wait, math.min(hint, CFG.maxhint))
+  end
+  if CFG.mult > 0 then
+    wait = math.min(wait, CFG.maxopen)
   end
   return wait
 end
@@ -1007,13 +1015,13 @@ local function config(keys, args)
 end
 
 local OOM = { 'allow-oom' }
-redis.register_function { function_name = 'tripline_2_admit', callback = entry(admit), flags = OOM }
-redis.register_function { function_name = 'tripline_2_record', callback = entry(record), flags = OOM }
-redis.register_function { function_name = 'tripline_2_batch', callback = entry(batch), flags = OOM }
-redis.register_function { function_name = 'tripline_2_probe', callback = entry(probe), flags = OOM }
-redis.register_function { function_name = 'tripline_2_release', callback = entry(release), flags = OOM }
-redis.register_function { function_name = 'tripline_2_tick', callback = entry(tick), flags = OOM }
-redis.register_function { function_name = 'tripline_2_operator', callback = entry(operator), flags = OOM }
-redis.register_function { function_name = 'tripline_2_restore', callback = entry(restore), flags = OOM }
-redis.register_function { function_name = 'tripline_2_read', callback = entry(read), flags = OOM }
-redis.register_function { function_name = 'tripline_2_config', callback = config, flags = OOM }
+redis.register_function { function_name = 'tripline_3_admit', callback = entry(admit), flags = OOM }
+redis.register_function { function_name = 'tripline_3_record', callback = entry(record), flags = OOM }
+redis.register_function { function_name = 'tripline_3_batch', callback = entry(batch), flags = OOM }
+redis.register_function { function_name = 'tripline_3_probe', callback = entry(probe), flags = OOM }
+redis.register_function { function_name = 'tripline_3_release', callback = entry(release), flags = OOM }
+redis.register_function { function_name = 'tripline_3_tick', callback = entry(tick), flags = OOM }
+redis.register_function { function_name = 'tripline_3_operator', callback = entry(operator), flags = OOM }
+redis.register_function { function_name = 'tripline_3_restore', callback = entry(restore), flags = OOM }
+redis.register_function { function_name = 'tripline_3_read', callback = entry(read), flags = OOM }
+redis.register_function { function_name = 'tripline_3_config', callback = config, flags = OOM }
