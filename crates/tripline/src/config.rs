@@ -678,6 +678,16 @@ impl BreakerConfigBuilder {
 
     /// Keep each window call's duration, so the metrics show the window's total and mean call
     /// duration (off by default: it costs a few atomic operations per call).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline::{BreakerConfig, CircuitBreaker, Outcome};
+    /// let breaker = CircuitBreaker::new("db", BreakerConfig::builder().call_durations(true).build()?);
+    /// let permit = breaker.try_acquire().unwrap();
+    /// permit.record_with_duration(Outcome::Success, Duration::from_millis(40));
+    /// assert_eq!(breaker.metrics().mean_duration, Some(Duration::from_millis(40)));
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn call_durations(mut self, on: bool) -> Self {
         self.config.call_durations = on;
         self

@@ -522,6 +522,13 @@ impl Rejected {
     }
 
     /// A rejection with an explicit reason, for stores other than the in-process breaker.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline::{RejectReason, Rejected, State};
+    /// let r = Rejected::with_reason("fleet", State::HalfOpen, RejectReason::ProbesBusy, Some(Duration::from_secs(3)));
+    /// assert_eq!(r.to_string(), "circuit breaker 'fleet' is half-open with every probe slot taken; a probe slot frees in 3s");
+    /// ```
     pub fn with_reason(
         breaker: impl Into<crate::BreakerName>,
         state: State,
