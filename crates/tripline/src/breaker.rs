@@ -111,11 +111,10 @@ struct Hot {
     /// the current run of successes is the count since then. Written by failures and
     /// transitions, never by successes.
     success_mark: AtomicU64,
-    /// The failure-kind weights, a nibble per kind ([`crate::FailureKindWeights`]); read only
-    /// for failures that carry a kind.
-    kind_weights: AtomicU32,
-    /// The lumping interval in nanoseconds (0: off); read only for failures.
-    lump_nanos: AtomicU64,
+    /// What failures read: the failure-kind weights, a nibble per kind
+    /// ([`crate::FailureKindWeights`]), and [`LUMPING`] when lumping is on (its interval is in
+    /// the cold part).
+    failure_rules: AtomicU32,
     in_flight: AtomicBool,
     /// MetricsOnly: `generation tag << 32 | rules that fired at the last evaluation` (bits of
     /// [`Rules`]), so each rule is reported once each time it starts firing.
@@ -153,6 +152,9 @@ impl Rules {
     }
 }
 
+/// The bit of `Hot::failure_rules` that says lumping is on.
+const LUMPING: u32 = 1 << 31;
+
 /// Generation tags of the 32-bit packed counters.
 #[inline]
 fn tag32(generation: u64) -> u64 {
@@ -169,8 +171,7 @@ impl Hot {
             consecutive_limit: AtomicU32::new(0),
             consecutive: AtomicU64::new(0),
             success_mark: AtomicU64::new(0),
-            kind_weights: AtomicU32::new(0),
-            lump_nanos: AtomicU64::new(0),
+            failure_rules: AtomicU32::new(0),
             in_flight: AtomicBool::new(false),
             would_trip: AtomicU64::new(0),
         };
@@ -190,15 +191,19 @@ impl Hot {
         self.consecutive_limit
             .store(c.consecutive_failures.unwrap_or(0), r);
         self.in_flight.store(c.count_in_flight_as_slow, r);
-        self.kind_weights.store(c.failure_kinds.packed(), r);
-        self.lump_nanos
-            .store(c.lumping_interval.map_or(0, nanos), r);
+        let lumping = if c.lumping_interval.is_some() {
+            LUMPING
+        } else {
+            0
+        };
+        self.failure_rules
+            .store(c.failure_kinds.packed() | lumping, r);
     }
 
     /// How much a failure of `kind` counts.
     #[inline]
     fn weight(&self, kind: FailureKind) -> u32 {
-        (self.kind_weights.load(Ordering::Relaxed) >> (4 * kind.index())) & 0xF
+        (self.failure_rules.load(Ordering::Relaxed) >> (4 * kind.index())) & 0xF
     }
 
     #[inline]
@@ -268,8 +273,9 @@ struct Lane {
     slow_failures: AtomicU64,
     ignored: AtomicU64,
     abandoned: AtomicU64,
-    /// Refusals by reason: Open, HalfOpen (probes busy), ForcedOpen.
-    rejected: [AtomicU64; 3],
+    /// Refusals while Open and ForcedOpen (the lock-free refusals; HalfOpen's are counted in
+    /// the cold part, under the lock that refused them).
+    rejected: [AtomicU64; 2],
     inflight: InFlight,
 }
 
@@ -384,8 +390,12 @@ struct Cold {
     kind_failures: [AtomicU64; 7],
     /// Failures lumped into an earlier one.
     lumped: AtomicU64,
+    /// Refusals while HalfOpen (every probe slot taken).
+    half_open_rejected: AtomicU64,
     /// Lumping: `generation << 64 | 1 + when the last counted failure was` (0: none yet).
     lump: AtomicU128,
+    /// The lumping interval in nanoseconds (read while `Hot::failure_rules` says lumping is on).
+    lump_nanos: AtomicU64,
     #[cfg(feature = "tokio")]
     notify: tokio::sync::Notify,
 }
@@ -990,8 +1000,8 @@ impl<C: Clock> CircuitBreaker<C> {
         let sum = |f: fn(&Lane) -> &AtomicU64| inner.lanes().map(|l| f(l).load(r)).sum();
         let rejections = Rejections {
             open: sum(|l| &l.rejected[0]),
-            half_open: sum(|l| &l.rejected[1]),
-            forced_open: sum(|l| &l.rejected[2]),
+            half_open: inner.cold.get().map_or(0, |c| c.half_open_rejected.load(r)),
+            forced_open: sum(|l| &l.rejected[1]),
         };
         let slow_successful_calls = sum(|l| &l.slow_successes);
         let slow_failed_calls = sum(|l| &l.slow_failures);
@@ -1291,6 +1301,8 @@ impl<C: Clock> CircuitBreaker<C> {
                 .saturating_add(inner.lane.inflight.width());
             inner.next_inflight_check.store(next, Ordering::Relaxed);
         }
+        cold.lump_nanos
+            .store(config.lumping_interval.map_or(0, nanos), Ordering::Relaxed);
         inner.hot.set(&config);
         core.config = config;
         let now = inner.clock.now();
@@ -1401,6 +1413,7 @@ impl<C: Clock> CircuitBreaker<C> {
 
 impl Cold {
     fn new(config: Arc<BreakerConfig>, created: u64) -> Self {
+        let lump_nanos = config.lumping_interval.map_or(0, nanos);
         Self {
             core: Mutex::new(Core {
                 // Probe leases are made on entering HalfOpen.
@@ -1420,7 +1433,9 @@ impl Cold {
             expired_probes: AtomicU64::new(0),
             kind_failures: std::array::from_fn(|_| AtomicU64::new(0)),
             lumped: AtomicU64::new(0),
+            half_open_rejected: AtomicU64::new(0),
             lump: AtomicU128::new(0),
+            lump_nanos: AtomicU64::new(lump_nanos),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         }
@@ -1506,8 +1521,10 @@ impl<C: Clock> Inner<C> {
     /// Whether a failure of `generation` at `now` falls within the lumping interval of the last
     /// counted one (and so counts only in the metrics); if not, it becomes the last counted one.
     #[cold]
-    fn lumped(&self, generation: u64, now: u64, interval: u64) -> bool {
-        let lump = &self.cold().lump;
+    fn lumped(&self, generation: u64, now: u64) -> bool {
+        let cold = self.cold();
+        let interval = cold.lump_nanos.load(Ordering::Relaxed);
+        let lump = &cold.lump;
         let mut cur = lump.load(Ordering::Relaxed);
         loop {
             // `at` is the time plus one (saturating), so 0 says "none counted yet".
@@ -1547,8 +1564,9 @@ impl<C: Clock> Inner<C> {
                 return Err(Recorded::Ignored);
             }
         }
-        let lump = self.hot.lump_nanos.load(Ordering::Relaxed);
-        if lump != 0 && self.lumped(generation, now, lump) {
+        if self.hot.failure_rules.load(Ordering::Relaxed) & LUMPING != 0
+            && self.lumped(generation, now)
+        {
             if let Some(kind) = kind {
                 self.count_kind(kind);
             }
@@ -1674,7 +1692,13 @@ impl<C: Clock> Inner<C> {
         const STATES: [State; 3] = [State::Open, State::HalfOpen, State::ForcedOpen];
         let state = STATES[SLOT];
         let reason = RejectReason::of_state(state);
-        self.lane().1.rejected[SLOT].fetch_add(1, Ordering::Relaxed);
+        match SLOT {
+            1 => self
+                .cold()
+                .half_open_rejected
+                .fetch_add(1, Ordering::Relaxed),
+            _ => self.lane().1.rejected[SLOT / 2].fetch_add(1, Ordering::Relaxed),
+        };
         let retry_after = retry_after.map(Duration::from_nanos);
         if let Some(cold) = self.call_events() {
             Self::rejection_event(cold, &self.name, state, reason, retry_after, now);

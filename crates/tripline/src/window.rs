@@ -171,9 +171,17 @@ impl Window {
     /// Heap bytes held (for the memory figures).
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
-            Window::Count(w) => w.bits.len() * 8 + w.durations.as_ref().map_or(0, |d| d.len() * 8),
+            Window::Count(w) => {
+                w.bits.len() * 8
+                    + w.durations.as_ref().map_or(0, |d| {
+                        std::mem::size_of::<SlotDurations>() + d.slots.len() * 8
+                    })
+            }
             Window::Time(w) => {
-                w.cells.len() * 16 + w.duration_cells.as_ref().map_or(0, |d| d.len() * 16)
+                w.cells.len() * 16
+                    + w.duration_cells
+                        .as_ref()
+                        .map_or(0, |d| std::mem::size_of::<DurationCells>() + d.0.len() * 16)
             }
         }
     }
@@ -204,8 +212,19 @@ pub(crate) struct CountWindow {
     failures: AtomicI32,
     slow: AtomicI32,
     /// With `call_durations`: each slot's duration in microseconds, and their running sum.
-    durations: Option<Box<[AtomicU64]>>,
+    durations: Option<Box<SlotDurations>>,
+}
+
+/// A time window's duration cells (behind one thin pointer, so a window without them costs
+/// 8 bytes).
+#[derive(Debug)]
+struct DurationCells(Box<[AtomicU128]>);
+
+/// A count window's call durations.
+#[derive(Debug)]
+struct SlotDurations {
     total_micros: AtomicU64,
+    slots: Box<[AtomicU64]>,
 }
 
 impl CountWindow {
@@ -218,8 +237,12 @@ impl CountWindow {
             size: size.max(1),
             failures: AtomicI32::new(0),
             slow: AtomicI32::new(0),
-            durations: durations.then(|| (0..size.max(1)).map(|_| AtomicU64::new(0)).collect()),
-            total_micros: AtomicU64::new(0),
+            durations: durations.then(|| {
+                Box::new(SlotDurations {
+                    total_micros: AtomicU64::new(0),
+                    slots: (0..size.max(1)).map(|_| AtomicU64::new(0)).collect(),
+                })
+            }),
         }
     }
 
@@ -285,10 +308,10 @@ impl CountWindow {
         set_bit(&slow[word], mask, s.slow, &self.slow);
         if let Some(d) = &self.durations {
             let new = micros(s.nanos);
-            let old = d[idx as usize].swap(new, Ordering::Relaxed);
+            let old = d.slots[idx as usize].swap(new, Ordering::Relaxed);
             // Wrapping: the sum is exact once every writer is done (a week per slot and at
             // most 2^20 slots stay far below 2^63).
-            self.total_micros
+            d.total_micros
                 .fetch_add(new.wrapping_sub(old), Ordering::Relaxed);
         }
         self.head.fetch_sub(WRITER, Ordering::Release);
@@ -296,10 +319,10 @@ impl CountWindow {
     }
 
     fn durations(&self, generation: u64) -> Option<Durations> {
-        self.durations.as_ref()?;
+        let d = self.durations.as_ref()?;
         let calls = self.snapshot(generation).calls;
         // A reader racing two writers of one slot may see the sum briefly below zero.
-        let total = (self.total_micros.load(Ordering::Relaxed) as i64).max(0) as u64;
+        let total = (d.total_micros.load(Ordering::Relaxed) as i64).max(0) as u64;
         Some(Durations {
             calls,
             micros: if calls == 0 { 0 } else { total },
@@ -338,10 +361,10 @@ impl CountWindow {
         self.failures.store(0, Ordering::Relaxed);
         self.slow.store(0, Ordering::Relaxed);
         if let Some(d) = &self.durations {
-            for slot in d.iter() {
+            for slot in d.slots.iter() {
                 slot.store(0, Ordering::Relaxed);
             }
-            self.total_micros.store(0, Ordering::Relaxed);
+            d.total_micros.store(0, Ordering::Relaxed);
         }
         self.head.store(head_tag(generation), Ordering::Release);
     }
@@ -432,7 +455,7 @@ pub(crate) struct TimeWindow {
     cells: Box<[AtomicU128]>,
     /// With `call_durations`: per cell, the same tag and bucket number beside a count and a sum
     /// of microseconds (see the module docs).
-    duration_cells: Option<Box<[AtomicU128]>>,
+    duration_cells: Option<Box<DurationCells>>,
     /// At most 4,096 (validated).
     buckets: u32,
     stripes: u32,
@@ -465,9 +488,11 @@ impl TimeWindow {
                 .map(|_| AtomicU128::new(0))
                 .collect(),
             duration_cells: durations.then(|| {
-                (0..stride as usize * stripes as usize)
-                    .map(|_| AtomicU128::new(0))
-                    .collect()
+                Box::new(DurationCells(
+                    (0..stride as usize * stripes as usize)
+                        .map(|_| AtomicU128::new(0))
+                        .collect(),
+                ))
             }),
             buckets,
             stripes,
@@ -552,7 +577,7 @@ impl TimeWindow {
             match c.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
                     if let Some(d) = &self.duration_cells {
-                        record_duration(&d[at], tag, epoch, micros(s.nanos));
+                        record_duration(&d.0[at], tag, epoch, micros(s.nanos));
                     }
                     return true;
                 }
@@ -574,7 +599,7 @@ impl TimeWindow {
                     continue;
                 };
                 let (ctag, cepoch, calls, sum) = unduration(
-                    cells[stripe * self.stride as usize + i as usize].load(Ordering::Relaxed),
+                    cells.0[stripe * self.stride as usize + i as usize].load(Ordering::Relaxed),
                 );
                 if calls != 0 && ctag == tag && cepoch == expected {
                     out.calls += calls;
