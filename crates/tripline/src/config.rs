@@ -316,7 +316,8 @@ impl BreakerConfig {
         /// Writer stripes: each thread writes its stripe's outcome counters, in-flight cohorts and
         /// (time window) buckets, on cache lines of their own, so concurrent callers do not
         /// contend. A count window's ring stays shared (it orders outcomes). Each stripe costs
-        /// 128 bytes, plus, for a time window, its own buckets (8 bytes each, rounded up to 16).
+        /// 256 bytes (its counters and cohorts on a pair of cache lines of their own), plus, for
+        /// a time window, its own buckets (16 bytes each, rounded up to 8 buckets).
         stripes: u32;
         /// Seed of the jitter generator; random when `None`.
         seed: Option<u64>;
