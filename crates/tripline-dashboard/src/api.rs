@@ -53,15 +53,17 @@ fn require<C: Clock + Clone>(
     } else {
         "read the breakers"
     };
-    Err(if permission == Permissions::CONTROL && !sh.controls_enabled() {
-        ApiError::forbidden(
-            "controls are off: the application configured no authentication check",
-        )
-    } else if p.is_anonymous() {
-        ApiError::unauthorized(format!("credentials are needed to {what}"))
-    } else {
-        ApiError::forbidden(format!("{} may not {what}", p.name()))
-    })
+    Err(
+        if permission == Permissions::CONTROL && !sh.controls_enabled() {
+            ApiError::forbidden(
+                "controls are off: the application configured no authentication check",
+            )
+        } else if p.is_anonymous() {
+            ApiError::unauthorized(format!("credentials are needed to {what}"))
+        } else {
+            ApiError::forbidden(format!("{} may not {what}", p.name()))
+        },
+    )
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {
@@ -101,19 +103,21 @@ fn static_response(body: &'static str, content_type: &'static str) -> Response {
 pub(crate) async fn index(OriginalUri(uri): OriginalUri) -> Response {
     let path = uri.path();
     if !path.ends_with('/') {
-        // Relative links must resolve under the mount point: `/ops` becomes `/ops/`. The
-        // target is relative to the last segment (`./ops/`), so it can never leave the site.
+        // Mounted with `nest("/ops", ..)`, the mount point is `/ops` (axum does not route
+        // `/ops/` to the nested router), and relative links on a page at `/ops` would resolve
+        // beside it: send the browser to `/ops/index.html`. The target is relative to the last
+        // segment (`./ops/index.html`), so it can never leave the site.
         let segment = path.rsplit('/').next().unwrap_or("");
         let query = uri.query().map_or(String::new(), |q| format!("?{q}"));
-        let location = format!("./{segment}/{query}");
+        let location = format!("./{segment}/index.html{query}");
         if let Ok(value) = HeaderValue::from_str(&location) {
-            return (
-                StatusCode::PERMANENT_REDIRECT,
-                [(header::LOCATION, value)],
-            )
-                .into_response();
+            return (StatusCode::FOUND, [(header::LOCATION, value)]).into_response();
         }
     }
+    page().await
+}
+
+pub(crate) async fn page() -> Response {
     static_response(assets::INDEX_HTML, "text/html; charset=utf-8")
 }
 
@@ -326,6 +330,25 @@ struct Row {
     id: Option<String>,
 }
 
+/// Keys of one dependency by scope, numbers in numeric order (`shard=2` before `shard=10`).
+fn by_scope(a: &Key, b: &Key) -> std::cmp::Ordering {
+    match (a.scope(), b.scope()) {
+        (Some((ka, va)), Some((kb, vb))) => ka.cmp(&kb).then_with(|| {
+            let digits = |v: &str| !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit());
+            if digits(va) && digits(vb) {
+                let (ta, tb) = (va.trim_start_matches('0'), vb.trim_start_matches('0'));
+                ta.len()
+                    .cmp(&tb.len())
+                    .then_with(|| ta.cmp(tb))
+                    .then_with(|| va.cmp(vb))
+            } else {
+                va.cmp(vb)
+            }
+        }),
+        _ => a.cmp(b),
+    }
+}
+
 /// Most urgent first: an operator looks for what is blocking calls.
 fn severity(s: BreakerState) -> u8 {
     match s {
@@ -389,13 +412,8 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn query_pairs(
     q: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Vec<(String, String)>, ApiError> {
-    q.map(|Query(pairs)| pairs).map_err(|e| {
-        ApiError::field(
-            "query",
-            e.body_text(),
-            "a URL-encoded query string",
-        )
-    })
+    q.map(|Query(pairs)| pairs)
+        .map_err(|e| ApiError::field("query", e.body_text(), "a URL-encoded query string"))
 }
 
 fn states_json(counts: &[usize; 6]) -> Value {
@@ -442,7 +460,11 @@ pub(crate) async fn list<C: Clock + Clone>(
 
     let mut shown: Vec<&Row> = all
         .iter()
-        .filter(|r| q.dependency.as_deref().is_none_or(|d| r.key.dependency() == d))
+        .filter(|r| {
+            q.dependency
+                .as_deref()
+                .is_none_or(|d| r.key.dependency() == d)
+        })
         .filter(|r| q.states.as_ref().is_none_or(|s| s.contains(&r.state)))
         .filter(|r| q.key.as_ref().is_none_or(|k| !r.redacted && &r.key == k))
         .filter(|r| {
@@ -470,7 +492,7 @@ pub(crate) async fn list<C: Clock + Clone>(
             .then_with(|| a.redacted.cmp(&b.redacted))
             .then_with(|| match (&a.id, &b.id) {
                 (Some(x), Some(y)) => x.cmp(y),
-                _ => a.key.cmp(&b.key),
+                _ => by_scope(&a.key, &b.key),
             })
             .then_with(|| a.source.cmp(&b.source))
     });
@@ -523,7 +545,11 @@ fn truncate(s: &str, n: usize) -> &str {
 
 /// The breaker whose id is `id`: (source, key).
 fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> {
-    if let Some(m) = sh.manual.iter().find(|m| sh.id(Source::Manual, &m.key) == id) {
+    if let Some(m) = sh
+        .manual
+        .iter()
+        .find(|m| sh.id(Source::Manual, &m.key) == id)
+    {
         return Some((Source::Manual, m.key.clone()));
     }
     let mut found = None;
@@ -602,7 +628,10 @@ pub(crate) async fn events<C: Clock + Clone>(
         sh.streams.fetch_sub(1, Ordering::AcqRel);
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("{} event streams are open, the most allowed", sh.max_streams),
+            format!(
+                "{} event streams are open, the most allowed",
+                sh.max_streams
+            ),
         ));
     }
     let slot = StreamSlot(sh.clone());
@@ -811,7 +840,9 @@ pub(crate) async fn control<C: Clock + Clone>(
         hook(&record);
     }
     let shown = match &target {
-        Target::Key(k) if sh.redacted(&p, k) => json!({ "dependency": k.dependency(), "key": null }),
+        Target::Key(k) if sh.redacted(&p, k) => {
+            json!({ "dependency": k.dependency(), "key": null })
+        }
         Target::Key(k) => json!({ "dependency": k.dependency(), "key": k.to_string() }),
         Target::Dependency(d) => json!({ "dependency": d }),
     };
@@ -867,7 +898,9 @@ fn act_on_key<C: Clock + Clone>(
             }
         }
         _ => {
-            let state = action.operator_state().expect("the other actions set a state");
+            let state = action
+                .operator_state()
+                .expect("the other actions set a state");
             if let Some(r) = registry {
                 changed += r.set_operator(&selector, state);
             }
@@ -953,7 +986,9 @@ fn act_on_dependency<C: Clock + Clone>(
             }
         }
         _ => {
-            let state = action.operator_state().expect("the other actions set a state");
+            let state = action
+                .operator_state()
+                .expect("the other actions set a state");
             if let Some(r) = registry {
                 changed += r.set_operator(&selector, state);
             }

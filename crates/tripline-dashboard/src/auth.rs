@@ -404,9 +404,8 @@ pub(crate) fn double_submit(parts: &Parts) -> Result<(), String> {
     }
     let cookie = csrf_cookie(parts).unwrap_or_default();
     let well_formed = header.len() == CSRF_LEN && header.iter().all(u8::is_ascii_hexdigit);
-    let equal = well_formed
-        && cookie.len() == CSRF_LEN
-        && bool::from(header.ct_eq(cookie.as_bytes()));
+    let equal =
+        well_formed && cookie.len() == CSRF_LEN && bool::from(header.ct_eq(cookie.as_bytes()));
     if equal {
         Ok(())
     } else {
@@ -459,17 +458,26 @@ mod tests {
     #[test]
     fn bearer_tokens_match_only_the_exact_token() {
         let mut t = BearerTokens::new();
-        t.add("s3cret-operator-token", Principal::new("op", Permissions::ALL))
-            .unwrap();
-        t.add("s3cret-reader-token!!", Principal::new("rd", Permissions::READ))
-            .unwrap();
+        t.add(
+            "s3cret-operator-token",
+            Principal::new("op", Permissions::ALL),
+        )
+        .unwrap();
+        t.add(
+            "s3cret-reader-token!!",
+            Principal::new("rd", Permissions::READ),
+        )
+        .unwrap();
         let who = |h: &str| t.authenticate(&parts(&[("authorization", h)]));
         assert_eq!(
             who("Bearer s3cret-operator-token").unwrap().unwrap().name(),
             "op"
         );
         assert_eq!(
-            who("bearer  s3cret-reader-token!! ").unwrap().unwrap().name(),
+            who("bearer  s3cret-reader-token!! ")
+                .unwrap()
+                .unwrap()
+                .name(),
             "rd"
         );
         // A prefix, an extension, a different case, another scheme, an empty token.
@@ -499,8 +507,11 @@ mod tests {
             "bearer_token must be 16 to 256 printable ASCII characters without spaces, got a token of 5 bytes"
         );
         assert!(
-            t.add("has a space in it ok", Principal::new("op", Permissions::ALL))
-                .is_err()
+            t.add(
+                "has a space in it ok",
+                Principal::new("op", Permissions::ALL)
+            )
+            .is_err()
         );
         t.add("0123456789abcdef", Principal::new("a", Permissions::READ))
             .unwrap();

@@ -13,7 +13,7 @@
 //!
 //! | method and path (under the mount point) | what | permission |
 //! |---|---|---|
-//! | `GET /` | the page | none |
+//! | `GET /index.html` (and `GET /`, which redirects there when mounted) | the page | none |
 //! | `GET /api/session` | who the caller is, what they may do, a CSRF token | none |
 //! | `GET /api/breakers` | the breakers, filtered and paged, with a summary per dependency | read |
 //! | `GET /api/breakers/{id}` | one breaker: figures, configuration, recent events | read |
@@ -219,12 +219,14 @@ impl Dashboard<MonotonicClock> {
 
 impl<C: Clock + Clone> Dashboard<C> {
     /// The router, to mount under a path of the application's choosing
-    /// (`Router::new().nest("/ops", dashboard.router())`). It serves the page at `/` (a
-    /// request for the mount point without its trailing slash is redirected to it, so the
-    /// page's relative links resolve under the mount point).
+    /// (`Router::new().nest("/ops", dashboard.router())`). It serves the page at
+    /// `/index.html`, and at `/` when that path ends with a slash; a request for the mount
+    /// point itself (`/ops`) is redirected to `/ops/index.html`, so the page's relative links
+    /// resolve under the mount point.
     pub fn router<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
         Router::new()
             .route("/", get(api::index))
+            .route("/index.html", get(api::page))
             .route("/assets/{file}", get(api::asset))
             .route("/api/session", get(api::session::<C>))
             .route("/api/breakers", get(api::list::<C>))
@@ -395,7 +397,10 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     /// # drop(dashboard);
     /// # Ok::<(), tripline::ConfigError>(())
     /// ```
-    pub fn sensitive(mut self, is_sensitive: impl Fn(&Key) -> bool + Send + Sync + 'static) -> Self {
+    pub fn sensitive(
+        mut self,
+        is_sensitive: impl Fn(&Key) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.sensitive = Some(Box::new(is_sensitive));
         self
     }

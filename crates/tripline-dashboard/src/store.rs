@@ -433,7 +433,8 @@ mod tests {
     }
 
     fn flip(store: &Arc<Store>, k: &str, times: usize) {
-        let b = CircuitBreaker::with_clock(k.to_string(), BreakerConfig::default(), ManualClock::new());
+        let b =
+            CircuitBreaker::with_clock(k.to_string(), BreakerConfig::default(), ManualClock::new());
         b.subscribe(RegistryListener(store.clone()));
         for _ in 0..times {
             b.force_open();

@@ -79,9 +79,10 @@ fn key_fields<C: Clock + Clone>(
         out.insert("key".into(), key.to_string().into());
         out.insert(
             "scope".into(),
-            key.scope().map_or(Value::Null, |(kind, value)| {
-                json!({ "kind": kind.as_str(), "value": value })
-            }),
+            key.scope().map_or(
+                Value::Null,
+                |(kind, value)| json!({ "kind": kind.as_str(), "value": value }),
+            ),
         );
     }
 }
