@@ -267,7 +267,7 @@ function points(values) {
   if (values.length === 0) return '';
   const step = 120 / (SAMPLES - 1);
   const start = 120 - step * (values.length - 1);
-  return values.map((v, i) => (start + i * step).toFixed(1) + ',' + (31 - Math.min(100, v) * 0.3).toFixed(1)).join(' ');
+  return values.map((v, i) => (start + i * step).toFixed(1) + ',' + (30 - Math.min(100, v) * 0.28).toFixed(1)).join(' ');
 }
 
 function setCardState(card, state, sinceMs) {
@@ -294,7 +294,7 @@ function updateCard(card, b) {
   ui.samples.set(b.id, series);
   card.querySelector('polyline.fail').setAttribute('points', points(series.map((s) => s[0])));
   card.querySelector('polyline.slow').setAttribute('points', points(series.map((s) => s[1])));
-  const thr = 31 - Math.min(100, b.thresholds.failure_rate) * 0.3;
+  const thr = 30 - Math.min(100, b.thresholds.failure_rate) * 0.28;
   const line = card.querySelector('line.thr');
   line.setAttribute('y1', thr.toFixed(1));
   line.setAttribute('y2', thr.toFixed(1));
@@ -437,8 +437,9 @@ function renderDetail(b) {
   const k = keyLabel(b);
   $('d-title').textContent = k.dep + (k.scope ? ' / ' + k.scope : '');
   const badge = $('d-badge');
-  badge.textContent = LABEL[b.state] + ' for ' + fmtDuration(b.time_in_state_ms);
+  badge.textContent = LABEL[b.state];
   badge.className = 'badge s-' + b.state;
+  $('d-since').textContent = 'for ' + fmtDuration(b.time_in_state_ms);
   const ov = $('d-override');
   ov.hidden = !b.override;
   ov.textContent = b.override ? 'override: ' + b.override : '';
@@ -463,7 +464,7 @@ function renderDetail(b) {
   list.replaceChildren();
   const events = b.events.slice().reverse();
   for (const ev of events) list.append(eventItem(ev, false));
-  if (events.length === 0) list.append(el('li', 'muted', 'No transition since the page\u2019s application started watching.'));
+  if (events.length === 0) list.append(el('li', 'muted', 'No transition recorded yet.'));
 }
 
 function actionButton(action, scope, target, label) {

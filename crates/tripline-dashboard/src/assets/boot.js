@@ -25,6 +25,9 @@
     var r = e.reason;
     keep('unhandled rejection: ' + (r && r.message ? r.message : r));
   });
+  document.addEventListener('securitypolicyviolation', function (e) {
+    keep('the content security policy blocked ' + (e.blockedURI || 'inline code') + ' (' + e.violatedDirective + ')');
+  });
   var original = console.error;
   console.error = function () {
     keep(Array.prototype.map.call(arguments, String).join(' '));
