@@ -223,6 +223,19 @@ impl<C: Clock + Clone> Dashboard<C> {
     /// `/index.html`, and at `/` when that path ends with a slash; a request for the mount
     /// point itself (`/ops`) is redirected to `/ops/index.html`, so the page's relative links
     /// resolve under the mount point.
+    ///
+    /// ```
+    /// use axum::Router;
+    /// use axum::routing::get;
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().build()?;
+    /// let app: Router = Router::new()
+    ///     .route("/health", get(|| async { "ok" }))
+    ///     .nest("/ops", dashboard.router());
+    /// # drop(app);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn router<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
         Router::new()
             .route("/", get(api::index))
@@ -266,6 +279,18 @@ impl<C: Clock + Clone> Dashboard<C> {
 
     /// Drops the recent events of keys the registry no longer holds; returns how many keys'
     /// records went. Requests do this at most once a second of the dashboard's clock.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+    /// let dashboard = Dashboard::builder().registry(registry.clone()).build()?;
+    /// registry.get(&"catalog/shard=1".parse()?)?.force_open();
+    /// assert_eq!(dashboard.sweep(), 0, "the registry still holds the key");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn sweep(&self) -> usize {
         self.shared.sweep()
     }
@@ -334,6 +359,17 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
 
     /// Shows every breaker of `registry` (existing and future) and steers them through its
     /// operator overrides.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+    /// let dashboard = Dashboard::builder().registry(registry).build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn registry(mut self, registry: Arc<Registry<C>>) -> Self {
         self.registry = Some(registry);
         self
@@ -359,6 +395,17 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     /// Accepts `Authorization: Bearer <token>` as `principal` with `permissions`. Tokens are
     /// 16 to 256 printable ASCII characters; give each principal its own. Can be repeated
     /// (an operator token and a read-only one, say).
+    ///
+    /// ```
+    /// use tripline_dashboard::{Dashboard, Permissions};
+    ///
+    /// let dashboard = Dashboard::builder()
+    ///     .bearer_token("a-long-random-operator-token", "on-call", Permissions::ALL)
+    ///     .bearer_token("a-long-random-readonly-token", "viewer", Permissions::READ)
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn bearer_token(
         mut self,
         token: impl Into<String>,
@@ -372,6 +419,24 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
 
     /// The application's own check (see [`Authenticate`]). Checks run in the order given,
     /// hooks before bearer tokens; the first that names a principal or refuses decides.
+    ///
+    /// ```
+    /// use axum::http::request::Parts;
+    /// use tripline_dashboard::{Dashboard, Permissions, Principal, Unauthenticated};
+    ///
+    /// // A header set by the application's own single-sign-on proxy.
+    /// let dashboard = Dashboard::builder()
+    ///     .authenticate(|parts: &Parts| -> Result<Option<Principal>, Unauthenticated> {
+    ///         Ok(parts
+    ///             .headers
+    ///             .get("x-verified-user")
+    ///             .and_then(|v| v.to_str().ok())
+    ///             .map(|user| Principal::new(user, Permissions::READ | Permissions::CONTROL)))
+    ///     })
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn authenticate(mut self, hook: impl Authenticate) -> Self {
         self.hooks.push(Box::new(hook));
         self
@@ -379,6 +444,17 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
 
     /// What a caller without credentials may do: `READ` by default, [`Permissions::NONE`] to
     /// require credentials for reading too. Never `CONTROL`.
+    ///
+    /// ```
+    /// use tripline_dashboard::{Dashboard, Permissions};
+    ///
+    /// let dashboard = Dashboard::builder()
+    ///     .anonymous(Permissions::NONE)
+    ///     .bearer_token("a-long-random-readonly-token", "viewer", Permissions::READ)
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn anonymous(mut self, permissions: Permissions) -> Self {
         self.anonymous = permissions;
         self
@@ -407,6 +483,15 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
 
     /// An origin (`https://ops.example.com`) whose pages may send controls although it is not
     /// the request's `Host`: for a dashboard behind a proxy that rewrites the host.
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().allowed_origin("https://ops.example.com").build()?;
+    /// # drop(dashboard);
+    /// assert!(Dashboard::builder().allowed_origin("ops.example.com").build().is_err());
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn allowed_origin(mut self, origin: &str) -> Self {
         self.allowed_origins.push(origin.to_string());
         self
@@ -414,6 +499,14 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
 
     /// Keeps at most `per_key` recent records for one key (default 50) and `total` in all
     /// (default 20 000).
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().recent_events(20, 5_000).build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn recent_events(mut self, per_key: usize, total: usize) -> Self {
         self.per_key = per_key;
         self.total = total;
@@ -421,6 +514,14 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     }
 
     /// At most this many event streams open at once (default 64); more are refused with 503.
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().max_streams(8).build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn max_streams(mut self, n: usize) -> Self {
         self.max_streams = n;
         self
@@ -428,6 +529,23 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
 
     /// Called with every operator action, after it took effect (to log it in the
     /// application's own audit trail, say). Runs on the request's task: keep it quick.
+    ///
+    /// ```
+    /// use tripline_dashboard::{Dashboard, Target};
+    ///
+    /// let dashboard = Dashboard::builder()
+    ///     .on_audit(|a| {
+    ///         let target = match &a.target {
+    ///             Target::Key(k) => k.to_string(),
+    ///             Target::Dependency(d) => format!("every key of {d}"),
+    ///             _ => String::from("?"),
+    ///         };
+    ///         eprintln!("{} did {} on {target}", a.principal, a.action.as_str());
+    ///     })
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn on_audit(mut self, f: impl Fn(&AuditRecord) + Send + Sync + 'static) -> Self {
         self.on_audit = Some(Box::new(f));
         self

@@ -121,6 +121,13 @@ impl std::str::FromStr for Action {
 }
 
 /// What an operator action was aimed at.
+///
+/// ```
+/// use tripline_dashboard::Target;
+/// let t = Target::Key("payments/tenant=acme".parse()?);
+/// assert_eq!(t.dependency(), "payments");
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Target {
@@ -140,7 +147,8 @@ impl Target {
     }
 }
 
-/// One operator action, as audit events and [`DashboardBuilder::on_audit`] see it.
+/// One operator action, as audit events and [`DashboardBuilder::on_audit`] see it (an
+/// example is there).
 ///
 /// [`DashboardBuilder::on_audit`]: crate::DashboardBuilder::on_audit
 #[derive(Clone, Debug, PartialEq)]

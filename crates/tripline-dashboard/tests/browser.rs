@@ -64,11 +64,11 @@ fn on_path(names: &[&str]) -> Option<PathBuf> {
 /// Chromium and chromedriver: `$TRIPLINE_CHROMIUM` / `$TRIPLINE_CHROMEDRIVER`, Debian's
 /// paths, or the PATH.
 fn browser() -> Result<(PathBuf, PathBuf), String> {
-    let pick = |var: &str, default: &str, names: &[&str]| {
-        std::env::var_os(var)
-            .map(PathBuf::from)
-            .or_else(|| Some(PathBuf::from(default)).filter(|p| p.is_file()))
-            .or_else(|| on_path(names))
+    let pick = |var: &str, default: &str, names: &[&str]| match std::env::var_os(var) {
+        Some(p) => Some(PathBuf::from(p)).filter(|p| p.is_file()),
+        None => Some(PathBuf::from(default))
+            .filter(|p| p.is_file())
+            .or_else(|| on_path(names)),
     };
     let chromium = pick(
         "TRIPLINE_CHROMIUM",
@@ -218,14 +218,22 @@ fn card_state(key: &str) -> String {
     )
 }
 
+/// Clicks the element `css` selects, finding it again if the page replaced it meanwhile.
 async fn click(client: &Client, css: &str) {
-    client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
+    let until = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let tried = match client.find(Locator::Css(css)).await {
+            Ok(e) => e.click().await,
+            Err(e) => Err(e),
+        };
+        match tried {
+            Ok(()) => return,
+            Err(e) if tokio::time::Instant::now() < until && e.to_string().contains("stale") => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("cannot click {css}: {e}"),
+        }
+    }
 }
 
 async fn screenshot(client: &Client, dir: &Path, name: &str) {
@@ -491,6 +499,29 @@ async fn scenario(client: &Client, app: &App<ManualClock>, clock: &ManualClock) 
     )
     .await;
     assert_eq!(eval(client, &card_state("prices")).await, "forced-open");
+
+    // A dependency-wide action takes a confirming second click.
+    let clear_all = "#d-dep-actions button[data-action=\"clear\"]";
+    click(client, clear_all).await;
+    let armed = eval(
+        client,
+        &format!(
+            "return document.querySelector('{}').textContent;",
+            clear_all.replace('\'', "\\'")
+        ),
+    )
+    .await;
+    assert_eq!(armed, "Confirm: clear override all?");
+    assert_eq!(prices.state(), State::ForcedOpen, "one click does nothing");
+    click(client, clear_all).await;
+    wait_for(
+        client,
+        "the grid shows prices Closed again",
+        &card_state("prices"),
+        |v| v == "closed",
+    )
+    .await;
+    assert_eq!(prices.state(), State::Closed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -499,6 +499,11 @@ function actionButton(action, scope, target, label) {
 function renderControls(b) {
   const box = $('d-controls');
   box.hidden = !(ui.session && ui.session.controls);
+  box.dataset.allowed = may('control') ? 'yes' : 'no';
+  // Built once per breaker shown: a refresh must not drop a click, nor an armed confirmation.
+  if (box.dataset.for === b.id) return;
+  box.dataset.for = b.id;
+  ui.armed = null;
   const keyActions = $('d-key-actions');
   const depActions = $('d-dep-actions');
   keyActions.replaceChildren();
@@ -508,7 +513,6 @@ function renderControls(b) {
     depActions.append(actionButton(action, 'dependency', { dependency: b.dependency }, label + ' all'));
   }
   $('d-dep-title').textContent = 'Every breaker of ' + b.dependency;
-  box.dataset.allowed = may('control') ? 'yes' : 'no';
 }
 
 function renderTimeline(b) {
