@@ -60,6 +60,9 @@
 //!   helper, [`TokioClock`] for paused-time tests and `run_timer` for automatic transitions.
 //! * `metrics`: [`observe::BreakerMetrics`], breaker figures through the `metrics` facade.
 //! * `tracing`: [`observe::TracingListener`], transitions as `tracing` events.
+//! * `trace`: [`trace`], a recorder that writes every call's outcome and duration to a trace
+//!   (JSON Lines or CSV) from a background thread, and a reader for traces; `tripline replay`
+//!   and `tripline tune` replay them to choose a configuration from data.
 //!
 //! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
 //! bounded in memory and never evicting one that is not Closed.
@@ -83,6 +86,8 @@ mod outcome;
 pub mod registry;
 mod state;
 mod sync;
+#[cfg(feature = "trace")]
+pub mod trace;
 mod window;
 
 pub use breaker::{CircuitBreaker, Metrics, OwnedPermit, Permit, Recorded};
