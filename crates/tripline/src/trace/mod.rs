@@ -52,7 +52,8 @@
 //! out of order, so a line may end up to the reorder window (1 s by default,
 //! [`ReadOptions::reorder_window`]) before the latest end read so far; one further back is an
 //! error, as is a trace whose starts mix relative numbers with absolute times. Unknown fields
-//! are errors (a misspelt `duraton_ms` would otherwise read as a missing one). Empty lines are
+//! are errors (a misspelt `duraton_ms` would otherwise read as a missing one). Relative
+//! times keep their zero: a replay's times are the trace's own. Empty lines are
 //! skipped. A version-1 reader reads every version-1 trace; a new field or a field's new
 //! meaning comes with a new version.
 //!

@@ -62,12 +62,14 @@ impl Default for ReadOptions {
 /// use tripline::trace::{read, ReadOptions};
 /// let t = read("start,duration_ms,outcome,key\n5,2.5,success,a\n".as_bytes(), &ReadOptions::default())?;
 /// let c = t.calls[0];
-/// assert_eq!((c.start, c.duration, t.key(c)), (0, 2_500_000, "a"));
+/// assert_eq!((c.start, c.duration, t.key(c)), (5_000_000, 2_500_000, "a"));
 /// # Ok::<(), tripline::trace::TraceError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceCall {
-    /// Nanoseconds from the trace's origin (its earliest start) to the call's start.
+    /// Nanoseconds from the trace's origin to the call's start. The origin is the earliest
+    /// start for absolute times, and for relative ones their own zero (or the earliest start,
+    /// if some are negative).
     pub start: u64,
     /// Nanoseconds the call took.
     pub duration: u64,
@@ -630,7 +632,14 @@ impl<'o> Builder<'o> {
                 skipped: self.skipped,
             });
         }
-        let origin = self.starts.iter().copied().min().unwrap_or(0);
+        // Relative times keep their own zero (unless some start before it); absolute ones
+        // count from the earliest start.
+        let earliest = self.starts.iter().copied().min().unwrap_or(0);
+        let origin = if self.absolute == Some(true) {
+            earliest
+        } else {
+            earliest.min(0)
+        };
         let last = self
             .starts
             .iter()
