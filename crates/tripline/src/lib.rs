@@ -64,6 +64,9 @@
 //!   (JSON Lines or CSV) from a background thread, and a reader for traces; `tripline replay`
 //!   and `tripline tune` replay them to choose a configuration from data.
 //!
+//! [`shadow::ShadowCandidate`] runs a candidate configuration beside the live breaker on the
+//! live traffic and reports where the two would have decided differently.
+//!
 //! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
 //! bounded in memory and never evicting one that is not Closed.
 //!
@@ -84,6 +87,7 @@ mod lifecycle;
 pub mod observe;
 mod outcome;
 pub mod registry;
+pub mod shadow;
 mod state;
 mod sync;
 #[cfg(feature = "trace")]
