@@ -187,10 +187,13 @@ fn pair<T: Copy + PartialOrd + std::fmt::Debug>(
     match v {
         None => Ok(default),
         Some(v) if v.len() == 2 && v[0] <= v[1] && ok(v[0]) && ok(v[1]) => Ok([v[0], v[1]]),
-        Some(v) => Err(format!(
-            "{field} must be two {what} lo <= hi, got {}",
-            format!("{v:?}").replace(".0", "")
-        )),
+        Some(v) => {
+            let (noun, range) = what.split_once(' ').unwrap_or((what, ""));
+            Err(format!(
+                "{field} must be two {noun} lo <= hi {range}, got {}",
+                format!("{v:?}").replace(".0", "")
+            ))
+        }
     }
 }
 
