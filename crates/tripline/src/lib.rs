@@ -50,7 +50,9 @@
 //! * Every transition bumps a generation. A [`Permit`] carries the generation it was granted in;
 //!   a result from an older generation is discarded and counted ([`Recorded::Stale`]).
 //! * Half-open probes are leases with a deadline (`half_open.probe_lease`); an expired lease is
-//!   reclaimed by the next acquire, and its late result is refused as stale.
+//!   reclaimed by the next acquire after its deadline, and a result arriving once its lease was
+//!   reclaimed is refused as stale (a late result that beats every reclaim still counts; the
+//!   Redis store follows the same rule).
 //! * Calls still in flight past the slow-call duration count as slow (see the rule in
 //!   [`WindowSnapshot::in_flight_slow`] and the `inflight` notes in the README).
 //!
