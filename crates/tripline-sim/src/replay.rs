@@ -35,7 +35,7 @@
 //! `None` when it never trips during it.
 //!
 //! ```
-//! use tripline_sim::replay::{prepare, replay, Candidate, ReplayOptions};
+//! use tripline_sim::replay::{prepare, replay, Candidate, Detect, ReplayOptions};
 //! use tripline::trace::{read, ReadOptions};
 //! use tripline::BreakerConfig;
 //!
@@ -46,7 +46,9 @@
 //!     text.push_str(&format!("{},0,{outcome}\n", t * 1000));
 //! }
 //! let trace = read(text.as_bytes(), &ReadOptions::default()).unwrap();
-//! let prepared = prepare(&trace, &ReplayOptions::default()).unwrap();
+//! // One call a second: a second's single outcome is enough for a verdict.
+//! let opts = ReplayOptions { detect: Detect { min_calls: 1, ..Detect::default() }, ..ReplayOptions::default() };
+//! let prepared = prepare(&trace, &opts).unwrap();
 //! let fowler = BreakerConfig::builder()
 //!     .consecutive_failures(3)
 //!     .open_duration(std::time::Duration::from_secs(10))
@@ -54,8 +56,9 @@
 //!     .half_open_policy(tripline::HalfOpenPolicy::Consecutive)
 //!     .build()
 //!     .unwrap();
-//! let r = replay(&prepared, &Candidate::new("fowler", fowler), &ReplayOptions::default());
-//! assert_eq!((r.totals.trips, r.totals.rejected, r.totals.rejected_would_succeed), (1, 27, 7));
+//! let r = replay(&prepared, &Candidate::new("fowler", fowler), &opts);
+//! let f = &r.totals.figures;
+//! assert_eq!((f.trips, f.rejected, f.rejected_would_succeed), (1, 27, 7));
 //! assert_eq!(prepared.incidents()[0].start_s, 5.0);
 //! assert_eq!(r.totals.max_time_to_trip_s, Some(2.0));
 //! ```

@@ -18,6 +18,9 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
+/// A titled panel of named lines.
+type Panel = (String, Vec<(String, Vec<(f64, f64)>)>);
+
 /// Per second, the share of a configuration's breakers open (1) or half-open (½).
 fn timeline(r: &ReplayReport, config: usize, seconds: usize) -> Vec<(f64, f64)> {
     let c = &r.configs[config];
@@ -78,7 +81,7 @@ pub fn svg(r: &ReplayReport) -> Result<String, String> {
         .enumerate()
         .filter_map(|(i, s)| s.p99_ms.map(|v| (i as f64, v)))
         .collect();
-    let mut panels: Vec<(String, Vec<(String, Vec<(f64, f64)>)>)> = vec![
+    let mut panels: Vec<Panel> = vec![
         (
             "trace: failed calls (% of the calls started each second)".into(),
             vec![("failures".into(), error)],

@@ -18,7 +18,7 @@
 //! trip, among those that trip within `max_time_to_trip` in every incident, when that is set.
 //!
 //! The chosen configuration is written as TOML that
-//! [`BreakerConfig`](tripline::BreakerConfig) reads as is, one `key = value` line per field,
+//! [`BreakerConfig`] reads as is, one `key = value` line per field,
 //! so the same lines also read under a registry's `[configs.NAME]` header ([`to_toml`]).
 //!
 //! ```
@@ -472,7 +472,7 @@ impl Ladders {
             if lens[d] <= 1 {
                 continue;
             }
-            let step = rng.random_range(1..=2) as i32 * if rng.random::<bool>() { 1 } else { -1 };
+            let step: i32 = rng.random_range(1..=2) * if rng.random::<bool>() { 1 } else { -1 };
             let v = (i32::from(out[d]) + step).clamp(0, lens[d] as i32 - 1);
             out[d] = v as u16;
         }

@@ -197,7 +197,11 @@ fn simulate_trace_replay_and_tune() {
     let text = std::fs::read_to_string(&tuned).unwrap();
     let config: tripline::BreakerConfig = toml::from_str(&text).unwrap();
     let registry = format!("[configs.service]\n{text}\n[dependencies]\nservice = \"service\"\n");
-    tripline::registry::RegistryConfig::from_toml(&registry).unwrap();
+    let read = tripline::registry::RegistryConfig::from_toml(&registry).unwrap();
+    let built = tripline::registry::RegistryConfig::default()
+        .with_config("service", config)
+        .with_dependency("service", "service");
+    assert_eq!(read, built);
     // The tuned file is a configuration `replay` takes, too.
     let (ok, _, err) = tripline(&[
         "replay",
@@ -206,7 +210,6 @@ fn simulate_trace_replay_and_tune() {
         tuned.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    drop(config);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

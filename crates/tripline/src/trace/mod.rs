@@ -112,6 +112,53 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+//!
+//! # Worked example: record, tune, deploy
+//!
+//! 1. **Record.** Put the dependency's breaker in MetricsOnly (every call is made, nothing is
+//!    refused) and subscribe a recorder; a registry names each line by its key.
+//!
+//! ```no_run
+//! use tripline::registry::{Key, OperatorState, Registry, RegistryConfig, Selector};
+//! use tripline::trace::{RecorderConfig, TraceRecorder};
+//! use tripline::MonotonicClock;
+//!
+//! let registry = Registry::new(RegistryConfig::default())?;
+//! registry.set_operator(&Selector::Dependency("exercise-catalog".into()), OperatorState::MetricsOnly);
+//! let config = RecorderConfig::default().wall_clock(&MonotonicClock::new()).source("workout-service");
+//! let recorder = TraceRecorder::create("catalog.jsonl", config)?;
+//! registry.subscribe(recorder.listener());
+//! // ... serve traffic through registry.get(&Key::new("exercise-catalog")?)? for a day ...
+//! let (stats, _) = recorder.finish()?;
+//! eprintln!("{} calls recorded, {} dropped", stats.written, stats.dropped);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! 2. **Tune.** Replay the trace against the configuration space and write the choice:
+//!
+//! ```text
+//! tripline tune catalog.jsonl --config current.toml --max-time-to-trip 1s --out tuned.toml
+//! tripline replay catalog.jsonl --config current.toml --config tuned.toml --report replay.html
+//! ```
+//!
+//! 3. **Trial, then deploy.** Run the tuned configuration beside the live breaker for a while
+//!    ([`ShadowCandidate`](crate::shadow::ShadowCandidate)), then load it: the file is a
+//!    [`BreakerConfig`](crate::BreakerConfig), and its lines, under a `[configs.NAME]` header,
+//!    one of a registry's configurations.
+//!
+//! ```
+//! # let tuned_toml = "window = { kind = \"count\", size = 20 }\nminimum_calls = 5\nopen = { duration = \"10s\" }\n";
+//! use tripline::BreakerConfig;
+//! use tripline::registry::RegistryConfig;
+//!
+//! let config: BreakerConfig = toml::from_str(tuned_toml)?;
+//! let registry = RegistryConfig::from_toml(&format!(
+//!     "[configs.catalog]\n{tuned_toml}\n[dependencies]\nexercise-catalog = \"catalog\"\n"
+//! ))?;
+//! # let _ = (config, registry);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
 mod read;
 mod recorder;
 mod write;

@@ -13,7 +13,7 @@
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -421,10 +421,7 @@ fn write_loop<W: Write>(
                 Msg::Stop => break 'outer,
             }
             if batch.len() < 4096 {
-                next = match rx.try_recv() {
-                    Ok(m) => Some(m),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => None,
-                };
+                next = rx.try_recv().ok();
             }
         }
         write(&mut batch, &mut writer, &mut failed);

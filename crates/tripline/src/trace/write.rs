@@ -106,7 +106,7 @@ fn start_out(s: Start) -> io::Result<StartOut> {
 
 enum Sink<W: Write> {
     Json(W),
-    Csv(csv::Writer<W>),
+    Csv(Box<csv::Writer<W>>),
 }
 
 /// Writes a trace, synchronously: the header first, then [`write`](Self::write) per call.
@@ -160,7 +160,7 @@ impl<W: Write> TraceWriter<W> {
                 out.write_all(b"\n")?;
                 let mut w = csv::WriterBuilder::new().from_writer(out);
                 w.write_record(["start", "duration_ms", "outcome", "status", "error", "key"])?;
-                Sink::Csv(w)
+                Sink::Csv(Box::new(w))
             }
         };
         Ok(Self {
