@@ -369,7 +369,7 @@ impl Model {
     }
 }
 
-fn reason_str(kind: &EventKind) -> &'static str {
+pub(crate) fn reason_str(kind: &EventKind) -> &'static str {
     use tripline::Reason as R;
     match kind {
         EventKind::Transition { reason, .. } => match reason {

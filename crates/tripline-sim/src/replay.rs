@@ -526,24 +526,6 @@ pub struct ConfigReplay {
     pub keys: Vec<KeyReplay>,
 }
 
-fn reason(kind: &EventKind) -> &'static str {
-    use tripline::Reason as R;
-    match kind {
-        EventKind::Transition { reason, .. } => match reason {
-            R::FailureRate => "failure-rate",
-            R::SlowCallRate => "slow-call-rate",
-            R::ConsecutiveFailures { .. } => "consecutive-failures",
-            R::OpenElapsed => "open-elapsed",
-            R::ProbesSucceeded { .. } => "probes-succeeded",
-            R::ProbesFailed { .. } => "probes-failed",
-            R::HalfOpenTimeout => "half-open-timeout",
-            R::Operator => "operator",
-            _ => "other",
-        },
-        _ => "other",
-    }
-}
-
 /// Replays one configuration over every key of a prepared trace.
 pub fn replay(p: &Prepared, c: &Candidate, opts: &ReplayOptions) -> ConfigReplay {
     let keys: Vec<KeyReplay> = p
@@ -591,7 +573,7 @@ fn replay_key(k: &KeyData, config: &BreakerConfig, seed: u64, index: u64) -> Key
                         at_s: e.at.as_secs_f64(),
                         from: *from,
                         to: *to,
-                        reason: reason(&e.kind),
+                        reason: crate::engine::reason_str(&e.kind),
                     });
             }
         });

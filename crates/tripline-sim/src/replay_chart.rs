@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use plotters::prelude::*;
 use tripline::State;
 
+use crate::chart::esc;
 use crate::replay::ReplayReport;
 
 const COLORS: [RGBColor; 6] = [
@@ -149,13 +150,6 @@ pub fn svg(r: &ReplayReport) -> Result<String, String> {
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(buf)
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// A self-contained HTML page: the table, the charts (inline SVG) and each configuration's

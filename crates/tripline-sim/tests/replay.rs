@@ -212,3 +212,25 @@ fn replay_figures_add_up() {
     let incident = &p.incidents()[0];
     assert!((incident.start_s - 60.0).abs() < 1.0, "{incident:?}");
 }
+
+/// At one instant a result comes before a new call: a failure that ends at 1 s trips a
+/// one-failure breaker before the call that starts at 1 s asks, which is refused; a
+/// zero-length call's own result comes after its admission.
+#[test]
+fn at_one_instant_results_come_before_new_calls_except_their_own() {
+    let text = "start,duration_ms,outcome\n0,0,success\n0,1000,failure\n1000,0,success\n";
+    let trace = read(text.as_bytes(), &ReadOptions::default()).unwrap();
+    let opts = ReplayOptions::default();
+    let p = prepare(&trace, &opts).unwrap();
+    let one = tripline::BreakerConfig::builder()
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
+    let r = replay(&p, &Candidate::new("one", one), &opts);
+    let f = &r.totals.figures;
+    assert_eq!(
+        (f.admitted, f.rejected, f.rejected_would_succeed),
+        (2, 1, 1)
+    );
+    assert_eq!(r.keys[0].transitions[0].at_s, 1.0);
+}
