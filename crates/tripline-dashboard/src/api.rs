@@ -860,6 +860,59 @@ pub(crate) async fn control<C: Clock + Clone>(
 
 type Acted = (usize, OperatorState, Vec<(Source, Key)>);
 
+/// Applies `action` to the registry's `selector` and to the hand-registered breakers it
+/// covers; how many breakers changed. `held` counts the registry's breakers of the selection
+/// with an override in force (a reset is refused while any breaker has one).
+fn apply<C: Clock + Clone>(
+    action: Action,
+    registry: Option<&tripline::registry::Registry<C>>,
+    selector: &Selector,
+    manual: &[&crate::Manual<C>],
+    held: usize,
+    what: &str,
+) -> Result<usize, ApiError> {
+    let mut changed = 0;
+    match action {
+        Action::Reset => {
+            let held = held
+                + manual
+                    .iter()
+                    .filter(|m| *lock(&m.operator) != OperatorState::Auto)
+                    .count();
+            if held > 0 {
+                return Err(conflict(held, what));
+            }
+            if let Some(r) = registry {
+                changed += r.reset(selector);
+            }
+            for m in manual {
+                m.breaker.reset();
+                changed += 1;
+            }
+        }
+        Action::Clear => {
+            if let Some(r) = registry {
+                changed += r.clear_operator(selector);
+            }
+            for m in manual {
+                changed += usize::from(set_manual(m, OperatorState::Auto));
+            }
+        }
+        _ => {
+            let state = action
+                .operator_state()
+                .expect("the other actions set a state");
+            if let Some(r) = registry {
+                changed += r.set_operator(selector, state);
+            }
+            for m in manual {
+                changed += usize::from(set_manual(m, state));
+            }
+        }
+    }
+    Ok(changed)
+}
+
 fn act_on_key<C: Clock + Clone>(
     sh: &Shared<C>,
     action: Action,
@@ -870,45 +923,15 @@ fn act_on_key<C: Clock + Clone>(
     if registry.is_none() && manual.is_empty() {
         return Err(ApiError::not_found(format!("no breaker has the key {key}")));
     }
-    let selector = Selector::Key(key.clone());
-    let mut changed = 0;
-    match action {
-        Action::Reset => {
-            let held = registry.is_some_and(|r| r.operator_for(key) != OperatorState::Auto)
-                || manual
-                    .iter()
-                    .any(|m| *lock(&m.operator) != OperatorState::Auto);
-            if held {
-                return Err(conflict(1, &key.to_string()));
-            }
-            if let Some(r) = registry {
-                changed += r.reset(&selector);
-            }
-            for m in &manual {
-                m.breaker.reset();
-                changed += 1;
-            }
-        }
-        Action::Clear => {
-            if let Some(r) = registry {
-                changed += r.clear_operator(&selector);
-            }
-            for m in &manual {
-                changed += usize::from(set_manual(m, OperatorState::Auto));
-            }
-        }
-        _ => {
-            let state = action
-                .operator_state()
-                .expect("the other actions set a state");
-            if let Some(r) = registry {
-                changed += r.set_operator(&selector, state);
-            }
-            for m in &manual {
-                changed += usize::from(set_manual(m, state));
-            }
-        }
-    }
+    let held = usize::from(registry.is_some_and(|r| r.operator_for(key) != OperatorState::Auto));
+    let changed = apply(
+        action,
+        registry.map(|r| &**r),
+        &Selector::Key(key.clone()),
+        &manual,
+        held,
+        &key.to_string(),
+    )?;
     let in_force = match (registry, manual.first()) {
         (Some(r), _) => r.operator_for(key),
         (None, Some(m)) => *lock(&m.operator),
@@ -957,46 +980,15 @@ fn act_on_dependency<C: Clock + Clone>(
             "no breaker belongs to the dependency {dependency}"
         )));
     }
-    let selector = Selector::Dependency(dependency.to_string());
-    let registry = sh.registry.as_ref();
-    let mut changed = 0;
-    match action {
-        Action::Reset => {
-            held += manual
-                .iter()
-                .filter(|m| *lock(&m.operator) != OperatorState::Auto)
-                .count();
-            if held > 0 {
-                return Err(conflict(held, dependency));
-            }
-            if let Some(r) = registry {
-                changed += r.reset(&selector);
-            }
-            for m in &manual {
-                m.breaker.reset();
-                changed += 1;
-            }
-        }
-        Action::Clear => {
-            if let Some(r) = registry {
-                changed += r.clear_operator(&selector);
-            }
-            for m in &manual {
-                changed += usize::from(set_manual(m, OperatorState::Auto));
-            }
-        }
-        _ => {
-            let state = action
-                .operator_state()
-                .expect("the other actions set a state");
-            if let Some(r) = registry {
-                changed += r.set_operator(&selector, state);
-            }
-            for m in &manual {
-                changed += usize::from(set_manual(m, state));
-            }
-        }
-    }
+    let registry = sh.registry.as_deref();
+    let changed = apply(
+        action,
+        registry,
+        &Selector::Dependency(dependency.to_string()),
+        &manual,
+        held,
+        dependency,
+    )?;
     let in_force = registry
         .and_then(|r| r.operator_overrides().get(dependency).copied())
         .unwrap_or(OperatorState::Auto);
