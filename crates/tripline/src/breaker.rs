@@ -794,6 +794,10 @@ pub struct Metrics {
     /// Time spent HalfOpen.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub time_half_open: Duration,
+    /// Time since the breaker entered its current state (since its creation when it never
+    /// left Closed).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub time_in_state: Duration,
     /// Listener panics caught.
     pub listener_panics: u64,
 }
@@ -1033,6 +1037,7 @@ impl<C: Clock> CircuitBreaker<C> {
             probes_in_flight: 0,
             time_open: Duration::ZERO,
             time_half_open: Duration::ZERO,
+            time_in_state: Duration::ZERO,
             listener_panics: 0,
         };
         // The word first: if the cold part is missing after it was read, no transition had
@@ -1081,8 +1086,12 @@ impl<C: Clock> CircuitBreaker<C> {
                 .successful_calls
                 .saturating_sub(inner.hot.success_mark.load(r));
         }
+        // Without the cold part the breaker never left Closed: in it since its creation.
+        m.time_in_state =
+            Duration::from_nanos(now.saturating_sub(inner.closed_since.load(Ordering::Relaxed)));
         if let Some(core) = core {
             let current = now.saturating_sub(core.entered_at);
+            m.time_in_state = Duration::from_nanos(current);
             let time_in =
                 |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
             m.transitions = core.transitions;
@@ -1495,21 +1504,56 @@ impl<C: Clock> Inner<C> {
         self.cold.get().filter(|c| c.hub.wants_call_events())
     }
 
-    /// Records a permit's result.
     /// Records a permit's result; `elapsed` is the caller's own measure of the call, if given.
     fn settle(&self, t: Ticket, c: Classification, elapsed: Option<u64>) -> Recorded {
-        match t.kind {
-            Kind::Passthrough => Recorded::Disabled,
+        let (recorded, now) = match t.kind {
+            Kind::Passthrough => return Recorded::Disabled,
             Kind::Window { cohort, lane } => {
                 self.lane_at(lane).inflight.exit(cohort, t.generation);
                 let now = self.clock.now();
-                let elapsed = elapsed.unwrap_or_else(|| now.saturating_sub(t.started));
-                self.record_window(t.generation, elapsed, now, c)
+                let took = elapsed.unwrap_or_else(|| now.saturating_sub(t.started));
+                (self.record_window(t.generation, took, now, c), now)
             }
             Kind::Probe { slot, token } => {
-                self.record_probe(t.generation, slot, token, t.started, elapsed, c)
+                let now = self.clock.now();
+                (
+                    self.record_probe(t.generation, slot, token, t.started, now, elapsed, c),
+                    now,
+                )
             }
+        };
+        // One atomic load when no listener wants outcomes (none can before the cold part).
+        if let Some(cold) = self.cold.get().filter(|c| c.hub.wants_outcome_events()) {
+            self.outcome_event(cold, t, now, elapsed, c.outcome, recorded);
         }
+        recorded
+    }
+
+    #[cold]
+    fn outcome_event(
+        &self,
+        cold: &Cold,
+        t: Ticket,
+        now: u64,
+        took: Option<u64>,
+        outcome: Outcome,
+        r: Recorded,
+    ) {
+        // The caller's own measure of the call when it gave one. The failure's kind is in the
+        // classification (`c.kind`) at the call site, for an event that carries it.
+        let elapsed = took.unwrap_or_else(|| now.saturating_sub(t.started));
+        cold.hub.outcome_event(
+            now,
+            &self.name,
+            EventKind::CallOutcome {
+                outcome,
+                duration: Duration::from_nanos(elapsed),
+                slow: elapsed > self.hot.slow_nanos.load(Ordering::Relaxed),
+                generation: t.generation,
+                probe: matches!(t.kind, Kind::Probe { .. }),
+                counted: r == Recorded::Counted,
+            },
+        );
     }
 
     /// Counts a failure of `kind` in the metrics.
@@ -1658,7 +1702,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(self.reject::<2>(None, 0));
+                    return Err(self.reject::<2>(None, self.clock.recent()));
                 }
             }
         }
@@ -1850,8 +1894,8 @@ impl<C: Clock> Inner<C> {
             return self.stale(generation, now);
         };
         self.lane().1.count(c.outcome, slow);
-        // Per-outcome events: a listener's outcome event would carry `c.kind` (the failure's
-        // kind) and `weight` from here.
+        // Failure kinds in outcome events: `EventKind::CallOutcome` (sent from `settle`) does
+        // not carry the failure's kind yet; `c.kind` and its `weight` are known here.
         let consecutive = if failure {
             self.counted_failure(generation, now, sample, weight, c.kind)
         } else {
@@ -2051,10 +2095,10 @@ impl<C: Clock> Inner<C> {
         slot: u32,
         token: u64,
         started: u64,
+        now: u64,
         elapsed: Option<u64>,
         c: Classification,
     ) -> Recorded {
-        let now = self.clock.now();
         let cold = self.cold();
         let mut core = lock(&cold.core);
         let word = Word(self.word.load(Ordering::Acquire));

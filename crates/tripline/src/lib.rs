@@ -70,6 +70,12 @@
 //!   helper, [`TokioClock`] for paused-time tests and `run_timer` for automatic transitions.
 //! * `metrics`: [`observe::BreakerMetrics`], breaker figures through the `metrics` facade.
 //! * `tracing`: [`observe::TracingListener`], transitions as `tracing` events.
+//! * `trace`: [`trace`], a recorder that writes every call's outcome and duration to a trace
+//!   (JSON Lines or CSV) from a background thread, and a reader for traces; `tripline replay`
+//!   and `tripline tune` replay them to choose a configuration from data.
+//!
+//! [`shadow::ShadowCandidate`] runs a candidate configuration beside the live breaker on the
+//! live traffic and reports where the two would have decided differently.
 //!
 //! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
 //! bounded in memory and never evicting one that is not Closed.
@@ -92,8 +98,11 @@ pub mod observe;
 mod operator;
 mod outcome;
 pub mod registry;
+pub mod shadow;
 mod state;
 mod sync;
+#[cfg(feature = "trace")]
+pub mod trace;
 mod window;
 
 pub use breaker::{

@@ -648,6 +648,9 @@ impl Listener for Shared {
     fn wants_call_events(&self) -> bool {
         self.0.wants_call_events()
     }
+    fn wants_outcome_events(&self) -> bool {
+        self.0.wants_outcome_events()
+    }
 }
 
 impl Registry<MonotonicClock> {
