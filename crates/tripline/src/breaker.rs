@@ -1517,7 +1517,14 @@ impl<C: Clock> Inner<C> {
             Kind::Probe { slot, token } => {
                 let now = self.clock.now();
                 (
-                    self.record_probe(t.generation, slot, token, t.started, now, elapsed, c),
+                    self.record_probe(
+                        t.generation,
+                        slot,
+                        token,
+                        now,
+                        elapsed.unwrap_or_else(|| now.saturating_sub(t.started)),
+                        c,
+                    ),
                     now,
                 )
             }
@@ -2094,9 +2101,8 @@ impl<C: Clock> Inner<C> {
         generation: u64,
         slot: u32,
         token: u64,
-        started: u64,
         now: u64,
-        elapsed: Option<u64>,
+        elapsed: u64,
         c: Classification,
     ) -> Recorded {
         let cold = self.cold();
@@ -2114,7 +2120,6 @@ impl<C: Clock> Inner<C> {
             return self.stale(generation, now);
         }
         core.round.leases[slot as usize] = None;
-        let elapsed = elapsed.unwrap_or_else(|| now.saturating_sub(started));
         let slow = elapsed > self.hot.slow_nanos.load(Ordering::Relaxed);
         let mut outcome = c.outcome;
         if outcome == Outcome::Failure {

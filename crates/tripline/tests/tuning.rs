@@ -85,6 +85,32 @@ fn an_explicit_duration_decides_slowness_instead_of_the_elapsed_time() {
     assert_eq!(b.state(), State::Open);
 }
 
+/// An outcome event reports the caller's measure of the call when it gave one.
+#[test]
+fn outcome_events_carry_the_explicit_duration() {
+    struct Outcomes(std::sync::Arc<std::sync::Mutex<Vec<Duration>>>);
+    impl tripline::Listener for Outcomes {
+        fn on_event(&self, e: &tripline::Event) {
+            if let EventKind::CallOutcome { duration, .. } = e.kind {
+                self.0.lock().unwrap().push(duration);
+            }
+        }
+        fn wants_outcome_events(&self) -> bool {
+            true
+        }
+    }
+    let (b, clock) = breaker(count(10, 10));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    b.subscribe(Outcomes(seen.clone()));
+    let p = b.try_acquire().unwrap();
+    clock.advance(5 * S);
+    let _ = p.record_with_duration(Outcome::Success, 40 * MS);
+    let p = b.try_acquire().unwrap();
+    clock.advance(2 * S);
+    let _ = p.record(Outcome::Success);
+    assert_eq!(*seen.lock().unwrap(), vec![40 * MS, 2 * S]);
+}
+
 #[test]
 fn the_window_keeps_its_calls_durations_when_asked() {
     let (b, _clock) = breaker(count(3, 3).call_durations(true));
