@@ -33,16 +33,20 @@ fn breaker() -> CircuitBreaker<ManualClock> {
     CircuitBreaker::with_clock("vendor", config, ManualClock::new())
 }
 
-async fn client(vendor: &Vendor, b: &CircuitBreaker<ManualClock>) -> Client {
+/// A channel to `vendor`, served on a fresh loopback port.
+async fn channel(vendor: &Vendor) -> tonic::transport::Channel {
     let addr = vendor::serve(vendor.clone()).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn client(vendor: &Vendor, b: &CircuitBreaker<ManualClock>) -> Client {
     ServiceBuilder::new()
         .layer(BreakerLayer::new(b.clone()).classifier(GrpcClassifier::default()))
-        .service(channel)
+        .service(channel(vendor).await)
 }
 
 fn rejected(status: &tonic::Status) -> Option<&Rejected> {
@@ -151,12 +155,7 @@ async fn the_servers_pushback_feeds_the_open_wait() {
 #[tokio::test]
 async fn calls_classified_at_the_call_agree_with_the_layer() {
     let vendor = Vendor::new();
-    let addr = vendor::serve(vendor.clone()).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(&vendor).await;
     let b = breaker();
     let call = |id: &'static str| {
         let (b, channel) = (b.clone(), channel.clone());
@@ -223,10 +222,7 @@ async fn a_timeout_inside_the_breaker_is_a_timeout_failure() {
 
     // Through the layers, on a real channel.
     let vendor = Vendor::new();
-    let addr = vendor::serve(vendor.clone()).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_lazy();
+    let channel = channel(&vendor).await;
     let b = breaker();
     let svc = ServiceBuilder::new()
         .layer(BreakerLayer::new(b.clone()).classifier(GrpcClassifier::default()))
