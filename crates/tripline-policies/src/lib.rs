@@ -105,39 +105,53 @@
 pub mod breaker;
 #[cfg(feature = "bulkhead")]
 pub mod bulkhead;
+#[cfg(feature = "chaos")]
+pub mod chaos;
 #[cfg(feature = "gate")]
 pub mod gate;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "limiter")]
+pub mod limiter;
 #[cfg(feature = "outlier")]
 pub mod outlier;
+#[cfg(feature = "partial")]
+pub mod partial;
 #[cfg(feature = "pipeline")]
 pub mod pipeline;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 #[cfg(feature = "retry")]
 pub mod retry;
+#[cfg(feature = "shed")]
+pub mod shed;
 #[cfg(feature = "throttle")]
 pub mod throttle;
 #[cfg(feature = "timeout")]
 pub mod timeout;
-#[cfg(any(feature = "retry", feature = "throttle"))]
+#[cfg(any(feature = "retry", feature = "throttle", feature = "partial"))]
 mod window;
 
 /// The error type of the tower services: any error, boxed. Each refusal downcasts to its own
-/// type ([`tripline::Rejected`], `Elapsed`, `BulkheadFull`, `GateOverflow`, `Throttled`).
+/// type ([`tripline::Rejected`], `Elapsed`, `BulkheadFull`, `GateOverflow`, `Throttled`,
+/// `Shed`, `LimitExceeded`, `PartiallyOpen`), and an injected fault to `InjectedFault`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Locks a mutex, ignoring poisoning: the state behind every lock in this crate is counters,
 /// valid after any panic.
-#[cfg(any(feature = "retry", feature = "throttle"))]
+#[cfg(any(
+    feature = "retry",
+    feature = "throttle",
+    feature = "partial",
+    feature = "chaos"
+))]
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Checks a bucketed window: `bucket` in `[1ms, window]`, `window` a whole number of buckets,
 /// at most 3600 of them. Returns the number of buckets.
-#[cfg(any(feature = "retry", feature = "throttle"))]
+#[cfg(any(feature = "retry", feature = "throttle", feature = "partial"))]
 pub(crate) fn check_window(
     field: &str,
     window: std::time::Duration,
@@ -163,7 +177,8 @@ pub(crate) fn check_window(
 }
 
 /// Whether `e`, or an error in its chain, is a refusal by a local policy: a breaker's
-/// rejection, a full bulkhead, the gate's overflow, the throttle. Such a call never reached the
+/// rejection, a full bulkhead, the gate's overflow, the throttle, the shedder, the limiter,
+/// the partial breaker. Such a call never reached the
 /// dependency: it is never retried, and a breaker records it as ignored.
 #[cfg(any(feature = "tower", feature = "reqwest"))]
 pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -191,9 +206,40 @@ pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool 
     fn throttle(_: &(dyn std::error::Error + 'static)) -> bool {
         false
     }
+    #[cfg(feature = "shed")]
+    fn shed(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<shed::Shed>()
+    }
+    #[cfg(not(feature = "shed"))]
+    fn shed(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    #[cfg(feature = "limiter")]
+    fn limiter(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<limiter::LimitExceeded>()
+    }
+    #[cfg(not(feature = "limiter"))]
+    fn limiter(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    #[cfg(feature = "partial")]
+    fn partial(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<partial::PartiallyOpen>()
+    }
+    #[cfg(not(feature = "partial"))]
+    fn partial(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
     let mut cur = Some(e);
     while let Some(e) = cur {
-        if e.is::<tripline::Rejected>() || bulkhead(e) || gate(e) || throttle(e) {
+        if e.is::<tripline::Rejected>()
+            || bulkhead(e)
+            || gate(e)
+            || throttle(e)
+            || shed(e)
+            || limiter(e)
+            || partial(e)
+        {
             return true;
         }
         cur = e.source();
