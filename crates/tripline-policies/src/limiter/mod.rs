@@ -319,6 +319,11 @@ impl Limiter {
         self.inner.slots.waiting()
     }
 
+    /// The priorities of the calls waiting now, in the order they will be served.
+    pub fn queue(&self) -> Vec<Priority> {
+        self.inner.slots.queued()
+    }
+
     /// Whether a call of `priority` would take a slot at once now.
     pub fn would_admit(&self, priority: Priority) -> bool {
         self.inner.slots.would_admit(priority)

@@ -561,6 +561,11 @@ impl Shedder {
         self.slots.waiting()
     }
 
+    /// The priorities of the calls waiting now, in the order they will be served.
+    pub fn queue(&self) -> Vec<Priority> {
+        self.slots.queued()
+    }
+
     /// The slots.
     pub fn capacity(&self) -> u32 {
         self.slots.limit()

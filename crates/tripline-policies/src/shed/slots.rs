@@ -262,10 +262,6 @@ impl Slots {
     }
 
     /// The priorities waiting, first first.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "read by the unit tests of the queue order")
-    )]
     pub(crate) fn queued(&self) -> Vec<Priority> {
         self.lock().queue.keys().map(|k| k.0.0).collect()
     }
