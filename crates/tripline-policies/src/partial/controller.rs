@@ -135,15 +135,29 @@ impl Controller {
             && self.kp * p + self.ki * (self.integral + p * self.dt) <= 0.0
     }
 
-    /// Applies `n` updates with no call in the window to a controller [`at_rest`](Self::at_rest).
+    /// Applies `n` updates with no call in the window to a controller [`at_rest`](Self::at_rest):
+    /// step by step (the same arithmetic as [`update`](Self::update)) until the integral
+    /// reaches its lower cap, where it stays, or for at most `EXACT_STEPS`; any steps beyond
+    /// those at once.
     pub(crate) fn rest(&mut self, n: u64) {
+        const EXACT_STEPS: u64 = 100_000;
         if n == 0 {
             return;
         }
         self.previous_p = self.p;
         self.derivative = 0.0;
         self.error_rate = 0.0;
-        self.integral = (self.integral + self.p * self.dt * n as f64).clamp(self.lower, self.upper);
+        let step = self.p * self.dt;
+        for _ in 0..n.min(EXACT_STEPS) {
+            if step == 0.0 || self.integral == self.lower {
+                return;
+            }
+            self.integral = (self.integral + step).clamp(self.lower, self.upper);
+        }
+        if n > EXACT_STEPS {
+            let left = (n - EXACT_STEPS) as f64;
+            self.integral = (self.integral + step * left).clamp(self.lower, self.upper);
+        }
     }
 }
 
@@ -206,7 +220,7 @@ mod tests {
         }
         b.rest(1000);
         assert_eq!(a.rejection_rate, b.rejection_rate);
-        assert!((a.integral - b.integral).abs() < 1e-9);
+        assert_eq!(a.integral, b.integral);
         assert_eq!(a.p, b.p);
     }
 }

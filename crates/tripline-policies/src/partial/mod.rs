@@ -37,6 +37,14 @@
 //! Each call is rejected with the current rejection rate, drawn from an injected random
 //! generator; the refusal is a [`PartiallyOpen`] with the rate.
 //!
+//! Two properties of Semian's design are worth knowing, and pinned by the tests. The ideal
+//! rate converges down fast and up slowly, so under a noisy error rate it settles below the
+//! rate's mean, and part of the noise clears the dead zone: a steady 1 % error rate at 100
+//! calls a second has about 0.25 % of its calls rejected. And the loop biases its own
+//! measure slightly upwards: a second of many errors raises the rejection rate, the seconds
+//! after it admit fewer calls, and in the overlapping windows that follow that second weighs
+//! more than its share (about +0.01 on the measured rate at a rejection rate of 0.7).
+//!
 //! # Time, without a thread
 //!
 //! Semian updates every breaker from one background thread. Here the update runs from the
@@ -238,7 +246,8 @@ impl PartialBreaker {
     fn catch_up(&self, s: &mut State, now: u64) {
         let i = &*self.inner;
         let mut replayed = 0u64;
-        while s.next_update <= now {
+        // `u64::MAX` is the end of time: no boundary there or after.
+        while s.next_update <= now && s.next_update != u64::MAX {
             let at = s.next_update;
             let [errors, successes] = s.window.totals(at - 1);
             let total = errors + successes;
