@@ -17,10 +17,10 @@ use super::{DefaultPriority, ShedService, Shedder};
 /// let shedder = Shedder::new(ShedConfig::builder().capacity(2).build()?);
 /// // Paths under /cards are sheddable, /log-set critical.
 /// let svc = ShedLayer::new(shedder.clone())
-///     .priority(|path: &&str| {
+///     .priority(|path: &&'static str| {
 ///         if path.starts_with("/cards") { Priority::SHEDDABLE } else { Priority::CRITICAL }
 ///     })
-///     .layer(service_fn(|path: &str| async move { Ok::<_, std::io::Error>(path.len()) }));
+///     .layer(service_fn(|path: &'static str| async move { Ok::<_, std::io::Error>(path.len()) }));
 ///
 /// let _busy = shedder.try_acquire(Priority::DEFAULT)?; // half the slots busy
 /// let err = svc.clone().oneshot("/cards/17").await.unwrap_err();
