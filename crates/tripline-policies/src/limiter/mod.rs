@@ -126,6 +126,8 @@ use crate::shed::{Priority, Refusal, ShedStats};
 
 struct Inner {
     config: LimiterConfig,
+    /// A fixed limit reads no clock and feeds no algorithm.
+    fixed: bool,
     slots: Arc<Slots>,
     algorithm: Mutex<Algorithm>,
     clock: Box<dyn Clock>,
@@ -169,7 +171,7 @@ pub struct LimiterSnapshot {
     pub in_flight: u32,
     /// Calls waiting in the queue.
     pub waiting: u32,
-    /// The last sample's RTT (zero before any).
+    /// The last sample's RTT (zero before any, and for a fixed limit, which reads no clock).
     pub last_rtt: Duration,
     /// The algorithm's baseline: Vegas's no-load RTT, Gradient2's long-term average (zero for
     /// the others, and before any sample).
@@ -210,6 +212,7 @@ impl Limiter {
         Self {
             inner: Arc::new(Inner {
                 config,
+                fixed: matches!(config.algorithm(), LimitAlgorithm::Fixed(_)),
                 slots,
                 algorithm: Mutex::new(algorithm),
                 clock: Box::new(clock),
@@ -236,7 +239,11 @@ impl Limiter {
 
     fn permit(&self, slot: Slot) -> LimiterPermit {
         LimiterPermit {
-            start: self.inner.clock.now(),
+            start: if self.inner.fixed {
+                0
+            } else {
+                self.inner.clock.now()
+            },
             in_flight: slot.in_flight_at_start(),
             slot: Some(slot),
             limiter: self.clone(),
@@ -286,21 +293,23 @@ impl Limiter {
         let i = &*self.inner;
         let counter = if dropped { &i.drops } else { &i.successes };
         counter.fetch_add(1, Ordering::Relaxed);
+        if i.fixed {
+            return;
+        }
         let refused = i.slots.take_demand_refused();
-        let limit = {
-            let mut a = i.algorithm.lock().unwrap_or_else(PoisonError::into_inner);
-            // Refused demand is demand: count the limiter as full (see the module docs).
-            let in_flight = if refused {
-                in_flight.max(a.limit())
-            } else {
-                in_flight
-            };
-            a.update(Sample {
-                rtt,
-                in_flight,
-                dropped,
-            })
+        let mut a = i.algorithm.lock().unwrap_or_else(PoisonError::into_inner);
+        // Refused demand is demand: count the limiter as full (see the module docs).
+        let in_flight = if refused {
+            in_flight.max(a.limit())
+        } else {
+            in_flight
         };
+        let limit = a.update(Sample {
+            rtt,
+            in_flight,
+            dropped,
+        });
+        // Under the algorithm's lock, so that limits reach the slots in the order computed.
         i.slots.set_limit(limit);
     }
 
@@ -378,7 +387,11 @@ impl LimiterPermit {
         let slot = self.slot.take();
         match dropped {
             Some(d) => {
-                let rtt = self.limiter.inner.clock.now().saturating_sub(self.start);
+                let rtt = if self.limiter.inner.fixed {
+                    0
+                } else {
+                    self.limiter.inner.clock.now().saturating_sub(self.start)
+                };
                 self.limiter.feed(rtt, self.in_flight, d);
             }
             None => {

@@ -17,7 +17,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
@@ -47,7 +47,6 @@ struct State {
     max_waiting: u32,
     queue: BTreeMap<Key, oneshot::Sender<Grant>>,
     next_seq: u64,
-    demand_refused: bool,
     counts: Counts,
 }
 
@@ -67,6 +66,8 @@ pub(crate) struct Slots {
     in_flight: AtomicU32,
     waiting: AtomicU32,
     limit: AtomicU32,
+    /// A call was refused or queued since the flag was last taken.
+    demand_refused: AtomicBool,
 }
 
 /// What [`Slots::admit`] decided.
@@ -86,12 +87,12 @@ impl Slots {
                 max_waiting,
                 queue: BTreeMap::new(),
                 next_seq: 0,
-                demand_refused: false,
                 counts: Counts::default(),
             }),
             in_flight: AtomicU32::new(0),
             waiting: AtomicU32::new(0),
             limit: AtomicU32::new(limit),
+            demand_refused: AtomicBool::new(false),
         })
     }
 
@@ -144,7 +145,7 @@ impl Slots {
         let key = (Reverse(p), seq);
         let (tx, rx) = oneshot::channel();
         s.queue.insert(key, tx);
-        s.demand_refused = true;
+        self.demand_refused.store(true, Ordering::Relaxed);
         self.publish(&s);
         Ok(Admit::Queued(Ticket {
             slots: Arc::clone(self),
@@ -166,7 +167,7 @@ impl Slots {
     }
 
     fn refuse(&self, s: &mut State, queue_full: bool) -> Refusal {
-        s.demand_refused = true;
+        self.demand_refused.store(true, Ordering::Relaxed);
         let r = if queue_full {
             s.counts.queue_full += 1;
             Refusal::QueueFull
@@ -218,8 +219,13 @@ impl Slots {
         self.publish(&s);
     }
 
-    /// Changes the capacity; a larger one goes to the waiters at once.
+    /// Changes the capacity; a larger one goes to the waiters at once. Callers serialise their
+    /// calls (the limiter holds its algorithm's lock), so an unchanged limit is seen without
+    /// taking the lock.
     pub(crate) fn set_limit(self: &Arc<Self>, limit: u32) {
+        if self.limit.load(Ordering::Relaxed) == limit {
+            return;
+        }
         let mut s = self.lock();
         if s.limit == limit {
             return;
@@ -231,7 +237,8 @@ impl Slots {
 
     /// Whether any call was refused or queued since the last call of this, and resets it.
     pub(crate) fn take_demand_refused(&self) -> bool {
-        std::mem::take(&mut self.lock().demand_refused)
+        self.demand_refused.load(Ordering::Relaxed)
+            && self.demand_refused.swap(false, Ordering::Relaxed)
     }
 
     pub(crate) fn in_flight(&self) -> u32 {
