@@ -182,7 +182,7 @@ pub fn svg(report: &Report) -> Result<String, String> {
     Ok(buf)
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -112,7 +112,12 @@ pub(crate) struct Tr {
 /// The variant being run: the unprotected service or one protection.
 pub(crate) struct Variant<'a> {
     pub(crate) protection: Option<&'a Protection>,
+    /// Called with each breaker's index once it exists (a trace recorder subscribes here).
+    pub(crate) observe: Option<&'a Observe<'a>>,
 }
+
+/// What [`Variant::observe`] calls.
+pub(crate) type Observe<'a> = dyn Fn(u32, &CircuitBreaker<ManualClock>) + Sync + 'a;
 
 /// A latency sample: the latency as a [`LatencyKey`], and the bin and endpoint packed as
 /// `bin << 7 | endpoint`.
@@ -364,7 +369,7 @@ impl Model {
     }
 }
 
-fn reason_str(kind: &EventKind) -> &'static str {
+pub(crate) fn reason_str(kind: &EventKind) -> &'static str {
     use tripline::Reason as R;
     match kind {
         EventKind::Transition { reason, .. } => match reason {
@@ -418,6 +423,9 @@ pub(crate) fn run(
                             });
                         }
                     });
+                    if let Some(observe) = variant.observe {
+                        observe(idx, &b);
+                    }
                     b
                 })
                 .collect()
@@ -445,7 +453,7 @@ pub(crate) fn run(
 
 /// A breaker configuration with its own jitter seed, so replicas do not probe in lockstep and
 /// runs stay reproducible.
-fn seeded(config: &BreakerConfig, seed: u64, index: u64) -> BreakerConfig {
+pub(crate) fn seeded(config: &BreakerConfig, seed: u64, index: u64) -> BreakerConfig {
     let base = mix(seed ^ config.seed().unwrap_or(0), 0xB4EA_4E45);
     config
         .to_builder()

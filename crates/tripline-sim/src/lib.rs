@@ -7,6 +7,10 @@
 //! * [`hosts`]: the dependency's hosts behind the caller's balancer, and outlier detection.
 //! * [`report`]: the figures, the table and the JSON schema.
 //! * [`chart`]: the time series as SVG and HTML.
+//! * [`trace`]: a simulated run's calls as a trace (`tripline simulate --trace`).
+//! * [`replay`]: a trace replayed against configurations (`tripline replay`).
+//! * [`replay_chart`]: a replay's charts, as SVG and HTML.
+//! * [`tune`]: a configuration chosen from a trace (`tripline tune`).
 
 #![forbid(unsafe_code)]
 
@@ -14,8 +18,12 @@ pub mod chart;
 mod dist;
 pub mod engine;
 pub mod hosts;
+pub mod replay;
+pub mod replay_chart;
 pub mod report;
 pub mod scenario;
+pub mod trace;
+pub mod tune;
 
 pub use dist::{Dist, MAX_LATENCY, Rate};
 pub use report::{Report, RunReport, SCHEMA_VERSION};
@@ -50,7 +58,10 @@ pub fn simulate_variant(
     let out = engine::run(
         scenario,
         &model,
-        &engine::Variant { protection: p },
+        &engine::Variant {
+            protection: p,
+            observe: None,
+        },
         seed,
         &|_| {},
     );
@@ -84,7 +95,10 @@ pub fn simulate_with_progress(
                     let out = engine::run(
                         scenario,
                         model,
-                        &engine::Variant { protection: p },
+                        &engine::Variant {
+                            protection: p,
+                            observe: None,
+                        },
                         seed,
                         progress,
                     );

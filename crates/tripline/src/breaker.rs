@@ -1145,17 +1145,44 @@ impl<C: Clock> Inner<C> {
 
     /// Records a permit's result.
     fn settle(&self, t: Ticket, c: Classification) -> Recorded {
-        match t.kind {
-            Kind::Passthrough => Recorded::Disabled,
+        let (recorded, now) = match t.kind {
+            Kind::Passthrough => return Recorded::Disabled,
             Kind::Window { cohort, lane } => {
                 self.lane_at(lane).inflight.exit(cohort, t.generation);
                 let now = self.clock.now();
-                self.record_window(t.generation, now.saturating_sub(t.started), now, c)
+                let r = self.record_window(t.generation, now.saturating_sub(t.started), now, c);
+                (r, now)
             }
             Kind::Probe { slot, token } => {
-                self.record_probe(t.generation, slot, token, t.started, c)
+                let now = self.clock.now();
+                (
+                    self.record_probe(t.generation, slot, token, t.started, now, c),
+                    now,
+                )
             }
+        };
+        // One atomic load when no listener wants outcomes (none can before the cold part).
+        if let Some(cold) = self.cold.get().filter(|c| c.hub.wants_outcome_events()) {
+            self.outcome_event(cold, t, now, c.outcome, recorded);
         }
+        recorded
+    }
+
+    #[cold]
+    fn outcome_event(&self, cold: &Cold, t: Ticket, now: u64, outcome: Outcome, r: Recorded) {
+        let elapsed = now.saturating_sub(t.started);
+        cold.hub.outcome_event(
+            now,
+            &self.name,
+            EventKind::CallOutcome {
+                outcome,
+                duration: Duration::from_nanos(elapsed),
+                slow: elapsed > self.hot.slow_nanos.load(Ordering::Relaxed),
+                generation: t.generation,
+                probe: matches!(t.kind, Kind::Probe { .. }),
+                counted: r == Recorded::Counted,
+            },
+        );
     }
 
     #[inline]
@@ -1204,7 +1231,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(self.reject(State::ForcedOpen, None, 0));
+                    return Err(self.reject(State::ForcedOpen, None, self.clock.recent()));
                 }
             }
         }
@@ -1548,9 +1575,9 @@ impl<C: Clock> Inner<C> {
         slot: u32,
         token: u64,
         started: u64,
+        now: u64,
         c: Classification,
     ) -> Recorded {
-        let now = self.clock.now();
         let cold = self.cold();
         let mut core = lock(&cold.core);
         let word = Word(self.word.load(Ordering::Acquire));
