@@ -142,7 +142,6 @@ impl Client {
         rejected
     }
 
-    #[cfg_attr(test, expect(dead_code, reason = "the test runs the game day only"))]
     async fn flip(&self, mode: &str) -> Result<(), reqwest::Error> {
         println!("\n--- switch: {mode}");
         self.http
@@ -294,7 +293,10 @@ pub(crate) async fn start() -> Result<Client, Box<dyn std::error::Error>> {
     })
 }
 
-#[cfg_attr(test, expect(dead_code, reason = "the test runs the game day only"))]
+#[cfg_attr(
+    test,
+    expect(dead_code, reason = "the test runs the game day, not the whole story")
+)]
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = start().await?;

@@ -3,7 +3,10 @@
 //! The policies around a [tripline] circuit breaker. A breaker alone is not enough:
 //! the timeout must sit inside it so that every admitted call settles, retries need a budget
 //! or they re-amplify what the breaker stopped, and bulkheads cap the blast radius while the
-//! breaker is still gathering evidence.
+//! breaker is still gathering evidence. And a breaker is modal: it sends everything or almost
+//! nothing, to a fixed threshold, to every caller alike; so beside it are a concurrency limit
+//! that follows latency, shedding by priority, partial opening, and fault injection to prove
+//! it all on a game day.
 //!
 //! | module | policy | refuses with |
 //! |---|---|---|
@@ -12,6 +15,10 @@
 //! | [`bulkhead`] | bounded concurrency with a bounded, timed wait | [`BulkheadFull`](bulkhead::BulkheadFull) |
 //! | [`gate`] | Envoy-style ceilings on requests, pending requests and retries; instant refusal | [`GateOverflow`](gate::GateOverflow) |
 //! | [`throttle`] | client-side adaptive throttling (Google SRE) | [`Throttled`](throttle::Throttled) |
+//! | [`limiter`] | an adaptive concurrency limit following latency (Netflix concurrency-limits' Vegas, Gradient2, AIMD), with a priority queue and shares | [`LimitExceeded`](limiter::LimitExceeded) |
+//! | [`shed`] | priority load shedding: slots shared out by priority, the lowest refused first, a priority queue | [`Shed`](shed::Shed) |
+//! | [`partial`] | partial opening: a share of calls rejected in proportion to the excess error rate (Shopify Semian's PID controller) | [`PartiallyOpen`](partial::PartiallyOpen) |
+//! | [`chaos`] | fault injection for game days: latency, errors or hangs for a share of calls, switched at run time | — ([`InjectedFault`](chaos::InjectedFault) plays the dependency's failure) |
 //! | [`outlier`] | Envoy's outlier detection per host, with an ejection cap and a panic threshold, and a balancer that skips ejected hosts | — |
 //! | [`pipeline`] | all of the above and a breaker, assembled in one order, with the timeout innermost | [`PipelineError`](pipeline::PipelineError) |
 //! | `breaker` | the core breaker as a tower layer | [`tripline::Rejected`] |
@@ -25,9 +32,10 @@
 //! that reads time takes an injected [`tripline::Clock`] or runs on tokio's timer, so tests run
 //! on paused or manual time.
 //!
-//! The default order of the [`pipeline`], from the outside in, is **retry → breaker → gate →
-//! bulkhead → throttle → timeout**: the retry outside the breaker, so a breaker that re-opens
-//! gets zero retries; the timeout innermost, whatever order the builder is called in.
+//! The default order of the [`pipeline`], from the outside in, is **retry → breaker → partial
+//! → gate → bulkhead → shed → limiter → throttle → timeout → chaos**: the retry outside the
+//! breaker, so a breaker that re-opens gets zero retries; the timeout innermost but for the
+//! injected faults (which play the dependency), whatever order the builder is called in.
 //!
 //! ```
 //! # #[cfg(feature = "pipeline")]
@@ -93,11 +101,13 @@
 //! ## Features
 //!
 //! One feature per component, each usable alone: `retry`, `bulkhead`, `gate`, `throttle`,
-//! `timeout`; `pipeline` (default) enables all five and the pipeline. `tower` adds the layers
-//! of the enabled components and the breaker's; `http` adds the HTTP classifier; `reqwest`
+//! `timeout`, `shed`, `limiter`, `partial`, `chaos`; `pipeline` (default) enables all nine and
+//! the pipeline. `tower` adds the layers of the enabled components and the breaker's; `http`
+//! adds the HTTP classifier (and reading a request's priority from its extensions); `reqwest`
 //! adds the `reqwest-middleware` integration (and `http`). `outlier` (default) adds the
-//! outlier detector and its balancer; `metrics` exports its figures through the `metrics`
-//! facade.
+//! outlier detector and its balancer; `serde` (default) reads the new policies' settings from
+//! TOML; `metrics` exports the detector's, the limiter's and the partial breaker's figures
+//! through the `metrics` facade.
 
 #![forbid(unsafe_code)]
 

@@ -1,5 +1,5 @@
-//! The pipeline: retry, breaker, gate, bulkhead, throttle and timeout, composed in the one
-//! order that keeps each of them honest.
+//! The pipeline: retry, breaker, partial breaker, gate, bulkhead, shedder, limiter, throttle,
+//! timeout and fault injector, composed in the one order that keeps each of them honest.
 //!
 //! # The order
 //!

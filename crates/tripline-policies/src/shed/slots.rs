@@ -168,7 +168,7 @@ impl Slots {
 
     fn refuse(&self, s: &mut State, queue_full: bool) -> Refusal {
         self.demand_refused.store(true, Ordering::Relaxed);
-        let r = if queue_full {
+        if queue_full {
             s.counts.queue_full += 1;
             Refusal::QueueFull
         } else if s.in_flight < s.limit {
@@ -177,8 +177,7 @@ impl Slots {
         } else {
             s.counts.full += 1;
             Refusal::Full
-        };
-        r
+        }
     }
 
     /// Gives the freed capacity to the waiters, first first, while their cutoffs allow.
@@ -222,6 +221,13 @@ impl Slots {
     /// Changes the capacity; a larger one goes to the waiters at once. Callers serialise their
     /// calls (the limiter holds its algorithm's lock), so an unchanged limit is seen without
     /// taking the lock.
+    #[cfg_attr(
+        not(feature = "limiter"),
+        expect(
+            dead_code,
+            reason = "the limiter moves the capacity; a shedder's is fixed"
+        )
+    )]
     pub(crate) fn set_limit(self: &Arc<Self>, limit: u32) {
         if self.limit.load(Ordering::Relaxed) == limit {
             return;
@@ -236,6 +242,10 @@ impl Slots {
     }
 
     /// Whether any call was refused or queued since the last call of this, and resets it.
+    #[cfg_attr(
+        not(feature = "limiter"),
+        expect(dead_code, reason = "read by the limiter's fairness rule")
+    )]
     pub(crate) fn take_demand_refused(&self) -> bool {
         self.demand_refused.load(Ordering::Relaxed)
             && self.demand_refused.swap(false, Ordering::Relaxed)
@@ -290,6 +300,10 @@ impl Slot {
     }
 
     /// Calls in flight just after it was taken, itself included.
+    #[cfg_attr(
+        not(feature = "limiter"),
+        expect(dead_code, reason = "the limiter's samples carry it")
+    )]
     pub(crate) fn in_flight_at_start(&self) -> u32 {
         self.in_flight
     }
