@@ -173,6 +173,39 @@ fn a_fixed_limit_never_moves() {
     assert_eq!(wave(&l, &clock, 10, MS, Outcome::Success), 5);
 }
 
+/// The module docs' promise: a limit that shrinks below the calls in flight refuses new calls
+/// until enough of them end, and never cuts off a call already admitted.
+#[test]
+fn a_limit_that_shrinks_below_the_calls_in_flight_refuses_until_enough_end() {
+    let clock = ManualClock::new();
+    let aimd = AimdConfig::builder()
+        .min_limit(1)
+        .initial_limit(10)
+        .backoff_ratio(0.5)
+        .build()
+        .unwrap();
+    let l = limiter(LimitAlgorithm::Aimd(aimd), &clock);
+    let mut held: Vec<_> = (0..9)
+        .map(|_| l.try_acquire(Priority::DEFAULT).unwrap())
+        .collect();
+    l.try_acquire(Priority::DEFAULT).unwrap().dropped(); // 10 × 0.5
+    assert_eq!((l.limit(), l.in_flight()), (5, 9));
+    assert_eq!(
+        l.try_acquire(Priority::CRITICAL).unwrap_err().reason(),
+        Refusal::Full
+    );
+    held.truncate(5);
+    assert!(
+        l.try_acquire(Priority::DEFAULT).is_err(),
+        "5 in flight, limit 5"
+    );
+    held.pop();
+    let p = l.try_acquire(Priority::DEFAULT).unwrap();
+    held.into_iter().for_each(|p| p.success()); // the calls admitted under the old limit end well
+    p.success();
+    assert_eq!(l.in_flight(), 0);
+}
+
 #[test]
 fn calls_over_the_limit_are_refused_at_once_without_a_queue() {
     let clock = ManualClock::new();

@@ -439,3 +439,86 @@ fn the_gauges_show_the_rates() {
     assert_eq!(gauges["tripline_partial_error_rate"], 1.0);
     assert_eq!(gauges["tripline_partial_ideal_error_rate"], 0.05);
 }
+
+/// A generator that counts its draws.
+#[derive(Clone, Default)]
+struct Counting(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl rand::RngCore for Counting {
+    fn next_u32(&mut self) -> u32 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        u32::MAX
+    }
+    fn next_u64(&mut self) -> u64 {
+        u64::from(self.next_u32())
+    }
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        dst.fill(0xff);
+    }
+}
+
+/// The module docs' promise: no number is drawn while the rejection rate is zero.
+#[test]
+fn nothing_is_drawn_while_the_rate_is_zero() {
+    let c = ManualClock::new();
+    let draws = Counting::default();
+    let b = PartialBreaker::with_clock_and_rng(PartialConfig::default(), c.clone(), draws.clone());
+    for _ in 0..10_000 {
+        b.offer(false);
+        c.advance(TICK);
+    }
+    assert_eq!(draws.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    for _ in 0..2_000 {
+        b.offer(true);
+        c.advance(TICK);
+    }
+    assert!(
+        draws.0.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "draws once partly open"
+    );
+}
+
+/// Real threads calling and recording while another moves the clock, for a bounded number of
+/// rounds: every call is counted once, admitted or rejected, and the rate stays in [0, 1].
+#[test]
+fn under_real_threads_every_call_is_counted_and_the_rate_stays_in_bounds() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let c = ManualClock::new();
+    let b = partial(&c, 8);
+    let done = Arc::new(AtomicBool::new(false));
+    let ticker = std::thread::spawn({
+        let (c, done) = (c.clone(), Arc::clone(&done));
+        move || {
+            while !done.load(Ordering::SeqCst) {
+                c.advance(Duration::from_millis(50));
+                std::thread::yield_now();
+            }
+        }
+    });
+    let callers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                for i in 0..20_000u64 {
+                    if let Ok(p) = b.try_acquire() {
+                        p.record(if (i + t) % 3 == 0 {
+                            Outcome::Failure
+                        } else {
+                            Outcome::Success
+                        });
+                    }
+                    assert!((0.0..=1.0).contains(&b.rejection_rate()));
+                }
+            })
+        })
+        .collect();
+    for t in callers {
+        t.join().unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    ticker.join().unwrap();
+    let s = b.snapshot();
+    assert_eq!(s.admitted + s.rejected, 60_000);
+    assert!((0.0..=1.0).contains(&s.rejection_rate));
+}

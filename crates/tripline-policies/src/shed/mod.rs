@@ -60,9 +60,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! With the `tower` feature, [`ShedLayer`] puts a shedder in front of a service; each request's
-//! priority comes from a [`Prioritize`] (a closure, or with `http` the request's extensions).
-//! The [`Limiter`](crate::limiter::Limiter) applies the same shares to its adaptive limit.
+//! A [`Shedder`] is a bulkhead (or the admission to a pool of workers) with priorities: size
+//! it as you would the [`Bulkhead`](crate::bulkhead::Bulkhead), which keeps its plain
+//! first-come queue. The [`Limiter`](crate::limiter::Limiter) applies the same shares and
+//! queue to its adaptive limit. With the `tower` feature, [`ShedLayer`] puts a shedder in front
+//! of a service; each request's priority comes from a [`Prioritize`] (a closure, or with
+//! `http` the request's extensions). For a caller that runs its own clock (a simulator),
+//! [`Shedder::admit`] and [`ShedTicket`] run the queue without tokio.
 
 pub mod error;
 #[cfg(feature = "tower")]
