@@ -186,6 +186,38 @@ pub(crate) fn check_window(
     Ok(n as u32)
 }
 
+/// Checks a wait queue's bounds: `max_waiting` in `[0, max_slots]`, and `max_wait` in
+/// `(0, max]` when calls may wait (`[0, max]` otherwise).
+#[cfg(any(feature = "bulkhead", feature = "shed"))]
+pub(crate) fn check_queue(
+    max_waiting: u32,
+    max_wait: std::time::Duration,
+    max_slots: u32,
+    max: std::time::Duration,
+) -> Result<(), tripline::ConfigError> {
+    use tripline::ConfigError;
+    if max_waiting > max_slots {
+        return Err(ConfigError::new(
+            "max_waiting",
+            max_waiting,
+            format!("in [0, {max_slots}]"),
+        ));
+    }
+    if max_wait > max || (max_waiting > 0 && max_wait.is_zero()) {
+        let allowed = if max_waiting > 0 {
+            format!("in (0ns, {max:?}] when max_waiting > 0")
+        } else {
+            format!("in [0ns, {max:?}]")
+        };
+        return Err(ConfigError::new(
+            "max_wait",
+            format!("{max_wait:?}"),
+            allowed,
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `e`, or an error in its chain, is a refusal by a local policy: a breaker's
 /// rejection, a full bulkhead, the gate's overflow, the throttle, the shedder, the limiter,
 /// the partial breaker. Such a call never reached the

@@ -129,7 +129,12 @@ impl LimiterConfigBuilder {
     /// The configuration.
     pub fn build(self) -> Result<LimiterConfig, ConfigError> {
         let c = self.0;
-        crate::shed::check_queue(c.max_waiting, c.max_wait)?;
+        crate::check_queue(
+            c.max_waiting,
+            c.max_wait,
+            crate::shed::MAX_SLOTS,
+            crate::shed::MAX_WAIT,
+        )?;
         Ok(c)
     }
 }

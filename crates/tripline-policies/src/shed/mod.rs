@@ -162,9 +162,9 @@ impl FromStr for Priority {
     }
 }
 
-/// The largest capacity and queue.
+/// The largest capacity and queue (the bulkhead's bound).
 pub const MAX_SLOTS: u32 = 1_000_000;
-/// The longest `max_wait`.
+/// The longest `max_wait` (the bulkhead's bound).
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
 
 /// The share of the capacity each priority may fill, in percent: a call of priority `p` takes
@@ -401,33 +401,9 @@ impl ShedConfigBuilder {
                 format!("in [1, {MAX_SLOTS}]"),
             ));
         }
-        check_queue(c.max_waiting, c.max_wait)?;
+        crate::check_queue(c.max_waiting, c.max_wait, MAX_SLOTS, MAX_WAIT)?;
         Ok(c)
     }
-}
-
-/// Checks a wait queue's bounds (`max_waiting`, `max_wait`), as the bulkhead does.
-pub(crate) fn check_queue(max_waiting: u32, max_wait: Duration) -> Result<(), ConfigError> {
-    if max_waiting > MAX_SLOTS {
-        return Err(ConfigError::new(
-            "max_waiting",
-            max_waiting,
-            format!("in [0, {MAX_SLOTS}]"),
-        ));
-    }
-    if max_wait > MAX_WAIT || (max_waiting > 0 && max_wait.is_zero()) {
-        let allowed = if max_waiting > 0 {
-            format!("in (0ns, {MAX_WAIT:?}] when max_waiting > 0")
-        } else {
-            format!("in [0ns, {MAX_WAIT:?}]")
-        };
-        return Err(ConfigError::new(
-            "max_wait",
-            format!("{max_wait:?}"),
-            allowed,
-        ));
-    }
-    Ok(())
 }
 
 /// Counts of what a [`Shedder`] (or a [`Limiter`](crate::limiter::Limiter)) decided since it
