@@ -129,6 +129,8 @@ pub mod outlier;
 pub mod partial;
 #[cfg(feature = "pipeline")]
 pub mod pipeline;
+#[cfg(all(feature = "tower", feature = "shed"))]
+mod queued;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 #[cfg(feature = "retry")]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tower_service::Service;
@@ -11,8 +11,7 @@ use tripline::Classify;
 
 use super::{LimitExceeded, LimiterPermit};
 use crate::BoxError;
-
-type Wait = Pin<Box<dyn Future<Output = Result<LimiterPermit, LimitExceeded>> + Send>>;
+use crate::queued::{Queued, Wait};
 
 pin_project! {
     /// The response of a [`LimiterService`](super::LimiterService): waiting in the queue, then
@@ -24,39 +23,15 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S::Future, S, Req>,
+        state: Queued<S, Req, LimiterPermit, LimitExceeded>,
         classifier: K,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State<F, S, Req> {
-        Queued {
-            wait: Wait,
-            service: Option<S>,
-            request: Option<Req>,
-        },
-        Called {
-            #[pin]
-            fut: F,
-            permit: Option<LimiterPermit>,
-        },
-        Refused {
-            error: LimitExceeded,
-        },
     }
 }
 
 impl<S: Service<Req>, Req, K> fmt::Debug for ResponseFuture<S, Req, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
-            State::Queued { .. } => "queued",
-            State::Called { .. } => "called",
-            State::Refused { .. } => "refused",
-        };
         f.debug_struct("ResponseFuture")
-            .field("state", &state)
+            .field("state", &self.state.name())
             .finish_non_exhaustive()
     }
 }
@@ -64,28 +39,26 @@ impl<S: Service<Req>, Req, K> fmt::Debug for ResponseFuture<S, Req, K> {
 impl<S: Service<Req>, Req, K> ResponseFuture<S, Req, K> {
     pub(crate) fn called(fut: S::Future, permit: LimiterPermit, classifier: K) -> Self {
         Self {
-            state: State::Called {
-                fut,
-                permit: Some(permit),
-            },
+            state: Queued::called(fut, permit),
             classifier,
         }
     }
 
-    pub(crate) fn queued(wait: Wait, service: S, request: Req, classifier: K) -> Self {
+    pub(crate) fn queued(
+        wait: Wait<LimiterPermit, LimitExceeded>,
+        service: S,
+        request: Req,
+        classifier: K,
+    ) -> Self {
         Self {
-            state: State::Queued {
-                wait,
-                service: Some(service),
-                request: Some(request),
-            },
+            state: Queued::waiting(wait, service, request),
             classifier,
         }
     }
 
     pub(crate) fn refused(error: LimitExceeded, classifier: K) -> Self {
         Self {
-            state: State::Refused { error },
+            state: Queued::refused(error),
             classifier,
         }
     }
@@ -100,40 +73,11 @@ where
     type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        loop {
-            match this.state.as_mut().project() {
-                StateProj::Queued {
-                    wait,
-                    service,
-                    request,
-                } => {
-                    let permit = match ready!(wait.as_mut().poll(cx)) {
-                        Ok(p) => p,
-                        Err(e) => return Poll::Ready(Err(Box::new(e))),
-                    };
-                    let (Some(mut service), Some(request)) = (service.take(), request.take())
-                    else {
-                        return Poll::Ready(Err("limiter future polled after completion".into()));
-                    };
-                    let fut = service.call(request);
-                    this.state.set(State::Called {
-                        fut,
-                        permit: Some(permit),
-                    });
-                }
-                StateProj::Called { fut, permit } => {
-                    let out = ready!(fut.poll(cx)).map_err(Into::into);
-                    if let Some(permit) = permit.take() {
-                        match &out {
-                            Err(e) if crate::is_local_rejection(&**e) => permit.ignore(),
-                            _ => permit.record(this.classifier.classify(&out).outcome),
-                        }
-                    }
-                    return Poll::Ready(out);
-                }
-                StateProj::Refused { error } => return Poll::Ready(Err(Box::new(*error))),
-            }
-        }
+        let this = self.project();
+        let classifier = &*this.classifier;
+        this.state.poll_with(cx, |permit, out| match out {
+            Err(e) if crate::is_local_rejection(&**e) => permit.ignore(),
+            _ => permit.record(classifier.classify(out).outcome),
+        })
     }
 }

@@ -3,15 +3,14 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::{Shed, ShedPermit};
 use crate::BoxError;
-
-type Wait = Pin<Box<dyn Future<Output = Result<ShedPermit, Shed>> + Send>>;
+use crate::queued::{Queued, Wait};
 
 pin_project! {
     /// The response of a [`ShedService`](super::ShedService): waiting in the queue for a slot,
@@ -22,38 +21,14 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S::Future, S, Req>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State<F, S, Req> {
-        Queued {
-            wait: Wait,
-            service: Option<S>,
-            request: Option<Req>,
-        },
-        Called {
-            #[pin]
-            fut: F,
-            permit: Option<ShedPermit>,
-        },
-        Shed {
-            shed: Shed,
-        },
+        state: Queued<S, Req, ShedPermit, Shed>,
     }
 }
 
 impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
-            State::Queued { .. } => "queued",
-            State::Called { .. } => "called",
-            State::Shed { .. } => "shed",
-        };
         f.debug_struct("ResponseFuture")
-            .field("state", &state)
+            .field("state", &self.state.name())
             .finish()
     }
 }
@@ -61,26 +36,19 @@ impl<S: Service<Req>, Req> fmt::Debug for ResponseFuture<S, Req> {
 impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     pub(crate) fn called(fut: S::Future, permit: ShedPermit) -> Self {
         Self {
-            state: State::Called {
-                fut,
-                permit: Some(permit),
-            },
+            state: Queued::called(fut, permit),
         }
     }
 
-    pub(crate) fn queued(wait: Wait, service: S, request: Req) -> Self {
+    pub(crate) fn queued(wait: Wait<ShedPermit, Shed>, service: S, request: Req) -> Self {
         Self {
-            state: State::Queued {
-                wait,
-                service: Some(service),
-                request: Some(request),
-            },
+            state: Queued::waiting(wait, service, request),
         }
     }
 
     pub(crate) fn shed(shed: Shed) -> Self {
         Self {
-            state: State::Shed { shed },
+            state: Queued::refused(shed),
         }
     }
 }
@@ -93,35 +61,6 @@ where
     type Output = Result<S::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        loop {
-            match this.state.as_mut().project() {
-                StateProj::Queued {
-                    wait,
-                    service,
-                    request,
-                } => {
-                    let permit = match ready!(wait.as_mut().poll(cx)) {
-                        Ok(p) => p,
-                        Err(e) => return Poll::Ready(Err(Box::new(e))),
-                    };
-                    let (Some(mut service), Some(request)) = (service.take(), request.take())
-                    else {
-                        return Poll::Ready(Err("shed future polled after completion".into()));
-                    };
-                    let fut = service.call(request);
-                    this.state.set(State::Called {
-                        fut,
-                        permit: Some(permit),
-                    });
-                }
-                StateProj::Called { fut, permit } => {
-                    let out = ready!(fut.poll(cx));
-                    *permit = None;
-                    return Poll::Ready(out.map_err(Into::into));
-                }
-                StateProj::Shed { shed } => return Poll::Ready(Err(Box::new(*shed))),
-            }
-        }
+        self.project().state.poll_with(cx, |permit, _| drop(permit))
     }
 }
