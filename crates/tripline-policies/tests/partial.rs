@@ -388,9 +388,7 @@ async fn in_the_pipeline_a_partial_rejection_is_local_and_timeouts_are_failures(
         pipeline.order(),
         [Stage::Breaker, Stage::Partial, Stage::Timeout]
     );
-    breaker.force_open(); // the classic one is out of the way: the partial one decides
-    breaker.reset();
-    breaker.disable();
+    breaker.metrics_only(); // the classic one records but never trips: the partial one decides
     let mut partial_rejections = 0;
     for _ in 0..2000 {
         let r = pipeline
@@ -408,6 +406,12 @@ async fn in_the_pipeline_a_partial_rejection_is_local_and_timeouts_are_failures(
     }
     assert!(partial_rejections > 1000, "{partial_rejections}");
     assert!(b.snapshot().error_rate > 0.99, "timeouts count as failures");
+    let m = breaker.metrics();
+    assert_eq!(
+        m.ignored_calls, partial_rejections,
+        "a partial rejection is a local refusal"
+    );
+    assert_eq!(m.failed_calls, 2000 - partial_rejections);
 }
 
 #[cfg(feature = "metrics")]
