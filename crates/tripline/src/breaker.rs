@@ -547,6 +547,10 @@ pub struct Metrics {
     /// Time spent HalfOpen.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub time_half_open: Duration,
+    /// Time since the breaker entered its current state (since its creation when it never
+    /// left Closed).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub time_in_state: Duration,
     /// Listener panics caught.
     pub listener_panics: u64,
 }
@@ -762,6 +766,7 @@ impl<C: Clock> CircuitBreaker<C> {
             probes_in_flight: 0,
             time_open: Duration::ZERO,
             time_half_open: Duration::ZERO,
+            time_in_state: Duration::ZERO,
             listener_panics: 0,
         };
         // The word first: if the cold part is missing after it was read, no transition had
@@ -779,8 +784,12 @@ impl<C: Clock> CircuitBreaker<C> {
         let now = inner.clock.now();
         (m.state, m.generation) = (word.state(), word.generation());
         m.window = inner.snapshot(now);
+        // Without the cold part the breaker never left Closed: in it since its creation.
+        m.time_in_state =
+            Duration::from_nanos(now.saturating_sub(inner.closed_since.load(Ordering::Relaxed)));
         if let Some(core) = core {
             let current = now.saturating_sub(core.entered_at);
+            m.time_in_state = Duration::from_nanos(current);
             let time_in =
                 |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
             m.transitions = core.transitions;
