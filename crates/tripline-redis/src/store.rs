@@ -530,6 +530,9 @@ fn hosted(config: &BreakerConfig) -> Result<(), ConfigError> {
     if config.call_durations() {
         return not_yet("call_durations", "true", "false");
     }
+    if config.ramp_up().is_some() {
+        return not_yet("ramp_up", "set", "unset");
+    }
     Ok(())
 }
 
@@ -2108,6 +2111,15 @@ mod tests {
                 "lumping_interval",
             ),
             (b().call_durations(true), "call_durations"),
+            (
+                b().ramp_up(tripline::RampUp {
+                    from: 10.0,
+                    over: Duration::from_secs(10),
+                    steps: 10,
+                    curve: tripline::RampCurve::Linear,
+                }),
+                "ramp_up",
+            ),
         ] {
             let err = hosted(&config.build().unwrap()).unwrap_err();
             assert_eq!(err.field(), field);

@@ -116,6 +116,9 @@ struct Hot {
     /// the cold part).
     failure_rules: AtomicU32,
     in_flight: AtomicBool,
+    /// Closed and ramping traffic back up after recovery (the ramp's state is in the cold
+    /// part); false whenever no ramp runs, so a breaker without one pays one load.
+    ramping: AtomicBool,
     /// MetricsOnly: `generation tag << 32 | rules that fired at the last evaluation` (bits of
     /// [`Rules`]), so each rule is reported once each time it starts firing.
     would_trip: AtomicU64,
@@ -173,6 +176,7 @@ impl Hot {
             success_mark: AtomicU64::new(0),
             failure_rules: AtomicU32::new(0),
             in_flight: AtomicBool::new(false),
+            ramping: AtomicBool::new(false),
             would_trip: AtomicU64::new(0),
         };
         h.set(c);
@@ -396,8 +400,113 @@ struct Cold {
     lump: AtomicU128,
     /// The lumping interval in nanoseconds (read while `Hot::failure_rules` says lumping is on).
     lump_nanos: AtomicU64,
+    /// Gradual recovery after closing.
+    ramp: Ramp,
     #[cfg(feature = "tokio")]
     notify: tokio::sync::Notify,
+}
+
+/// A ramp in progress (see [`RampUp`](crate::RampUp)): its start and step length, fixed when
+/// the breaker closes, and one word for the current step: `step index << 48 | share in ppm <<
+/// 28 | calls seen in the step`. A call's index in its step decides it: the `n`-th call (from
+/// 0) is admitted when `floor((n + 1) × share)` exceeds `floor(n × share)`, so of the first `n`
+/// calls of a step exactly `floor(n × share)` are admitted.
+#[derive(Debug)]
+struct Ramp {
+    generation: AtomicU64,
+    start: AtomicU64,
+    step_nanos: AtomicU64,
+    /// The ramp's configuration: `from` as f64 bits, the steps, the curve (1: exponential).
+    from_bits: AtomicU64,
+    steps: AtomicU32,
+    exponential: AtomicBool,
+    step: AtomicU64,
+    rejected: AtomicU64,
+}
+
+const RAMP_COUNT_BITS: u32 = 28;
+const RAMP_COUNT_MAX: u64 = (1 << RAMP_COUNT_BITS) - 1;
+const RAMP_SHARE_SHIFT: u32 = RAMP_COUNT_BITS;
+const RAMP_STEP_SHIFT: u32 = 48;
+
+impl Ramp {
+    fn new() -> Self {
+        Self {
+            generation: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+            step_nanos: AtomicU64::new(1),
+            from_bits: AtomicU64::new(0),
+            steps: AtomicU32::new(1),
+            exponential: AtomicBool::new(false),
+            step: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    fn config(&self) -> crate::config::RampUp {
+        crate::config::RampUp {
+            from: f64::from_bits(self.from_bits.load(Ordering::Relaxed)),
+            over: Duration::from_nanos(
+                self.step_nanos
+                    .load(Ordering::Relaxed)
+                    .saturating_mul(u64::from(self.steps.load(Ordering::Relaxed))),
+            ),
+            steps: self.steps.load(Ordering::Relaxed),
+            curve: if self.exponential.load(Ordering::Relaxed) {
+                crate::config::RampCurve::Exponential
+            } else {
+                crate::config::RampCurve::Linear
+            },
+        }
+    }
+
+    /// Starts a ramp for `generation` at `now` (under the core lock, before the word).
+    fn begin(&self, ramp: &crate::config::RampUp, generation: u64, now: u64) {
+        let r = Ordering::Relaxed;
+        self.generation.store(generation, r);
+        self.start.store(now, r);
+        self.step_nanos
+            .store((nanos(ramp.over) / u64::from(ramp.steps.max(1))).max(1), r);
+        self.from_bits.store(ramp.from.to_bits(), r);
+        self.steps.store(ramp.steps.max(1), r);
+        self.exponential
+            .store(ramp.curve == crate::config::RampCurve::Exponential, r);
+        self.step.store(ramp.share_ppm(0) << RAMP_SHARE_SHIFT, r);
+    }
+
+    /// Whether the ramp of `generation` admits a call at `now`: `None` once the ramp is over.
+    fn admits(&self, generation: u64, now: u64) -> Option<bool> {
+        let r = Ordering::Relaxed;
+        if self.generation.load(r) != generation {
+            return None;
+        }
+        let i = now.saturating_sub(self.start.load(r)) / self.step_nanos.load(r);
+        if i >= u64::from(self.steps.load(r)) {
+            return None;
+        }
+        let mut cur = self.step.load(r);
+        loop {
+            let (step, share, n) = (
+                cur >> RAMP_STEP_SHIFT,
+                (cur >> RAMP_SHARE_SHIFT) & ((1 << 20) - 1),
+                cur & RAMP_COUNT_MAX,
+            );
+            let (new, share, n) = if step == i {
+                (cur + u64::from(n < RAMP_COUNT_MAX), share, n)
+            } else if step < i {
+                // The first call of a new step computes its share.
+                let share = self.config().share_ppm(i as u32);
+                (i << RAMP_STEP_SHIFT | share << RAMP_SHARE_SHIFT | 1, share, 0)
+            } else {
+                // A newer step is in place (this reading is old): judge by it.
+                (cur + u64::from(n < RAMP_COUNT_MAX), share, n)
+            };
+            match self.step.compare_exchange(cur, new, r, r) {
+                Ok(_) => return Some((n + 1) * share / 1_000_000 > n * share / 1_000_000),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
 }
 
 pub(crate) struct Inner<C> {
@@ -632,6 +741,9 @@ pub struct Rejections {
     pub half_open: u64,
     /// Refused while ForcedOpen.
     pub forced_open: u64,
+    /// Refused while Closed, ramping traffic back up after recovery
+    /// ([`RampUp`](crate::RampUp)).
+    pub ramping_up: u64,
 }
 
 impl Rejections {
@@ -641,13 +753,14 @@ impl Rejections {
             State::Open => self.open,
             State::HalfOpen => self.half_open,
             State::ForcedOpen => self.forced_open,
+            State::Closed => self.ramping_up,
             _ => 0,
         }
     }
 
     /// All refusals.
     pub fn total(&self) -> u64 {
-        self.open + self.half_open + self.forced_open
+        self.open + self.half_open + self.forced_open + self.ramping_up
     }
 }
 
@@ -1006,6 +1119,7 @@ impl<C: Clock> CircuitBreaker<C> {
             open: sum(|l| &l.rejected[0]),
             half_open: inner.cold.get().map_or(0, |c| c.half_open_rejected.load(r)),
             forced_open: sum(|l| &l.rejected[1]),
+            ramping_up: inner.cold.get().map_or(0, |c| c.ramp.rejected.load(r)),
         };
         let slow_successful_calls = sum(|l| &l.slow_successes);
         let slow_failed_calls = sum(|l| &l.slow_failures);
@@ -1312,6 +1426,10 @@ impl<C: Clock> CircuitBreaker<C> {
         }
         cold.lump_nanos
             .store(config.lumping_interval.map_or(0, nanos), Ordering::Relaxed);
+        if config.ramp_up.is_none() {
+            // A ramp in progress ends with the setting.
+            inner.hot.ramping.store(false, Ordering::Relaxed);
+        }
         inner.hot.set(&config);
         core.config = config;
         let now = inner.clock.now();
@@ -1445,6 +1563,7 @@ impl Cold {
             half_open_rejected: AtomicU64::new(0),
             lump: AtomicU128::new(0),
             lump_nanos: AtomicU64::new(lump_nanos),
+            ramp: Ramp::new(),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         }
@@ -1670,6 +1789,9 @@ impl<C: Clock> Inner<C> {
             match word.state() {
                 State::Closed | State::MetricsOnly => {
                     let now = self.clock.now();
+                    if self.hot.ramping.load(Ordering::Relaxed) && !self.ramp_admits(word, now) {
+                        return Err(self.ramp_reject(now));
+                    }
                     let mut cohort = Cohort::NONE;
                     let mut lane = 0;
                     if self.hot.in_flight.load(Ordering::Relaxed) {
@@ -1759,6 +1881,46 @@ impl<C: Clock> Inner<C> {
             state,
             reason,
             retry_after,
+        }
+    }
+
+    /// Whether a ramping breaker admits a call now; ends the ramp once it is over.
+    #[cold]
+    #[inline(never)]
+    fn ramp_admits(&self, word: Word, now: u64) -> bool {
+        let Some(cold) = self.cold.get() else {
+            return true;
+        };
+        match cold.ramp.admits(word.generation(), now) {
+            Some(admit) => admit,
+            None => {
+                if word.state() == State::Closed {
+                    // Over (or another generation's): full traffic from now on.
+                    let core = lock(&cold.core);
+                    if Word(self.word.load(Ordering::Acquire)) == word {
+                        self.hot.ramping.store(false, Ordering::Relaxed);
+                    }
+                    drop(core);
+                }
+                true
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ramp_reject(&self, now: u64) -> Rejected {
+        let cold = self.cold();
+        cold.ramp.rejected.fetch_add(1, Ordering::Relaxed);
+        let reason = RejectReason::RampingUp;
+        if let Some(cold) = self.call_events() {
+            Self::rejection_event(cold, &self.name, State::Closed, reason, None, now);
+        }
+        Rejected {
+            breaker: self.name.clone(),
+            state: State::Closed,
+            reason,
+            retry_after: None,
         }
     }
 
@@ -2377,6 +2539,15 @@ impl<C: Clock> Inner<C> {
             }
             State::Disabled | State::ForcedOpen => {}
         }
+        // Gradual recovery: only when probes closed the breaker, and only with a ramp set.
+        let ramp = match core.config.ramp_up {
+            Some(r) if to == State::Closed && from.state() == State::HalfOpen => Some(r),
+            _ => None,
+        };
+        if let Some(r) = ramp {
+            self.cold().ramp.begin(&r, new.generation(), now);
+        }
+        self.hot.ramping.store(ramp.is_some(), Ordering::Relaxed);
         if to == State::HalfOpen {
             core.round = Round::new(core.config.half_open_calls);
         } else if from.state() == State::HalfOpen {

@@ -23,6 +23,7 @@
 //! | `failure_kinds` | every kind weighs 1 | a failure is a failure until you say otherwise |
 //! | `lumping_interval` | off | Semian's error lumping, for bursty clients that report one outage many times |
 //! | `call_durations` | off | the window's total and mean call duration cost a few atomics per call |
+//! | `ramp_up` | off | a breaker that closes sends full traffic at once, as every peer does; ramp it for a dependency that recovers slowly (start at 10 % over 30 s in 10 steps, say) |
 //!
 //! These defaults suit a slow internal RPC, as the resilience4j ones they follow do. For a
 //! checkout path, tune them from data (the `tripline` simulator replays traces).
@@ -167,6 +168,62 @@ pub struct Backoff {
     pub healthy_after: Duration,
 }
 
+/// Gradual recovery: after HalfOpen → Closed, the breaker admits a share of calls that grows
+/// from `from` percent to 100 % over `over`, in `steps` equal steps, and refuses the rest with
+/// [`RejectReason::RampingUp`](crate::RejectReason::RampingUp). Within each step it admits at
+/// most the step's share of the calls that step has seen (a low-discrepancy count, not a coin:
+/// of the first `n` calls of a step, `floor(n × share)` are admitted), so a recovering
+/// dependency never sees more than the ramp allows. The closed rules apply throughout: a
+/// failure-rate trip during the ramp reopens the breaker as usual.
+///
+/// ```
+/// use tripline::{RampCurve, RampUp};
+/// use std::time::Duration;
+/// let ramp = RampUp { from: 10.0, over: Duration::from_secs(30), steps: 10, curve: RampCurve::Linear };
+/// assert_eq!(ramp.share_ppm(0), 100_000);
+/// assert_eq!(ramp.share_ppm(5), 550_000);
+/// assert_eq!(ramp.share_ppm(10), 1_000_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RampUp {
+    /// The first step's share, in percent, in (0, 100).
+    pub from: f64,
+    /// How long the ramp lasts, in [1ms, 1h]: after it every call is admitted.
+    pub over: Duration,
+    /// Equal steps, in [1, 1000]; each at least 1 ms long.
+    pub steps: u32,
+    /// How the share grows from step to step.
+    pub curve: RampCurve,
+}
+
+/// How a [`RampUp`]'s share grows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum RampCurve {
+    /// By the same number of points each step (10 %, 19 %, 28 %, ...).
+    Linear,
+    /// By the same factor each step (10 %, 12.6 %, 15.8 %, ... 100 %): slow at first, as a
+    /// cold cache or a scaled-down pool recovers.
+    Exponential,
+}
+
+impl RampUp {
+    /// The share step `i` admits, in parts per million (1,000,000 from step `steps` on).
+    pub fn share_ppm(&self, i: u32) -> u64 {
+        if i >= self.steps {
+            return 1_000_000;
+        }
+        let f = (self.from / 100.0).clamp(0.0, 1.0);
+        let t = f64::from(i) / f64::from(self.steps.max(1));
+        let share = match self.curve {
+            RampCurve::Linear => f + (1.0 - f) * t,
+            RampCurve::Exponential => f * (1.0 / f).powf(t),
+        };
+        ((share * 1e6).round() as u64).clamp(1, 1_000_000)
+    }
+}
+
 /// A validated breaker configuration. Build one with [`BreakerConfig::builder`] or deserialize
 /// it; both validate every field.
 ///
@@ -218,6 +275,7 @@ pub struct BreakerConfig {
     pub(crate) failure_kinds: FailureKindWeights,
     pub(crate) lumping_interval: Option<Duration>,
     pub(crate) call_durations: bool,
+    pub(crate) ramp_up: Option<RampUp>,
 }
 
 impl Default for BreakerConfig {
@@ -245,6 +303,7 @@ impl Default for BreakerConfig {
             failure_kinds: FailureKindWeights::default(),
             lumping_interval: None,
             call_durations: false,
+            ramp_up: None,
         }
     }
 }
@@ -328,6 +387,8 @@ impl BreakerConfig {
         /// Whether the window keeps its calls' durations (total and mean in the metrics). Part of
         /// the window's shape: fixed for a breaker's life.
         call_durations: bool;
+        /// Gradual recovery after closing, if on.
+        ramp_up: Option<RampUp>;
     }
 
     /// Whether `other` has this configuration's window shape (kind, size, length, bucket,
@@ -458,6 +519,28 @@ impl BreakerConfig {
                     format!("failure_kinds.{}", kind.as_str().replace('_', "-")),
                     w,
                     format!("in [0, {}]", FailureKindWeights::MAX),
+                ));
+            }
+        }
+        if let Some(r) = self.ramp_up {
+            if !(r.from.is_finite() && r.from > 0.0 && r.from < 100.0) {
+                return Err(ConfigError::new(
+                    "ramp_up.from",
+                    r.from,
+                    "a percentage in (0, 100)",
+                ));
+            }
+            dur("ramp_up.over", r.over, MS, Duration::from_secs(3600))?;
+            range("ramp_up.steps", r.steps, 1, 1000)?;
+            if r.over / r.steps < MS {
+                return Err(ConfigError::new(
+                    "ramp_up.steps",
+                    r.steps,
+                    format!(
+                        "steps of at least 1ms: at most {} for ramp_up.over = {}",
+                        (r.over.as_millis()).max(1),
+                        fmt_d(r.over)
+                    ),
                 ));
             }
         }
@@ -677,6 +760,26 @@ impl BreakerConfigBuilder {
         self
     }
 
+    /// Ramps traffic back up after HalfOpen → Closed (see [`RampUp`]).
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, RampCurve, RampUp};
+    /// use std::time::Duration;
+    /// let ramp = RampUp { from: 10.0, over: Duration::from_secs(30), steps: 10, curve: RampCurve::Exponential };
+    /// let c = BreakerConfig::builder().ramp_up(ramp).build()?;
+    /// assert_eq!(c.ramp_up(), Some(ramp));
+    /// let bad = RampUp { from: 0.0, ..ramp };
+    /// assert_eq!(
+    ///     BreakerConfig::builder().ramp_up(bad).build().unwrap_err().to_string(),
+    ///     "ramp_up.from must be a percentage in (0, 100), got 0"
+    /// );
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn ramp_up(mut self, ramp: RampUp) -> Self {
+        self.config.ramp_up = Some(ramp);
+        self
+    }
+
     /// Keep each window call's duration, so the metrics show the window's total and mean call
     /// duration (off by default: it costs a few atomic operations per call).
     ///
@@ -767,6 +870,26 @@ mod raw {
         backoff: Option<RawBackoff>,
     }
 
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct RawRampUp {
+        from: f64,
+        #[serde(with = "humantime_serde")]
+        over: Duration,
+        #[serde(default = "ten")]
+        steps: u32,
+        #[serde(default = "linear")]
+        curve: RampCurve,
+    }
+
+    fn ten() -> u32 {
+        10
+    }
+
+    fn linear() -> RampCurve {
+        RampCurve::Linear
+    }
+
     #[derive(Serialize, Deserialize, Default)]
     #[serde(deny_unknown_fields)]
     pub(super) struct RawHalfOpen {
@@ -827,6 +950,8 @@ mod raw {
         lumping_interval: Option<Duration>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_durations: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ramp_up: Option<RawRampUp>,
         #[serde(default)]
         open: RawOpen,
         #[serde(default)]
@@ -882,6 +1007,12 @@ mod raw {
                     .fold(d.failure_kinds, |w, (k, v)| w.with(*k, *v)),
                 lumping_interval: r.lumping_interval,
                 call_durations: r.call_durations.unwrap_or(d.call_durations),
+                ramp_up: r.ramp_up.map(|u| RampUp {
+                    from: u.from,
+                    over: u.over,
+                    steps: u.steps,
+                    curve: u.curve,
+                }),
             };
             c.validate()?;
             Ok(c)
@@ -910,6 +1041,12 @@ mod raw {
                     .collect(),
                 lumping_interval: c.lumping_interval,
                 call_durations: Some(c.call_durations),
+                ramp_up: c.ramp_up.map(|u| RawRampUp {
+                    from: u.from,
+                    over: u.over,
+                    steps: u.steps,
+                    curve: u.curve,
+                }),
                 open: RawOpen {
                     duration: Some(c.open_duration),
                     jitter: Some(c.open_jitter),

@@ -138,7 +138,7 @@ impl From<Arc<str>> for BreakerName {
 /// | [`Open`](Self::Open) | Open | the rest of the open wait: then the next acquire is a probe (if a slot is free) |
 /// | [`ProbesBusy`](Self::ProbesBusy) | HalfOpen | until the earliest probe lease expires: the latest a slot comes free while the breaker stays half-open (a verdict or the maximum half-open wait may change the state sooner) |
 /// | [`ForcedOpen`](Self::ForcedOpen) | ForcedOpen | `None`: only an operator lifts a kill switch |
-/// | [`RampingUp`](Self::RampingUp) | — | reserved for a gradual-recovery policy that admits a growing share of calls after closing; no breaker refuses with it yet |
+/// | [`RampingUp`](Self::RampingUp) | Closed | `None`: the next call may be admitted; a breaker ramping traffic back up after recovery ([`RampUp`](crate::RampUp)) admits a growing share of calls |
 ///
 /// ```
 /// use tripline::{BreakerConfig, CircuitBreaker, RejectReason};
@@ -158,7 +158,8 @@ pub enum RejectReason {
     ProbesBusy,
     /// An operator forced the breaker open (kill switch).
     ForcedOpen,
-    /// Reserved: a breaker ramping traffic back up after closing refused this call.
+    /// A breaker ramping traffic back up after recovery ([`RampUp`](crate::RampUp)) refused
+    /// this call: the step's share was taken.
     RampingUp,
 }
 

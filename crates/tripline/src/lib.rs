@@ -113,7 +113,7 @@ pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{
     AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureKindWeights, HalfOpenPolicy,
-    WindowConfig,
+    RampCurve, RampUp, WindowConfig,
 };
 pub use error::{BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError};
 pub use event::{Event, EventKind, EventLog, Listener, Reason};

@@ -204,3 +204,41 @@ fn outcome_events_cost_nothing_unless_asked_and_the_recorder_does_not_allocate()
     recorder.flush().unwrap();
     assert_eq!(recorder.stats().written, 1_010);
 }
+
+#[test]
+fn a_ramp_admits_and_refuses_without_allocating() {
+    let clock = tripline::ManualClock::new();
+    let config = BreakerConfig::builder()
+        .count_window(100)
+        .open_duration(Duration::from_secs(1))
+        .half_open_calls(1)
+        .ramp_up(tripline::RampUp {
+            from: 10.0,
+            over: Duration::from_secs(10),
+            steps: 10,
+            curve: tripline::RampCurve::Exponential,
+        })
+        .build()
+        .unwrap();
+    let breaker = CircuitBreaker::with_clock("dep", config, clock.clone());
+    breaker.trip();
+    clock.advance(Duration::from_secs(1));
+    let _ = breaker.try_acquire().unwrap().record(Outcome::Success);
+    let (mut admitted, mut refused) = (0, 0);
+    let n = allocations(|| {
+        for i in 0..10_000 {
+            if i % 1000 == 999 {
+                clock.advance(Duration::from_secs(1));
+            }
+            match breaker.try_acquire() {
+                Ok(p) => {
+                    admitted += 1;
+                    let _ = p.record(Outcome::Success);
+                }
+                Err(_) => refused += 1,
+            }
+        }
+    });
+    assert_eq!(n, 0, "a ramping breaker allocated");
+    assert!(admitted > 0 && refused > 0, "{admitted} admitted, {refused} refused");
+}
