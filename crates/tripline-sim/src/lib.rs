@@ -14,8 +14,11 @@ pub mod chart;
 mod dist;
 pub mod engine;
 pub mod hosts;
+pub mod layers;
+pub mod protection;
 pub mod report;
 pub mod scenario;
+pub mod sweep;
 
 pub use dist::{Dist, MAX_LATENCY, Rate};
 pub use report::{Report, RunReport, SCHEMA_VERSION};
@@ -50,17 +53,68 @@ pub fn simulate_variant(
     let out = engine::run(
         scenario,
         &model,
-        &engine::Variant { protection: p },
+        &engine::Variant {
+            index: variant,
+            protection: p,
+        },
         seed,
         &|_| {},
     );
-    Some(report::run_report(scenario, p, out))
+    Some(report::run_report(scenario, variant, out))
 }
 
 /// How much progress a simulation reports in all ([`simulate_with_progress`]): virtual
-/// milliseconds of arrivals, summed over the runs.
+/// milliseconds of arrivals, summed over the runs (a sweep's included).
 pub fn progress_total(scenario: &Scenario) -> u64 {
-    (scenario.duration.as_millis() as u64).saturating_mul(1 + scenario.protection.len() as u64)
+    let runs = 1 + scenario.protection.len() as u64;
+    let points = scenario.sweep.as_ref().map_or(0, |s| s.points(scenario).len() as u64);
+    let own = (scenario.duration.as_millis() as u64).saturating_mul(runs);
+    let swept: u64 = scenario.sweep.as_ref().map_or(0, |s| {
+        s.points(scenario)
+            .iter()
+            .map(|(_, p)| (p.duration.as_millis() as u64).saturating_mul(runs))
+            .sum()
+    });
+    let _ = points;
+    own.saturating_add(swept)
+}
+
+/// Runs every variant of `scenario` in parallel, one thread each.
+fn run_all(
+    scenario: &Scenario,
+    seed: u64,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Vec<RunReport> {
+    let model = engine::Model::new(scenario);
+    let variants: Vec<Option<usize>> = std::iter::once(None)
+        .chain((0..scenario.protection.len()).map(Some))
+        .collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = variants
+            .iter()
+            .map(|&v| {
+                let model = &model;
+                s.spawn(move || {
+                    let p = v.map(|i| &scenario.protection[i]);
+                    let out = engine::run(
+                        scenario,
+                        model,
+                        &engine::Variant {
+                            index: v,
+                            protection: p,
+                        },
+                        seed,
+                        progress,
+                    );
+                    report::run_report(scenario, v, out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// [`simulate`], calling `progress` with virtual milliseconds as they are simulated (from
@@ -71,31 +125,24 @@ pub fn simulate_with_progress(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Report {
     let seed = seed.unwrap_or(scenario.seed);
-    let model = engine::Model::new(scenario);
-    let variants: Vec<Option<&scenario::Protection>> = std::iter::once(None)
-        .chain(scenario.protection.iter().map(Some))
-        .collect();
-    let runs: Vec<RunReport> = std::thread::scope(|s| {
-        let handles: Vec<_> = variants
-            .iter()
-            .map(|&p| {
-                let model = &model;
-                s.spawn(move || {
-                    let out = engine::run(
-                        scenario,
-                        model,
-                        &engine::Variant { protection: p },
-                        seed,
-                        progress,
-                    );
-                    report::run_report(scenario, p, out)
-                })
-            })
-            .collect();
-        handles
+    let runs = run_all(scenario, seed, progress);
+    let sweep = scenario.sweep.as_ref().map(|sw| sweep::SweepReport {
+        field: sw.field.clone(),
+        metrics: sw.metrics.clone(),
+        points: sw
+            .points(scenario)
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+            .map(|(value, point)| sweep::SweepPoint {
+                value,
+                runs: run_all(&point, seed, progress)
+                    .iter()
+                    .map(|r| sweep::SweepRun {
+                        label: r.label.clone(),
+                        figures: sw.metrics.iter().map(|m| sweep::metric(r, m)).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
     });
     Report {
         schema_version: SCHEMA_VERSION,
@@ -110,6 +157,10 @@ pub fn simulate_with_progress(
             start_s: a.as_secs_f64(),
             end_s: b.as_secs_f64(),
         }),
+        tiers: (0..scenario.tier_count())
+            .map(|k| scenario.tier_name(k).to_string())
+            .collect(),
         runs,
+        sweep,
     }
 }
