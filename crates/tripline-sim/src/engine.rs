@@ -250,9 +250,7 @@ const _: () = assert!(crate::scenario::MAX_HELD < MAX_SLOTS);
 
 impl Ev {
     fn new(at: u64, seq: u64, kind: Kind, slot: u32) -> Self {
-        let low = (seq << (SLOT_BITS + KIND_BITS))
-            | ((kind as u64) << SLOT_BITS)
-            | u64::from(slot);
+        let low = (seq << (SLOT_BITS + KIND_BITS)) | ((kind as u64) << SLOT_BITS) | u64::from(slot);
         Ev((u128::from(at) << 64) | u128::from(low))
     }
     fn at(self) -> u64 {
@@ -352,6 +350,7 @@ pub(crate) struct Model {
     /// Whether calls in progress at the dependency are tracked (some capacity is set).
     track: bool,
     overload: Overload,
+    occ: bool,
     shards: u32,
     hosts: Option<crate::hosts::HostModel>,
 }
@@ -431,6 +430,7 @@ impl Model {
             phases,
             track: dep.capacity.is_some() || dep.faults.iter().any(|f| f.capacity.is_some()),
             overload: dep.overload,
+            occ: dep.optimistic_writes,
             shards: s.shards.map_or(1, |x| x.count),
             hosts: crate::hosts::HostModel::new(s),
         }
@@ -581,6 +581,11 @@ struct Engine<'p> {
     free: Vec<u32>,
     tiers: Vec<TierRt>,
     dep_done: BinaryHeap<std::cmp::Reverse<u64>>,
+    /// Writes on their way to an optimistically written row: (arrival, read's time, slot,
+    /// return leg), the slot [`NONE`] for a call whose caller will have given up.
+    writes: BinaryHeap<std::cmp::Reverse<(u64, u64, u32, u64)>>,
+    /// When the row's last successful write landed.
+    last_commit: Option<u64>,
     woken: Vec<Woken>,
     /// The replicas (tier, replica) the current instant's events touched.
     touched: Vec<(u8, u32)>,
@@ -639,6 +644,8 @@ impl<'p> Engine<'p> {
             free: Vec::with_capacity(1024),
             tiers,
             dep_done: BinaryHeap::new(),
+            writes: BinaryHeap::new(),
+            last_commit: None,
             woken: Vec::new(),
             touched: Vec::new(),
             freed: Vec::new(),
@@ -746,7 +753,18 @@ impl<'p> Engine<'p> {
         let mut reported_ms = 0u64;
         // The instant being processed.
         let mut instant = None;
-        while let Some(ev) = self.heap.pop() {
+        loop {
+            // Writes reaching an optimistically written row go first at their instant.
+            let next = self.heap.peek().map(|e| e.at());
+            if let Some(&std::cmp::Reverse((w, ..))) = self.writes.peek() {
+                if next.is_none_or(|e| w <= e) {
+                    self.land_writes(w);
+                    continue;
+                }
+            }
+            let Some(ev) = self.heap.pop() else {
+                break;
+            };
             let (at, slot) = (ev.at(), ev.slot());
             if instant.is_some_and(|i| i < at) {
                 if let Some(i) = instant {
@@ -1030,8 +1048,7 @@ impl<'p> Engine<'p> {
         let client = &mut self.clients[k];
         for i in 0..client.outer.len() {
             // The layers around the retry loop never wait (the breaker).
-            if let crate::layers::Admit::Refused(p) = client.outer[i].admit(&cx, &mut self.woken)
-            {
+            if let crate::layers::Admit::Refused(p) = client.outer[i].admit(&cx, &mut self.woken) {
                 for j in (0..i).rev() {
                     client.outer[j].settle(&cx, None, &mut self.woken);
                 }
@@ -1116,6 +1133,10 @@ impl<'p> Engine<'p> {
             return;
         }
         self.dependency_calls += 1;
+        if self.m.occ {
+            self.send_write(slot, t, timeout);
+            return;
+        }
         if let Some(pool) = self.hosts.as_mut() {
             let req = &mut self.reqs[slot as usize];
             let (took, ok, timed_out) = pool.start(slot, t, req.shard, &mut req.rng, timeout);
@@ -1166,11 +1187,65 @@ impl<'p> Engine<'p> {
         self.schedule(t.saturating_add(took), Kind::AttemptDone, slot);
     }
 
+    /// The writes that reach the optimistically written row by `now`, in time order: each
+    /// lands if no other write landed since its read, and its answer heads back.
+    fn land_writes(&mut self, now: u64) {
+        while let Some(&std::cmp::Reverse((at, read, slot, back))) = self.writes.peek() {
+            if at > now {
+                break;
+            }
+            self.writes.pop();
+            let landed = self.last_commit.is_none_or(|c| c <= read);
+            if landed {
+                self.last_commit = Some(at);
+            }
+            if slot != NONE {
+                let req = &mut self.reqs[slot as usize];
+                req.ok = req.ok && landed;
+                self.schedule(at.saturating_add(back), Kind::AttemptDone, slot);
+            }
+        }
+    }
+
+    /// An optimistic update of the row: a read's round trip, then the write's, each leg drawn
+    /// from the phase's latency. The write's fate is decided when it reaches the row.
+    fn send_write(&mut self, slot: u32, t: u64, timeout: Option<u64>) {
+        let m = self.m;
+        let shard = self.reqs[slot as usize].shard;
+        let phase = m.phase(t, shard).unwrap_or(&m.base);
+        let req = &mut self.reqs[slot as usize];
+        let error = phase.error_rate.happens(&mut req.rng);
+        let legs: [u64; 4] = std::array::from_fn(|_| phase.latency.sample(&mut req.rng));
+        let read = t.saturating_add(legs[0]);
+        let write = read.saturating_add(legs[1]).saturating_add(legs[2]);
+        let total = write.saturating_add(legs[3]) - t;
+        req.ok = !error;
+        req.timed_out = false;
+        match timeout {
+            Some(to) if total > to => {
+                // The caller gives up first; the write still reaches the row.
+                req.ok = false;
+                req.timed_out = true;
+                self.writes
+                    .push(std::cmp::Reverse((write, read, NONE, legs[3])));
+                self.schedule(t.saturating_add(to), Kind::AttemptDone, slot);
+            }
+            _ => self
+                .writes
+                .push(std::cmp::Reverse((write, read, slot, legs[3]))),
+        }
+    }
+
     /// The attempt of `slot` is a request at the tier below.
     fn send_below(&mut self, slot: u32, t: u64, timeout: Option<u64>) {
         let (k, endpoint, shard, seed) = {
             let r = &mut self.reqs[slot as usize];
-            (r.tier as usize + 1, r.endpoint, r.shard, r.rng.random::<u64>())
+            (
+                r.tier as usize + 1,
+                r.endpoint,
+                r.shard,
+                r.rng.random::<u64>(),
+            )
         };
         let tm = &self.m.tiers[k];
         let tier = &mut self.tiers[k];
@@ -1334,7 +1409,7 @@ impl<'p> Engine<'p> {
         };
         let tier = &mut self.tiers[k];
         tier.refused[p as usize] += 1;
-        if p == Policy::Breaker && self.m.phase(t, shard).is_none() {
+        if self.m.phase(t, shard).is_none() {
             tier.rejected_healthy += 1;
         }
         if attempt > 0 {

@@ -217,7 +217,10 @@ pub(crate) struct TierPolicies {
 impl TierPolicies {
     /// Builds tier `tier`'s policies (`service`: the tier that calls the dependency):
     /// `replicas` replicas, `shards` shard keys, the run's `clock` and `seed`.
-    #[expect(clippy::too_many_arguments, reason = "the tier's place and size, and the run's")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the tier's place and size, and the run's"
+    )]
     pub(crate) fn new(
         spec: ClientSpec,
         tier: usize,
@@ -243,7 +246,8 @@ impl TierPolicies {
                 (0..n)
                     .map(|i| {
                         let config = seeded(&b.config, bseed, i);
-                        let cb = CircuitBreaker::with_clock(name.to_string(), config, clock.clone());
+                        let cb =
+                            CircuitBreaker::with_clock(name.to_string(), config, clock.clone());
                         let log = log.clone();
                         let idx = i as u32;
                         cb.subscribe(move |e: &tripline::Event| {
@@ -324,7 +328,11 @@ impl TierPolicies {
             let layer = Box::new(BreakerLayer {
                 breakers: &self.breakers,
                 permits: Vec::new(),
-                keys: if b.scope == Scope::Shard { self.shards } else { 1 },
+                keys: if b.scope == Scope::Shard {
+                    self.shards
+                } else {
+                    1
+                },
                 shared: b.sharing == Sharing::Shared,
                 replicas: self.replicas,
                 view_ttl: nanos(b.view_ttl),

@@ -67,24 +67,22 @@ pub fn simulate_variant(
 /// milliseconds of arrivals, summed over the runs (a sweep's included).
 pub fn progress_total(scenario: &Scenario) -> u64 {
     let runs = 1 + scenario.protection.len() as u64;
-    let points = scenario.sweep.as_ref().map_or(0, |s| s.points(scenario).len() as u64);
     let own = (scenario.duration.as_millis() as u64).saturating_mul(runs);
     let swept: u64 = scenario.sweep.as_ref().map_or(0, |s| {
         s.points(scenario)
             .iter()
-            .map(|(_, p)| (p.duration.as_millis() as u64).saturating_mul(runs))
+            .map(|(_, p)| {
+                (p.duration.as_millis() as u64)
+                    .saturating_mul(runs)
+                    .saturating_mul(u64::from(s.repeat))
+            })
             .sum()
     });
-    let _ = points;
     own.saturating_add(swept)
 }
 
 /// Runs every variant of `scenario` in parallel, one thread each.
-fn run_all(
-    scenario: &Scenario,
-    seed: u64,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Vec<RunReport> {
+fn run_all(scenario: &Scenario, seed: u64, progress: &(dyn Fn(u64) + Sync)) -> Vec<RunReport> {
     let model = engine::Model::new(scenario);
     let variants: Vec<Option<usize>> = std::iter::once(None)
         .chain((0..scenario.protection.len()).map(Some))
@@ -129,18 +127,33 @@ pub fn simulate_with_progress(
     let sweep = scenario.sweep.as_ref().map(|sw| sweep::SweepReport {
         field: sw.field.clone(),
         metrics: sw.metrics.clone(),
+        repeat: sw.repeat,
         points: sw
             .points(scenario)
             .into_iter()
-            .map(|(value, point)| sweep::SweepPoint {
-                value,
-                runs: run_all(&point, seed, progress)
-                    .iter()
-                    .map(|r| sweep::SweepRun {
-                        label: r.label.clone(),
-                        figures: sw.metrics.iter().map(|m| sweep::metric(r, m)).collect(),
-                    })
-                    .collect(),
+            .map(|(value, point)| {
+                // figures[run][metric][repetition]
+                let reps: Vec<Vec<RunReport>> = (0..u64::from(sw.repeat))
+                    .map(|i| run_all(&point, seed.wrapping_add(i), progress))
+                    .collect();
+                let runs = reps.first().map_or(0, Vec::len);
+                sweep::SweepPoint {
+                    value,
+                    runs: (0..runs)
+                        .map(|r| sweep::SweepRun {
+                            label: reps[0][r].label.clone(),
+                            figures: sw
+                                .metrics
+                                .iter()
+                                .map(|m| {
+                                    let v: Vec<Option<f64>> =
+                                        reps.iter().map(|rep| sweep::metric(&rep[r], m)).collect();
+                                    sweep::mean(&v)
+                                })
+                                .collect(),
+                        })
+                        .collect(),
+                }
             })
             .collect(),
     });

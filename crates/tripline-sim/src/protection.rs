@@ -252,7 +252,9 @@ impl<'de> Deserialize<'de> for Budgets {
         impl<'de> Visitor<'de> for V {
             type Value = Budgets;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a budget table ({ kind = \"tps\", ratio = \"10%\" }) or an array of them")
+                f.write_str(
+                    "a budget table ({ kind = \"tps\", ratio = \"10%\" }) or an array of them",
+                )
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Budgets, A::Error> {
                 let b = Budget::deserialize(de::value::MapAccessDeserializer::new(map))?;
@@ -647,14 +649,21 @@ impl ClientSpec {
             } else {
                 max_field.clone()
             };
-            (field, e.value().to_string(), format!("must be {}", e.allowed()))
+            (
+                field,
+                e.value().to_string(),
+                format!("must be {}", e.allowed()),
+            )
         })?;
         let budgets = retry
             .and_then(|r| r.budget.as_ref())
             .map(|b| b.0.clone())
             .unwrap_or_default();
         for (i, b) in budgets.iter().enumerate() {
-            let at = if retry.and_then(|r| r.budget.as_ref()).is_some_and(|b| b.0.len() > 1) {
+            let at = if retry
+                .and_then(|r| r.budget.as_ref())
+                .is_some_and(|b| b.0.len() > 1)
+            {
                 format!("{prefix}retry.budget[{i}].")
             } else {
                 format!("{prefix}retry.budget.")

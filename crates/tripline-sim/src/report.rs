@@ -282,10 +282,9 @@ pub const HEALTHY_ERROR_SHARE: f64 = 0.05;
 /// [`HEALTHY_ERROR_SHARE`] of its answers were errors (failed, refused without a fallback,
 /// or shed).
 pub fn healthy(b: &Bin) -> bool {
-    let answered = u64::from(b.succeeded) + u64::from(b.failed) + u64::from(b.rejected)
-        + u64::from(b.shed);
-    let errors =
-        u64::from(b.failed) + u64::from(b.rejected - b.fallback) + u64::from(b.shed);
+    let answered =
+        u64::from(b.succeeded) + u64::from(b.failed) + u64::from(b.rejected) + u64::from(b.shed);
+    let errors = u64::from(b.failed) + u64::from(b.rejected - b.fallback) + u64::from(b.shed);
     answered > 0 && errors as f64 <= HEALTHY_ERROR_SHARE * answered as f64
 }
 
@@ -651,7 +650,13 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
         .enumerate()
         .map(|(k, t)| {
             let (keys, shared, by_shard, workers, replicas) = if k == last {
-                (keys, shared, by_shard, scenario.service.workers, scenario.service.replicas)
+                (
+                    keys,
+                    shared,
+                    by_shard,
+                    scenario.service.workers,
+                    scenario.service.replicas,
+                )
             } else {
                 let tm = &scenario.tiers[k];
                 (1, false, false, tm.workers, tm.replicas)
@@ -722,7 +727,9 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
             fallback: p.fallback,
         }),
         timeout_ms: timeout.map(|t| t.as_secs_f64() * 1000.0),
-        attempts: spec.as_ref().map_or(scenario.client.attempts, |s| s.attempts),
+        attempts: spec
+            .as_ref()
+            .map_or(scenario.client.attempts, |s| s.attempts),
         requests: o.requests,
         succeeded: c[Out::Succeeded as usize],
         failed: c[Out::Failed as usize],
@@ -803,6 +810,155 @@ fn fmt_ms(v: Option<f64>) -> String {
     }
 }
 
+/// A recovery time for the table: seconds, "never" (within the arrivals), or "—" (no
+/// incident ending before the arrivals do).
+fn fmt_recovery(v: Option<f64>, incident: Option<Incident>, duration_s: f64) -> String {
+    match (v, incident) {
+        (Some(x), _) => fmt_s(Some(x)),
+        (None, Some(i)) if i.end_s < duration_s => "never".into(),
+        _ => "—".into(),
+    }
+}
+
+/// Writes rows as an aligned text table under the column heads.
+fn write_table(out: &mut String, corner: &str, heads: &[String], rows: &[(String, Vec<String>)]) {
+    let w0 = rows
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .chain([corner.chars().count()])
+        .max()
+        .unwrap_or(0);
+    let widths: Vec<usize> = (0..heads.len())
+        .map(|i| {
+            rows.iter()
+                .map(|(_, v)| v.get(i).map_or(0, |x| x.chars().count()))
+                .chain([heads[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let pad = w0 - corner.chars().count();
+    let _ = write!(out, "{corner}{}", " ".repeat(pad));
+    for (h, w) in heads.iter().zip(&widths) {
+        let _ = write!(out, "   {h:>w$}", w = *w);
+    }
+    out.push('\n');
+    for (label, vals) in rows {
+        let pad = w0 - label.chars().count();
+        let _ = write!(out, "{label}{}", " ".repeat(pad));
+        for (v, w) in vals.iter().zip(&widths) {
+            let pad = w - v.chars().count();
+            let _ = write!(out, "   {}{v}", " ".repeat(pad));
+        }
+        out.push('\n');
+    }
+}
+
+/// A sweep as rows: one per value, one column per run, the figures joined by " / ".
+pub(crate) fn sweep_rows(
+    sw: &crate::sweep::SweepReport,
+) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+    let heads: Vec<String> = sw
+        .points
+        .first()
+        .map(|p| p.runs.iter().map(|r| r.label.clone()).collect())
+        .unwrap_or_default();
+    let rows = sw
+        .points
+        .iter()
+        .map(|p| {
+            (
+                p.value.clone(),
+                p.runs
+                    .iter()
+                    .map(|r| {
+                        sw.metrics
+                            .iter()
+                            .zip(&r.figures)
+                            .map(|(m, v)| crate::sweep::fmt_metric(m, *v))
+                            .collect::<Vec<_>>()
+                            .join(" / ")
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    (heads, rows)
+}
+
+/// The rows of some runs' policy counters (one report per run), for the policies some run
+/// has.
+fn policy_rows_of(p: &[&crate::layers::PolicyReport], prefix: &str) -> Vec<(String, Vec<String>)> {
+    let mut rows = Vec::new();
+    let col = |f: &dyn Fn(&crate::layers::PolicyReport) -> Option<String>| -> Vec<String> {
+        p.iter()
+            .map(|r| f(r).unwrap_or_else(|| "—".into()))
+            .collect()
+    };
+    if p.iter().any(|r| r.retry.is_some()) {
+        rows.push((
+            format!("{prefix}retries made"),
+            col(&|r| r.retry.as_ref().map(|x| x.retries.to_string())),
+        ));
+        if p.iter()
+            .any(|r| r.retry.as_ref().is_some_and(|x| !x.budget.is_empty()))
+        {
+            rows.push((
+                format!("{prefix}  refused by the retry budget"),
+                col(&|r| {
+                    r.retry.as_ref().map(|x| {
+                        if x.budget.is_empty() {
+                            "no budget".into()
+                        } else {
+                            format!("{} ({})", x.budget_refused, x.budget.join(" + "))
+                        }
+                    })
+                }),
+            ));
+        }
+        if p.iter()
+            .any(|r| r.retry.as_ref().is_some_and(|x| x.gate_refused > 0))
+        {
+            rows.push((
+                format!("{prefix}  refused by the gate's retry limit"),
+                col(&|r| r.retry.as_ref().map(|x| x.gate_refused.to_string())),
+            ));
+        }
+    }
+    if p.iter().any(|r| r.gate.is_some()) {
+        rows.push((
+            format!("{prefix}gate overflows (requests / pending / retries)"),
+            col(&|r| {
+                r.gate.as_ref().map(|g| {
+                    format!(
+                        "{} / {} / {}",
+                        g.upstream_rq_overflow,
+                        g.upstream_rq_pending_overflow,
+                        g.upstream_rq_retry_overflow
+                    )
+                })
+            }),
+        ));
+    }
+    if p.iter().any(|r| r.bulkhead.is_some()) {
+        rows.push((
+            format!("{prefix}bulkhead: waited / queue full / timed out"),
+            col(&|r| {
+                r.bulkhead
+                    .as_ref()
+                    .map(|b| format!("{} / {} / {}", b.waited, b.queue_full, b.timed_out))
+            }),
+        ));
+    }
+    if p.iter().any(|r| r.throttle.is_some()) {
+        rows.push((
+            format!("{prefix}throttle: refused locally"),
+            col(&|r| r.throttle.as_ref().map(|t| t.rejected.to_string())),
+        ));
+    }
+    rows
+}
+
 fn fmt_s(v: Option<f64>) -> String {
     match v {
         None => "—".into(),
@@ -817,20 +973,19 @@ impl Report {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 
-    /// The side-by-side table (runs as columns), with the transitions of small runs.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "{} — {}", self.scenario, self.description);
-        let incident = self.incident.map_or_else(
-            || "no faults".to_string(),
-            |i| format!("faults from {:.0} s to {:.0} s", i.start_s, i.end_s),
-        );
-        let _ = writeln!(
-            out,
-            "seed {} · {:.0} s of arrivals · {} replica(s) × {} workers · {}\n",
-            self.seed, self.duration_s, self.replicas, self.workers_per_replica, incident
-        );
+    /// The rows of the comparison, one value per run: `(label, values)`. The text table and
+    /// the HTML page show these.
+    pub fn rows(&self) -> Vec<(String, Vec<String>)> {
         let dep = &self.dependency;
+        let others = self.runs.iter().any(|r| {
+            let b = r.rejected_by;
+            b.gate + b.bulkhead + b.throttle > 0
+        });
+        let rejected = if others {
+            "rejected fast by a local policy"
+        } else {
+            "rejected fast by the breaker"
+        };
         let mut rows: Vec<(String, Vec<String>)> = vec![
             ("requests".into(), self.col(|r| r.requests.to_string())),
             ("succeeded".into(), self.col(|r| r.succeeded.to_string())),
@@ -838,10 +993,24 @@ impl Report {
                 "failed (errors, timeouts)".into(),
                 self.col(|r| r.failed.to_string()),
             ),
-            (
-                "rejected fast by the breaker".into(),
-                self.col(|r| r.rejected_fast.to_string()),
-            ),
+            (rejected.into(), self.col(|r| r.rejected_fast.to_string())),
+        ];
+        if others {
+            for (label, f) in [
+                (
+                    "  by the breaker",
+                    (|b: &RejectedBy| b.breaker) as fn(&RejectedBy) -> u64,
+                ),
+                ("  by the gate", |b: &RejectedBy| b.gate),
+                ("  by the bulkhead", |b: &RejectedBy| b.bulkhead),
+                ("  by the throttle", |b: &RejectedBy| b.throttle),
+            ] {
+                if self.runs.iter().any(|r| f(&r.rejected_by) > 0) {
+                    rows.push((label.into(), self.col(|r| f(&r.rejected_by).to_string())));
+                }
+            }
+        }
+        rows.extend([
             (
                 "  on a retry".into(),
                 self.col(|r| r.rejected_on_retry.to_string()),
@@ -862,6 +1031,16 @@ impl Report {
                 format!("calls that reached {dep}"),
                 self.col(|r| r.dependency_calls.to_string()),
             ),
+        ]);
+        if self.runs.iter().any(|r| r.stale_view_calls > 0) {
+            // Right after "calls that reached ...": the stale-view calls are among them.
+            rows.push((
+                "  on a stale shared view".into(),
+                self.col(|r| r.stale_view_calls.to_string()),
+            ));
+        }
+        rows.extend(self.policy_rows());
+        rows.extend([
             (
                 "load amplification (calls/request)".into(),
                 self.col(|r| format!("{:.2}×", r.load_amplification)),
@@ -892,6 +1071,19 @@ impl Report {
                     format!("{} / {}", fmt_ms(l.p50_ms), fmt_ms(l.p99_ms))
                 }),
             ),
+        ]);
+        if self.incident.is_some() {
+            rows.push((
+                "back to healthy after the faults".into(),
+                self.col(|r| fmt_recovery(r.recovery_s, self.incident, self.duration_s)),
+            ));
+        } else {
+            rows.push((
+                "last request answered at".into(),
+                self.col(|r| fmt_s(r.completion_s)),
+            ));
+        }
+        rows.extend([
             ("time to trip".into(), self.col(|r| fmt_s(r.time_to_trip_s))),
             (
                 "time to close after recovery".into(),
@@ -900,58 +1092,129 @@ impl Report {
             (
                 "breaker transitions".into(),
                 self.col(|r| {
-                    if r.protected {
+                    if r.breaker.is_some() {
                         r.transitions.len().to_string()
                     } else {
                         "—".into()
                     }
                 }),
             ),
-        ];
-        if self.runs.iter().any(|r| r.stale_view_calls > 0) {
-            // Right after "calls that reached ...": the stale-view calls are among them.
-            let at = rows
-                .iter()
-                .position(|(l, _)| l.starts_with("calls that reached"))
-                .map_or(rows.len(), |i| i + 1);
-            rows.insert(
-                at,
-                (
-                    "  on a stale shared view".into(),
-                    self.col(|r| r.stale_view_calls.to_string()),
-                ),
-            );
-        }
+        ]);
         rows.extend(crate::hosts::table_rows(self));
-        let w0 = rows
-            .iter()
-            .map(|(l, _)| l.chars().count())
-            .max()
-            .unwrap_or(0);
-        let widths: Vec<usize> = (0..self.runs.len())
-            .map(|i| {
-                rows.iter()
-                    .map(|(_, v)| v[i].chars().count())
-                    .chain([self.runs[i].label.chars().count()])
-                    .max()
-                    .unwrap_or(0)
+        rows
+    }
+
+    /// The rows of `[service]`'s policies' own counters, for the policies some run has.
+    fn policy_rows(&self) -> Vec<(String, Vec<String>)> {
+        policy_rows_of(
+            &self.runs.iter().map(|r| &r.policies).collect::<Vec<_>>(),
+            "",
+        )
+    }
+
+    /// Rows per tier, for scenarios with `[[tiers]]`: `(tier, rows)`.
+    pub fn tier_rows(&self) -> Vec<(String, Vec<(String, Vec<String>)>)> {
+        if self.tiers.len() < 2 {
+            return Vec::new();
+        }
+        (0..self.tiers.len())
+            .map(|k| {
+                let below = self.tiers.get(k + 1).unwrap_or(&self.dependency);
+                let t = |r: &RunReport| r.tiers.get(k).cloned();
+                let col = |f: &dyn Fn(&TierReport) -> String| -> Vec<String> {
+                    self.runs
+                        .iter()
+                        .map(|r| t(r).map_or_else(|| "—".into(), |x| f(&x)))
+                        .collect()
+                };
+                let mut rows = vec![
+                    (
+                        "requests answered".to_string(),
+                        col(&|x| x.requests.to_string()),
+                    ),
+                    ("succeeded".into(), col(&|x| x.succeeded.to_string())),
+                    (
+                        "errors (failed, refused, shed)".into(),
+                        col(&|x| (x.failed + x.rejected - x.fallback + x.shed).to_string()),
+                    ),
+                    ("  of them shed".into(), col(&|x| x.shed.to_string())),
+                    (
+                        format!("calls to {below}"),
+                        col(&|x| format!("{} ({:.2}×)", x.calls_below, x.amplification)),
+                    ),
+                    (
+                        "worker-pool peak (one replica)".into(),
+                        col(&|x| format!("{}/{}", x.pool_peak, x.workers)),
+                    ),
+                    (
+                        "seconds with a full pool".into(),
+                        col(&|x| x.pool_full_s.to_string()),
+                    ),
+                ];
+                if self.incident.is_some() {
+                    rows.push((
+                        "back to healthy after the faults".into(),
+                        col(&|x| fmt_recovery(x.recovery_s, self.incident, self.duration_s)),
+                    ));
+                }
+                let policies: Vec<crate::layers::PolicyReport> = self
+                    .runs
+                    .iter()
+                    .map(|r| t(r).map(|x| x.policies).unwrap_or_default())
+                    .collect();
+                rows.extend(policy_rows_of(&policies.iter().collect::<Vec<_>>(), ""));
+                if self
+                    .runs
+                    .iter()
+                    .any(|r| t(r).is_some_and(|x| x.breakers > 0))
+                {
+                    rows.push((
+                        "breakers tripped (transitions)".into(),
+                        col(&|x| {
+                            if x.breakers == 0 {
+                                "—".into()
+                            } else {
+                                format!(
+                                    "{}/{} ({})",
+                                    x.breakers_tripped,
+                                    x.breakers,
+                                    x.transitions.len()
+                                )
+                            }
+                        }),
+                    ));
+                }
+                (self.tiers[k].clone(), rows)
             })
-            .collect();
-        let _ = write!(out, "{:w0$}", "");
-        for (r, w) in self.runs.iter().zip(&widths) {
-            let _ = write!(out, "   {:>w$}", r.label, w = *w);
+            .collect()
+    }
+
+    /// The side-by-side table (runs as columns), with the transitions of small runs, each
+    /// tier's figures, and a sweep's table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{} — {}", self.scenario, self.description);
+        let incident = self.incident.map_or_else(
+            || "no faults".to_string(),
+            |i| format!("faults from {:.0} s to {:.0} s", i.start_s, i.end_s),
+        );
+        let _ = writeln!(
+            out,
+            "seed {} · {:.0} s of arrivals · {} replica(s) × {} workers · {}\n",
+            self.seed, self.duration_s, self.replicas, self.workers_per_replica, incident
+        );
+        let labels: Vec<String> = self.runs.iter().map(|r| r.label.clone()).collect();
+        write_table(&mut out, "", &labels, &self.rows());
+        for (tier, rows) in self.tier_rows() {
+            let _ = writeln!(out, "\n{tier}");
+            write_table(&mut out, "", &labels, &rows);
         }
-        out.push('\n');
-        for (label, vals) in &rows {
-            let pad = w0 - label.chars().count();
-            let _ = write!(out, "{label}{}", " ".repeat(pad));
-            for (v, w) in vals.iter().zip(&widths) {
-                let pad = w - v.chars().count();
-                let _ = write!(out, "   {}{v}", " ".repeat(pad));
-            }
-            out.push('\n');
+        if let Some(sw) = &self.sweep {
+            let (head, rows) = sweep_rows(sw);
+            let _ = writeln!(out, "\nsweep over {}: {}", sw.field, sw.metrics.join(" / "));
+            write_table(&mut out, &sw.field, &head, &rows);
         }
-        for r in self.runs.iter().filter(|r| r.protected) {
+        for r in self.runs.iter() {
             if r.transitions.is_empty() {
                 continue;
             }

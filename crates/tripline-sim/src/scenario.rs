@@ -290,6 +290,12 @@ pub struct Dependency {
     /// with one writer at a time, a lock, a row written with optimistic concurrency).
     #[serde(default)]
     pub overload: Overload,
+    /// Calls are updates of one row under optimistic concurrency control: each reads the
+    /// row's version and writes it back conditionally, two round trips whose four legs each
+    /// take `latency`; the write fails (a conflict) if another call's write landed since its
+    /// read (default false). Not with a capacity or hosts.
+    #[serde(default)]
+    pub optimistic_writes: bool,
     /// Fault phases. At a given time and shard the first matching phase applies.
     #[serde(default)]
     pub faults: Vec<Fault>,
@@ -541,7 +547,11 @@ pub(crate) struct Bad {
     pub(crate) allowed: String,
 }
 
-pub(crate) fn bad(field: impl Into<String>, value: impl fmt::Display, allowed: impl Into<String>) -> Bad {
+pub(crate) fn bad(
+    field: impl Into<String>,
+    value: impl fmt::Display,
+    allowed: impl Into<String>,
+) -> Bad {
     Bad {
         field: field.into(),
         value: value.to_string(),
@@ -696,6 +706,8 @@ impl Scenario {
         let capacity = dep.capacity.is_some() || dep.faults.iter().any(|f| f.capacity.is_some());
         if capacity && dep.overload == Overload::Slow && !longest.is_zero() {
             crate::dist::MAX_LATENCY
+        } else if dep.optimistic_writes {
+            longest * 4
         } else {
             longest
         }
@@ -744,9 +756,9 @@ impl Scenario {
                                 .unwrap_or_default(),
                         ),
                     };
-                    let attempt = spec.longest_wait().saturating_add(
-                        spec.timeout.map_or(below, |t| t.min(below)),
-                    );
+                    let attempt = spec
+                        .longest_wait()
+                        .saturating_add(spec.timeout.map_or(below, |t| t.min(below)));
                     let hold = attempt
                         .saturating_mul(spec.attempts)
                         .saturating_add(spec.longest_backoffs())
@@ -824,7 +836,10 @@ impl Scenario {
             }
         }
         let runs = (1 + self.protection.len()) as f64
-            * self.sweep.as_ref().map_or(1, |s| s.values.len() + 1) as f64;
+            * self
+                .sweep
+                .as_ref()
+                .map_or(1, |s| s.values.len() * s.repeat as usize + 1) as f64;
         let total = a.expected(d) * runs;
         if total > MAX_TOTAL_REQUESTS {
             return Err(bad(
@@ -845,8 +860,7 @@ impl Scenario {
                     "must be 1 to 40 characters",
                 ));
             }
-            if self.tiers[..k].iter().any(|o| o.name == t.name) || t.name == self.service.name
-            {
+            if self.tiers[..k].iter().any(|o| o.name == t.name) || t.name == self.service.name {
                 return Err(bad(
                     f("name"),
                     format!("{:?}", t.name),
@@ -941,7 +955,8 @@ impl Scenario {
         if let Some(s) = self.shards {
             range("shards.count", s.count, 1, 100_000)?;
         }
-        let any_capacity = dep.capacity.is_some() || dep.faults.iter().any(|f| f.capacity.is_some());
+        let any_capacity =
+            dep.capacity.is_some() || dep.faults.iter().any(|f| f.capacity.is_some());
         if dep.overload == Overload::Fail {
             if dep.hosts.is_some() {
                 return Err(bad(
@@ -955,6 +970,24 @@ impl Scenario {
                     "dependency.overload",
                     "\"fail\"",
                     "needs a dependency.capacity (the calls it serves at once)",
+                ));
+            }
+        }
+        if dep.optimistic_writes {
+            let clash = if dep.hosts.is_some() {
+                Some("[dependency.hosts]")
+            } else if any_capacity {
+                Some("a capacity")
+            } else {
+                None
+            };
+            if let Some(what) = clash {
+                return Err(bad(
+                    "dependency.optimistic_writes",
+                    "true",
+                    format!(
+                        "must be false with {what} (a row under optimistic concurrency serves every call; conflicts are what limit it)"
+                    ),
                 ));
             }
         }
@@ -974,7 +1007,12 @@ impl Scenario {
                 ));
             }
             if let Some(c) = f.capacity {
-                range(&format!("dependency.faults[{i}].capacity"), c, 1, 10_000_000)?;
+                range(
+                    &format!("dependency.faults[{i}].capacity"),
+                    c,
+                    1,
+                    10_000_000,
+                )?;
                 if dep.hosts.is_some() {
                     return Err(bad(
                         format!("dependency.faults[{i}].capacity"),
@@ -1035,7 +1073,10 @@ impl Scenario {
                     "needs a [shards] table with the shard count",
                 ));
             }
-            if let Some(name) = p.tiers.keys().find(|n| !self.tiers.iter().any(|t| &t.name == *n))
+            if let Some(name) = p
+                .tiers
+                .keys()
+                .find(|n| !self.tiers.iter().any(|t| &t.name == *n))
             {
                 return Err(bad(
                     format!("protection[{i}].tiers.{name}"),
@@ -1276,9 +1317,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../scenarios/fraud-checkout.toml"),
     ),
     ("gymfolks", include_str!("../scenarios/gymfolks.toml")),
+    (
+        "gymfolks-cascade",
+        include_str!("../scenarios/gymfolks-cascade.toml"),
+    ),
     ("retry-storm", include_str!("../scenarios/retry-storm.toml")),
     ("hot-shard", include_str!("../scenarios/hot-shard.toml")),
     ("mercari", include_str!("../scenarios/mercari.toml")),
+    (
+        "backoff-contention",
+        include_str!("../scenarios/backoff-contention.toml"),
+    ),
+    ("metastable", include_str!("../scenarios/metastable.toml")),
 ];
 
 /// The TOML source of a built-in scenario.

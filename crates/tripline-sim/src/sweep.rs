@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dist::fmt_d;
 use crate::report::RunReport;
 use crate::scenario::{Bad, Scenario, bad};
 
@@ -29,17 +28,26 @@ use crate::scenario::{Bad, Scenario, bad};
 pub const METRICS: &[(&str, &str)] = &[
     ("requests", "requests that arrived"),
     ("succeeded", "requests answered with real data"),
-    ("failed", "requests answered with an error after their attempts"),
+    (
+        "failed",
+        "requests answered with an error after their attempts",
+    ),
     ("rejected_fast", "requests refused by a local policy"),
     ("shed", "requests shed by the worker pool"),
     ("dependency_calls", "calls that reached the dependency"),
-    ("load_amplification", "calls that reached the dependency ÷ requests"),
+    (
+        "load_amplification",
+        "calls that reached the dependency ÷ requests",
+    ),
     ("completion_s", "when the last request was answered"),
     (
         "recovery_s",
         "from the end of the faults to the start of the healthy seconds that last to the end of the arrivals",
     ),
-    ("pool_full_s", "seconds in which some replica's pool was full"),
+    (
+        "pool_full_s",
+        "seconds in which some replica's pool was full",
+    ),
     ("retries", "retries made"),
 ];
 
@@ -57,6 +65,15 @@ pub struct Sweep {
     /// The figures to compare (default: `succeeded` and `dependency_calls`).
     #[serde(default = "default_metrics")]
     pub metrics: Vec<String>,
+    /// Runs each value this many times, with the seeds `seed`, `seed + 1`, ..., and reports
+    /// the figures' means (default 1; at most 100). A recovery that never came in some
+    /// repetition is "never".
+    #[serde(default = "one")]
+    pub repeat: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn default_metrics() -> Vec<String> {
@@ -154,11 +171,16 @@ impl Sweep {
                     format!("{m:?}"),
                     format!(
                         "must be one of {}",
-                        METRICS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                        METRICS
+                            .iter()
+                            .map(|(n, _)| *n)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
             }
         }
+        crate::scenario::range("sweep.repeat", self.repeat, 1, 100)?;
         if self.metrics.is_empty() || self.metrics.len() > 6 {
             return Err(bad(
                 "sweep.metrics",
@@ -171,14 +193,21 @@ impl Sweep {
                 if e.contains("cannot be swept") {
                     bad("sweep.field", format!("{:?}", self.field), e)
                 } else {
-                    bad(format!("sweep.values[{i}]"), label(v), format!("is refused: {e}"))
+                    bad(
+                        format!("sweep.values[{i}]"),
+                        label(v),
+                        format!("must suit the field: {e}"),
+                    )
                 }
             })?;
             s.validate().map_err(|b| {
                 bad(
                     format!("sweep.values[{i}]"),
                     label(v),
-                    format!("is refused: {} {}, got {}", b.field, b.allowed, b.value),
+                    format!(
+                        "must give a valid scenario (with it, {} {}, and it is {})",
+                        b.field, b.allowed, b.value
+                    ),
                 )
             })?;
         }
@@ -192,6 +221,15 @@ impl Sweep {
             .filter_map(|v| Some((label(v), self.apply(base, v).ok()?)))
             .collect()
     }
+}
+
+/// The mean of one figure over repetitions: `None` if any repetition has none.
+pub fn mean(v: &[Option<f64>]) -> Option<f64> {
+    let mut sum = 0.0;
+    for x in v {
+        sum += (*x)?;
+    }
+    (!v.is_empty()).then(|| sum / v.len() as f64)
 }
 
 /// One figure of one run, for the sweep table: `None` where it does not apply ("never" for
@@ -220,6 +258,8 @@ pub struct SweepReport {
     pub field: String,
     /// The figures compared.
     pub metrics: Vec<String>,
+    /// Runs per value (the figures are their means).
+    pub repeat: u32,
     /// One point per value, in order.
     pub points: Vec<SweepPoint>,
 }
@@ -248,8 +288,10 @@ pub fn fmt_metric(name: &str, v: Option<f64>) -> String {
     match (name, v) {
         ("recovery_s", None) => "never".into(),
         (_, None) => "—".into(),
-        ("completion_s" | "recovery_s", Some(x)) => fmt_d(Duration::from_millis((x * 1000.0).round() as u64)),
+        ("completion_s" | "recovery_s", Some(x)) if x < 10.0 => format!("{x:.2} s"),
+        ("completion_s" | "recovery_s", Some(x)) => format!("{x:.1} s"),
         ("load_amplification", Some(x)) => format!("{x:.2}×"),
-        (_, Some(x)) => format!("{x:.0}"),
+        (_, Some(x)) if x.fract() == 0.0 || x >= 100.0 => format!("{x:.0}"),
+        (_, Some(x)) => format!("{x:.1}"),
     }
 }
