@@ -102,64 +102,116 @@ impl<'de> Deserialize<'de> for Ratio {
     }
 }
 
-/// A retry budget (`budget = { kind = ... }`), one of the three of
-/// `tripline_policies::retry::budget`, with their field names; unset fields keep the
-/// budget's own defaults.
-#[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Budget {
+/// Which of the three budgets of `tripline_policies::retry::budget` a `budget` table is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BudgetKind {
     /// [`TpsBudget`]: retries at most `ratio` of the requests over `ttl`, plus `min_per_sec`.
-    Tps {
-        /// Retries per request (`0.1` or `"10%"`; default 20 %).
-        #[serde(default)]
-        ratio: Option<Ratio>,
-        /// Retries per second allowed whatever the traffic (default 10).
-        #[serde(default)]
-        min_per_sec: Option<u32>,
-        /// How long deposits and withdrawals count (default 10 s).
-        #[serde(default, with = "humantime_serde::option")]
-        ttl: Option<Duration>,
-    },
+    Tps,
     /// [`TokenBucketBudget`]: the AWS SDKs' standard mode.
-    TokenBucket {
-        /// Tokens (default 500).
-        #[serde(default)]
-        capacity: Option<u32>,
-        /// Tokens a retry takes (default 5).
-        #[serde(default)]
-        retry_cost: Option<u32>,
-        /// Tokens a retry of a timeout takes (default 10).
-        #[serde(default)]
-        timeout_retry_cost: Option<u32>,
-        /// Tokens a first-try success puts back (default 1).
-        #[serde(default)]
-        success_reward: Option<u32>,
-    },
+    TokenBucket,
     /// [`ErrorRateBudget`]: retries off while the error rate is above `threshold`.
-    ErrorRate {
-        /// The error rate above which retries are off (default 10 %).
-        #[serde(default)]
-        threshold: Option<Rate>,
-        /// The window (default 10 s).
-        #[serde(default, with = "humantime_serde::option")]
-        window: Option<Duration>,
-        /// The window's bucket (default 1 s).
-        #[serde(default, with = "humantime_serde::option")]
-        bucket: Option<Duration>,
-        /// Results needed before the rule applies (default 20).
-        #[serde(default)]
-        minimum_calls: Option<u32>,
-    },
+    ErrorRate,
+}
+
+impl BudgetKind {
+    /// The kind as the file writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BudgetKind::Tps => "tps",
+            BudgetKind::TokenBucket => "token-bucket",
+            BudgetKind::ErrorRate => "error-rate",
+        }
+    }
+
+    /// The fields of this kind.
+    fn fields(self) -> &'static [&'static str] {
+        match self {
+            BudgetKind::Tps => &["ratio", "min_per_sec", "ttl"],
+            BudgetKind::TokenBucket => &[
+                "capacity",
+                "retry_cost",
+                "timeout_retry_cost",
+                "success_reward",
+            ],
+            BudgetKind::ErrorRate => &["threshold", "window", "bucket", "minimum_calls"],
+        }
+    }
+}
+
+/// A retry budget (`budget = { kind = ... }`): one of the three of
+/// `tripline_policies::retry::budget`, with their field names; unset fields keep the
+/// budget's own defaults, and a field of another kind is an error.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// `"tps"`, `"token-bucket"` or `"error-rate"`.
+    pub kind: BudgetKind,
+    /// `tps`: retries per request (`0.1` or `"10%"`; default 20 %).
+    #[serde(default)]
+    pub ratio: Option<Ratio>,
+    /// `tps`: retries per second allowed whatever the traffic (default 10).
+    #[serde(default)]
+    pub min_per_sec: Option<u32>,
+    /// `tps`: how long deposits and withdrawals count (default 10 s).
+    #[serde(default, with = "humantime_serde::option")]
+    pub ttl: Option<Duration>,
+    /// `token-bucket`: tokens (default 500).
+    #[serde(default)]
+    pub capacity: Option<u32>,
+    /// `token-bucket`: tokens a retry takes (default 5).
+    #[serde(default)]
+    pub retry_cost: Option<u32>,
+    /// `token-bucket`: tokens a retry of a timeout takes (default 10).
+    #[serde(default)]
+    pub timeout_retry_cost: Option<u32>,
+    /// `token-bucket`: tokens a first-try success puts back (default 1).
+    #[serde(default)]
+    pub success_reward: Option<u32>,
+    /// `error-rate`: the error rate above which retries are off (default 10 %).
+    #[serde(default)]
+    pub threshold: Option<Rate>,
+    /// `error-rate`: the window (default 10 s).
+    #[serde(default, with = "humantime_serde::option")]
+    pub window: Option<Duration>,
+    /// `error-rate`: the window's bucket (default 1 s).
+    #[serde(default, with = "humantime_serde::option")]
+    pub bucket: Option<Duration>,
+    /// `error-rate`: results needed before the rule applies (default 20).
+    #[serde(default)]
+    pub minimum_calls: Option<u32>,
 }
 
 impl Budget {
     /// The budget's name in the report: `tps`, `token-bucket`, `error-rate`.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Budget::Tps { .. } => "tps",
-            Budget::TokenBucket { .. } => "token-bucket",
-            Budget::ErrorRate { .. } => "error-rate",
-        }
+        self.kind.name()
+    }
+
+    /// The first field set that belongs to another kind: `(field, value)`.
+    fn stray_field(&self) -> Option<(&'static str, String)> {
+        let set: [(&'static str, Option<String>); 11] = [
+            ("ratio", self.ratio.map(|r| r.0.to_string())),
+            ("min_per_sec", self.min_per_sec.map(|v| v.to_string())),
+            ("ttl", self.ttl.map(fmt_d)),
+            ("capacity", self.capacity.map(|v| v.to_string())),
+            ("retry_cost", self.retry_cost.map(|v| v.to_string())),
+            (
+                "timeout_retry_cost",
+                self.timeout_retry_cost.map(|v| v.to_string()),
+            ),
+            ("success_reward", self.success_reward.map(|v| v.to_string())),
+            (
+                "threshold",
+                self.threshold.map(|v| v.fraction().to_string()),
+            ),
+            ("window", self.window.map(fmt_d)),
+            ("bucket", self.bucket.map(fmt_d)),
+            ("minimum_calls", self.minimum_calls.map(|v| v.to_string())),
+        ];
+        set.into_iter()
+            .find(|(f, v)| v.is_some() && !self.kind.fields().contains(f))
+            .and_then(|(f, v)| Some((f, v?)))
     }
 
     /// Builds the real budget on `clock`.
@@ -167,62 +219,48 @@ impl Budget {
         &self,
         clock: tripline::ManualClock,
     ) -> Result<Arc<dyn RetryBudget>, ConfigError> {
-        Ok(match *self {
-            Budget::Tps {
-                ratio,
-                min_per_sec,
-                ttl,
-            } => {
+        Ok(match self.kind {
+            BudgetKind::Tps => {
                 let mut b = TpsBudget::builder();
-                if let Some(r) = ratio {
+                if let Some(r) = self.ratio {
                     b = b.retry_ratio(r.0);
                 }
-                if let Some(m) = min_per_sec {
+                if let Some(m) = self.min_per_sec {
                     b = b.min_per_sec(m);
                 }
-                if let Some(t) = ttl {
+                if let Some(t) = self.ttl {
                     b = b.ttl(t);
                 }
                 Arc::new(b.build_with_clock(clock)?)
             }
-            Budget::TokenBucket {
-                capacity,
-                retry_cost,
-                timeout_retry_cost,
-                success_reward,
-            } => {
+            BudgetKind::TokenBucket => {
                 let mut b = TokenBucketBudget::builder();
-                if let Some(c) = capacity {
+                if let Some(c) = self.capacity {
                     b = b.capacity(c);
                 }
-                if let Some(c) = retry_cost {
+                if let Some(c) = self.retry_cost {
                     b = b.retry_cost(c);
                 }
-                if let Some(c) = timeout_retry_cost {
+                if let Some(c) = self.timeout_retry_cost {
                     b = b.timeout_retry_cost(c);
                 }
-                if let Some(r) = success_reward {
+                if let Some(r) = self.success_reward {
                     b = b.success_reward(r);
                 }
                 Arc::new(b.build()?)
             }
-            Budget::ErrorRate {
-                threshold,
-                window,
-                bucket,
-                minimum_calls,
-            } => {
+            BudgetKind::ErrorRate => {
                 let mut b = ErrorRateBudget::builder();
-                if let Some(t) = threshold {
+                if let Some(t) = self.threshold {
                     b = b.threshold_percent(t.fraction() * 100.0);
                 }
-                if window.is_some() || bucket.is_some() {
+                if self.window.is_some() || self.bucket.is_some() {
                     b = b.window(
-                        window.unwrap_or(Duration::from_secs(10)),
-                        bucket.unwrap_or(Duration::from_secs(1)),
+                        self.window.unwrap_or(Duration::from_secs(10)),
+                        self.bucket.unwrap_or(Duration::from_secs(1)),
                     );
                 }
-                if let Some(m) = minimum_calls {
+                if let Some(m) = self.minimum_calls {
                     b = b.minimum_calls(m);
                 }
                 Arc::new(b.build_with_clock(clock)?)
@@ -232,10 +270,10 @@ impl Budget {
 
     /// The config error's field named as the scenario file names it.
     fn field(&self, e: &ConfigError) -> String {
-        match (self, e.field()) {
-            (Budget::Tps { .. }, "retry_ratio") => "ratio".into(),
-            (Budget::ErrorRate { .. }, "threshold_percent") => "threshold".into(),
-            (Budget::ErrorRate { .. }, "window.bucket") => "bucket".into(),
+        match (self.kind, e.field()) {
+            (BudgetKind::Tps, "retry_ratio") => "ratio".into(),
+            (BudgetKind::ErrorRate, "threshold_percent") => "threshold".into(),
+            (BudgetKind::ErrorRate, "window.bucket") => "bucket".into(),
             (_, f) => f.into(),
         }
     }
@@ -668,6 +706,17 @@ impl ClientSpec {
             } else {
                 format!("{prefix}retry.budget.")
             };
+            if let Some((field, value)) = b.stray_field() {
+                return Err((
+                    format!("{at}{field}"),
+                    value,
+                    format!(
+                        "must not be set for kind = \"{}\" (its fields: {})",
+                        b.kind(),
+                        b.kind.fields().join(", ")
+                    ),
+                ));
+            }
             if let Err(e) = b.build(tripline::ManualClock::new()) {
                 return Err(from_config(&at, &b.field(&e), &e));
             }

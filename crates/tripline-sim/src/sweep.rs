@@ -51,6 +51,9 @@ pub const METRICS: &[(&str, &str)] = &[
     ("retries", "retries made"),
 ];
 
+const UNKNOWN: &str = "must be one of the fields that can be swept:";
+const FIELDS: &str = "arrivals.count, arrivals.rate, duration, dependency.capacity, dependency.faults[N].from, dependency.faults[N].until, dependency.faults[N].capacity";
+
 /// The most values a sweep may list.
 pub const MAX_VALUES: usize = 12;
 
@@ -148,10 +151,7 @@ impl Sweep {
     }
 
     fn unknown(&self) -> String {
-        format!(
-            "{:?} cannot be swept; the fields that can: arrivals.count, arrivals.rate, duration, dependency.capacity, dependency.faults[N].from, dependency.faults[N].until, dependency.faults[N].capacity",
-            self.field
-        )
+        format!("{UNKNOWN} {}", FIELDS)
     }
 
     /// Checks the sweep against its scenario: the field, each value (the scenario with it
@@ -190,7 +190,7 @@ impl Sweep {
         }
         for (i, v) in self.values.iter().enumerate() {
             let s = self.apply(base, v).map_err(|e| {
-                if e.contains("cannot be swept") {
+                if e.starts_with(UNKNOWN) {
                     bad("sweep.field", format!("{:?}", self.field), e)
                 } else {
                     bad(
