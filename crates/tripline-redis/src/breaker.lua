@@ -1,4 +1,4 @@
-#!lua name=tripline_2
+#!lua name=tripline_3
 -- tripline shared breaker: the rules of tripline's in-process breaker as a Redis 7 Functions
 -- library. Loaded once per node (FUNCTION LOAD); every helper below is created at load time,
 -- not per call. Each function runs atomically.
@@ -15,7 +15,7 @@
 --   5 events    stream of transitions, capped.
 --   6 config    hash: version -> configuration (comma-separated numbers, see FIELDS).
 --
--- ARGV (every function but tripline_2_config)
+-- ARGV (every function but tripline_3_config)
 --   1 now in microseconds, or "" to use Redis TIME (clamped so it never goes backwards)
 --   2 replica id
 --   3 configuration version (a field of the config hash)
@@ -49,6 +49,7 @@ local FIELDS = {
   'idle',    -- idle TTL of a Closed record, ms
   'quorum',  -- distinct failing replicas needed to trip, 0 = off
   'qwithin', -- how recent a replica's failure must be to count, us
+  'jitter',  -- the open wait's jitter range, us
 }
 local MAX_VOTERS = 10000
 local MAX_BATCH = 100000
@@ -175,9 +176,56 @@ end
 
 -- Windows ------------------------------------------------------------------------------------
 
--- Count window: ring bytes 1 + failure + 2 * slow, then a sentinel byte; the totals live in the
--- record (wc, wf, ws, wq = next slot).
+-- Count window: ring bytes 1 + failure + 2 * slow (0: empty); the totals live in the record
+-- (wc, wf, ws, wq = next slot). A ring of at most INLINE_RING outcomes lives in the record too
+-- (field wr), so an exact call is one GET and one SET; a larger one has its own key, followed
+-- by a sentinel byte that tells an evicted ring.
+local INLINE_RING = 512
+
+-- The record's ring, or a fresh one (then any totals left without it are dropped).
+local function inline_ring()
+  local n = CFG.size
+  local r = rec.wr
+  if r == nil or #r ~= n then
+    r = string.rep('\0', n)
+    if (rec.wc or 0) > 0 then
+      rec.wc, rec.wf, rec.ws, rec.wq = 0, 0, 0, 0
+      notes = notes + 1
+    end
+  end
+  return r
+end
+
+local function count_add_inline(failure, slow)
+  local n = CFG.size
+  local r = inline_ring()
+  local q = rec.wq or 0
+  local slot = q % n
+  local old = string.byte(r, slot + 1)
+  local v = 1 + failure + 2 * slow
+  if old ~= v then
+    r = string.sub(r, 1, slot) .. string.char(v) .. string.sub(r, slot + 2)
+  end
+  rec.wr = r
+  local c, f, s = rec.wc or 0, rec.wf or 0, rec.ws or 0
+  if old ~= 0 then
+    c = c - 1
+    if old == 2 or old == 4 then
+      f = f - 1
+    end
+    if old >= 3 then
+      s = s - 1
+    end
+  end
+  rec.wc, rec.wf, rec.ws, rec.wq = c + 1, f + failure, s + slow, (q + 1) % n
+  dirty = true
+  return old ~= 0
+end
+
 local function count_add(failure, slow)
+  if CFG.size <= INLINE_RING then
+    return count_add_inline(failure, slow)
+  end
   -- The hot path of an exact call: fields read and written directly.
   local n = CFG.size
   local q = rec.wq or 0
@@ -210,6 +258,11 @@ end
 local ring, ring_ranges, ring_dirty = nil, {}, false
 local function ring_load(n)
   local size = CFG.size
+  if size <= INLINE_RING then
+    ring = { string.byte(inline_ring(), 1, size) }
+    ring_dirty = false
+    return
+  end
   if geti('wc') > 0 and redis.call('GETRANGE', W, size, size) == '' then
     notes = notes + 1
     set('wc', 0)
@@ -260,6 +313,16 @@ end
 
 local function ring_store()
   if not (ring and ring_dirty) then
+    ring = nil
+    return
+  end
+  if CFG.size <= INLINE_RING then
+    local bytes = {}
+    for j = 1, CFG.size do
+      bytes[j] = ring[j] or 0
+    end
+    rec.wr = string.char(unpack(bytes))
+    dirty = true
     ring = nil
     return
   end
@@ -399,7 +462,7 @@ end
 local function window_reset()
   redis.call('DEL', W, I, Q)
   ring, ring_dirty, tw_cur = nil, false, nil
-  for _, f in ipairs({ 'wc', 'wf', 'ws', 'wq', 'tc', 'tf', 'ts', 'th', 'cf', 'wx', 'ab', 'nse' }) do
+  for _, f in ipairs({ 'wc', 'wf', 'ws', 'wq', 'wr', 'tc', 'tf', 'ts', 'th', 'cf', 'wx', 'ab', 'nse' }) do
     unset(f)
   end
 end
@@ -466,20 +529,27 @@ end
 
 -- Transitions --------------------------------------------------------------------------------
 
+-- As in-process: with backoff, no wait exceeds the backoff cap, jitter and hints included; a
+-- grown wait is capped at cap - jitter range (but not below the base wait), so the jitter still
+-- spreads replicas at the cap.
 local function open_wait(hint)
   local wait = CFG.open
   local lv = geti('lv')
   if CFG.mult > 0 then
+    local room = math.max(CFG.maxopen - CFG.jitter, CFG.open)
     local grown = CFG.open * CFG.mult ^ math.min(lv, 1000)
-    if grown < CFG.maxopen then
+    if grown < room then
       wait = math.floor(grown)
     else
-      wait = CFG.maxopen
+      wait = room
     end
   end
   wait = wait + jitter
   if hint and hint > 0 then
     wait = math.max(wait, math.min(hint, CFG.maxhint))
+  end
+  if CFG.mult > 0 then
+    wait = math.min(wait, CFG.maxopen)
   end
   return wait
 end
@@ -917,7 +987,8 @@ end
 
 -- Whether a count window's ring is still there (a read has no write to find out with).
 local function count_check()
-  if CFG.kind == 0 and geti('wc') > 0 and redis.call('GETRANGE', W, CFG.size, CFG.size) == '' then
+  if CFG.kind == 0 and CFG.size > INLINE_RING and geti('wc') > 0
+    and redis.call('GETRANGE', W, CFG.size, CFG.size) == '' then
     notes = notes + 1
     for _, f in ipairs({ 'wc', 'wf', 'ws', 'wq', 'wx' }) do
       unset(f)
@@ -962,12 +1033,15 @@ local function finish(reply)
     redis.call('PEXPIRE', W, CFG.idle)
     redis.call('PEXPIRE', C, CFG.idle)
   end
-  local out = { reply[1], st, ep, rec.ou or 0, now, expired, rec.o or 0, notes, #reply - 1 }
-  for i = 2, #reply do
-    out[#out + 1] = reply[i]
-  end
-  for i = 1, #trans do
-    out[#out + 1] = trans[i]
+  local nr = #reply
+  local out = { reply[1], st, ep, rec.ou or 0, now, expired, rec.o or 0, notes, nr - 1 }
+  if nr > 1 or #trans > 0 then
+    for i = 2, nr do
+      out[#out + 1] = reply[i]
+    end
+    for i = 1, #trans do
+      out[#out + 1] = trans[i]
+    end
   end
   return out
 end
@@ -1007,13 +1081,13 @@ local function config(keys, args)
 end
 
 local OOM = { 'allow-oom' }
-redis.register_function { function_name = 'tripline_2_admit', callback = entry(admit), flags = OOM }
-redis.register_function { function_name = 'tripline_2_record', callback = entry(record), flags = OOM }
-redis.register_function { function_name = 'tripline_2_batch', callback = entry(batch), flags = OOM }
-redis.register_function { function_name = 'tripline_2_probe', callback = entry(probe), flags = OOM }
-redis.register_function { function_name = 'tripline_2_release', callback = entry(release), flags = OOM }
-redis.register_function { function_name = 'tripline_2_tick', callback = entry(tick), flags = OOM }
-redis.register_function { function_name = 'tripline_2_operator', callback = entry(operator), flags = OOM }
-redis.register_function { function_name = 'tripline_2_restore', callback = entry(restore), flags = OOM }
-redis.register_function { function_name = 'tripline_2_read', callback = entry(read), flags = OOM }
-redis.register_function { function_name = 'tripline_2_config', callback = config, flags = OOM }
+redis.register_function { function_name = 'tripline_3_admit', callback = entry(admit), flags = OOM }
+redis.register_function { function_name = 'tripline_3_record', callback = entry(record), flags = OOM }
+redis.register_function { function_name = 'tripline_3_batch', callback = entry(batch), flags = OOM }
+redis.register_function { function_name = 'tripline_3_probe', callback = entry(probe), flags = OOM }
+redis.register_function { function_name = 'tripline_3_release', callback = entry(release), flags = OOM }
+redis.register_function { function_name = 'tripline_3_tick', callback = entry(tick), flags = OOM }
+redis.register_function { function_name = 'tripline_3_operator', callback = entry(operator), flags = OOM }
+redis.register_function { function_name = 'tripline_3_restore', callback = entry(restore), flags = OOM }
+redis.register_function { function_name = 'tripline_3_read', callback = entry(read), flags = OOM }
+redis.register_function { function_name = 'tripline_3_config', callback = config, flags = OOM }

@@ -29,7 +29,7 @@
 //!
 //! # How it works
 //! * **One library, the same rules.** Admission, recording, probe release, timers and operator
-//!   actions are functions of one Redis Functions library (`tripline_2`, loaded with
+//!   actions are functions of one Redis Functions library (`tripline_3`, loaded with
 //!   `FUNCTION LOAD` the first time a node answers that it lacks it), called with `FCALL`; each
 //!   runs atomically. It is a second implementation of the in-process breaker's rules, and it
 //!   passes the same conformance vectors (`tripline::conformance`): identical decisions,

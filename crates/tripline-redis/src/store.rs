@@ -525,7 +525,7 @@ fn function_config(config: &BreakerConfig, shared: &SharedConfig) -> String {
     };
     let backoff = config.open_backoff();
     let mult = backoff.map_or(0.0, |b| b.multiplier);
-    let fields: [String; 21] = [
+    let fields: [String; 22] = [
         kind.to_string(),
         size.to_string(),
         bucket.to_string(),
@@ -551,6 +551,7 @@ fn function_config(config: &BreakerConfig, shared: &SharedConfig) -> String {
         shared.idle_ttl.as_millis().to_string(),
         shared.quorum.map_or(0, |q| q.replicas).to_string(),
         shared.quorum.map_or(0, |q| micros(q.within)).to_string(),
+        micros(config.open_jitter()).to_string(),
     ];
     fields.join(",")
 }

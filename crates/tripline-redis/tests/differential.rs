@@ -1,5 +1,6 @@
 //! Random configurations and step sequences, run side by side on the in-process breaker and
-//! the Redis store: every decision, `Retry-After`, verdict, state and window must agree.
+//! the Redis store: every decision, `Retry-After`, verdict, state and window must agree, with
+//! calls in flight past the slow-call duration and quiet periods of hours and a year.
 
 mod common;
 use common::RedisSubject;
@@ -35,6 +36,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(i, o)| Op::Record(i, o)),
         1 => any::<usize>().prop_map(Op::Abandon),
         3 => prop_oneof![Just(1u64), Just(250), Just(999), Just(1000), Just(2500), Just(10_000)]
+            .prop_map(Op::Advance),
+        // Long quiet periods: hours past the old 16-bit bucket stamps, and a year.
+        1 => prop_oneof![
+            Just(40_000_000u64), Just(65_536_000), Just(327_689_000), Just(31_536_000_000)
+        ]
             .prop_map(Op::Advance),
         1 => Just(Op::Tick),
         1 => prop_oneof![

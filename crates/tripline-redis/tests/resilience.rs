@@ -24,8 +24,18 @@ type Breaker = SharedBreaker<ManualClock>;
 
 /// Count window of 10, trips at 50 % failures once 4 calls are in, Open for `open`, one probe.
 fn trip_config(open: Duration) -> BreakerConfig {
+    trip_config_of(10, open)
+}
+
+/// A ring of more than 512 outcomes has a window key of its own (a smaller one lives in the
+/// record).
+fn trip_config_keyed_window(open: Duration) -> BreakerConfig {
+    trip_config_of(1000, open)
+}
+
+fn trip_config_of(size: u32, open: Duration) -> BreakerConfig {
     BreakerConfig::builder()
-        .window(WindowConfig::Count { size: 10 })
+        .window(WindowConfig::Count { size })
         .minimum_calls(4)
         .failure_rate_threshold(50.0)
         .open_duration(open)
@@ -93,6 +103,43 @@ fn clock_micros(clock: &ManualClock) -> u64 {
     clock.now() / 1000
 }
 
+/// A ring of at most 512 outcomes lives in the record: one key, which carries the idle TTL
+/// while Closed and none once Open, with the window that tripped it.
+#[tokio::test]
+async fn a_small_ring_lives_in_the_record() {
+    let server = RedisServer::start().expect("redis-server");
+    let backend = Backend::single(&server.url()).unwrap();
+    let clock = ManualClock::new();
+    let b = breaker(
+        &backend,
+        "resilience:inline",
+        trip_config(Duration::from_secs(10)),
+        shared_builder("a").build().unwrap(),
+        &clock,
+    );
+    let keys = b.keys().clone();
+    shared_calls(&b, Outcome::Success, 2).await;
+    assert!(pttl(&server, &keys.record) > 0);
+    assert_eq!(
+        pttl(&server, &keys.window),
+        -2,
+        "no window key for a small ring"
+    );
+    shared_calls(&b, Outcome::Failure, 2).await;
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(
+        (snap.state, snap.window.calls, snap.window.failures),
+        (State::Open, 4, 2)
+    );
+    assert_eq!(pttl(&server, &keys.record), -1);
+    b.reset().await.unwrap();
+    let snap = b.refresh().await.unwrap();
+    assert_eq!((snap.state, snap.window.calls), (State::Closed, 0));
+    shared_calls(&b, Outcome::Success, 12).await;
+    let snap = b.refresh().await.unwrap();
+    assert_eq!((snap.window.calls, snap.window.failures), (10, 0));
+}
+
 #[tokio::test]
 async fn open_record_never_expires() {
     let server = RedisServer::start().expect("redis-server");
@@ -103,7 +150,7 @@ async fn open_record_never_expires() {
     let b = breaker(
         &backend,
         "resilience:pttl",
-        trip_config(Duration::from_secs(10)),
+        trip_config_keyed_window(Duration::from_secs(10)),
         shared_builder("a").idle_ttl(idle).build().unwrap(),
         &clock,
     );
@@ -205,7 +252,7 @@ async fn volatile_lru_evicts_only_window_data() {
             .expect("redis-server");
     let backend = Backend::single(&server.url()).unwrap();
     let clock = ManualClock::new();
-    let config = trip_config(Duration::from_secs(60));
+    let config = trip_config_keyed_window(Duration::from_secs(60));
 
     // Breaker A: tripped, so its record has no TTL and is not a candidate for eviction.
     let open = breaker(
@@ -375,9 +422,9 @@ async fn function_flush_mid_run() {
     let mut events = b.subscribe();
     let loaded = |server: &RedisServer| {
         server
-            .cli(&["FUNCTION", "LIST", "LIBRARYNAME", "tripline_2"])
+            .cli(&["FUNCTION", "LIST", "LIBRARYNAME", "tripline_3"])
             .unwrap()
-            .contains("tripline_2_admit")
+            .contains("tripline_3_admit")
     };
 
     // 5 successes and 5 failures: the 10th call reaches minimum_calls at 50 % and trips.
@@ -1400,7 +1447,7 @@ async fn a_claim_nobody_waits_for_holds_no_lease() {
         .next()
         .unwrap()
         .to_string();
-    let mut args = vec!["FCALL", "tripline_2_admit", "6"];
+    let mut args = vec!["FCALL", "tripline_3_admit", "6"];
     args.extend(keys.all());
     let past = (clock_micros(&clock) - 1).to_string();
     args.extend([

@@ -407,7 +407,7 @@ pub fn timeline(lanes: &Lanes, replicas: u32, x_max: f64) -> Result<(String, u32
     Ok((buf, hidden))
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

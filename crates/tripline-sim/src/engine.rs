@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
-use tripline::{ManualClock, Outcome, State};
+use tripline::{CircuitBreaker, ManualClock, Outcome, State};
 use tripline_policies::retry::budget::RetryCause;
 use tripline_policies::retry::{AttemptResult, RetryPolicy, RetryState};
 
@@ -131,7 +131,15 @@ pub(crate) struct Tr {
 pub(crate) struct Variant<'a> {
     pub(crate) index: Option<usize>,
     pub(crate) protection: Option<&'a Protection>,
+    /// Called with each of `[service]`'s breakers and its index once it exists (a trace
+    /// recorder subscribes here).
+    pub(crate) observe: Option<&'a Observe<'a>>,
 }
+
+/// What [`Variant::observe`] calls.
+pub(crate) type Observe<'a> = dyn Fn(u32, &CircuitBreaker<ManualClock>) + Sync + 'a;
+
+pub(crate) use crate::layers::{reason_str, seeded};
 
 /// A latency sample: the latency as a [`LatencyKey`], and the bin and endpoint packed as
 /// `bin << 7 | endpoint`.
@@ -493,7 +501,12 @@ pub(crate) fn run(
                 crate::hosts::seed(seed),
             )
         });
-        let clients = policies.iter().map(Client::new).collect();
+        if let (Some(observe), Some(service)) = (variant.observe, policies.last()) {
+        for (i, b) in service.breakers.iter().enumerate() {
+            observe(i as u32, b);
+        }
+    }
+    let clients = policies.iter().map(Client::new).collect();
         let mut engine = Engine::new(model, clients, seed, clock);
         engine.hosts = hosts;
         engine.run(progress);

@@ -418,7 +418,7 @@ impl TierPolicies {
 
 /// A breaker configuration with its own jitter seed, so replicas do not probe in lockstep and
 /// runs stay reproducible.
-fn seeded(config: &BreakerConfig, seed: u64, index: u64) -> BreakerConfig {
+pub(crate) fn seeded(config: &BreakerConfig, seed: u64, index: u64) -> BreakerConfig {
     let base = mix(seed ^ config.seed().unwrap_or(0), 0xB4EA_4E45);
     config
         .to_builder()
@@ -427,7 +427,7 @@ fn seeded(config: &BreakerConfig, seed: u64, index: u64) -> BreakerConfig {
         .unwrap_or_else(|_| config.clone())
 }
 
-fn reason_str(kind: &EventKind) -> &'static str {
+pub(crate) fn reason_str(kind: &EventKind) -> &'static str {
     use tripline::Reason as R;
     match kind {
         EventKind::Transition { reason, .. } => match reason {

@@ -7,6 +7,10 @@
 //! * [`hosts`]: the dependency's hosts behind the caller's balancer, and outlier detection.
 //! * [`report`]: the figures, the table and the JSON schema.
 //! * [`chart`]: the time series as SVG and HTML.
+//! * [`trace`]: a simulated run's calls as a trace (`tripline simulate --trace`).
+//! * [`replay`]: a trace replayed against configurations (`tripline replay`).
+//! * [`replay_chart`]: a replay's charts, as SVG and HTML.
+//! * [`tune`]: a configuration chosen from a trace (`tripline tune`).
 
 #![forbid(unsafe_code)]
 
@@ -16,9 +20,13 @@ pub mod engine;
 pub mod hosts;
 pub mod layers;
 pub mod protection;
+pub mod replay;
+pub mod replay_chart;
 pub mod report;
 pub mod scenario;
 pub mod sweep;
+pub mod trace;
+pub mod tune;
 
 pub use dist::{Dist, MAX_LATENCY, Rate};
 pub use report::{Report, RunReport, SCHEMA_VERSION};
@@ -56,6 +64,7 @@ pub fn simulate_variant(
         &engine::Variant {
             index: variant,
             protection: p,
+            observe: None,
         },
         seed,
         &|_| {},
@@ -100,6 +109,7 @@ fn run_all(scenario: &Scenario, seed: u64, progress: &(dyn Fn(u64) + Sync)) -> V
                         &engine::Variant {
                             index: v,
                             protection: p,
+                            observe: None,
                         },
                         seed,
                         progress,

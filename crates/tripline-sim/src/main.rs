@@ -4,12 +4,17 @@
 //! tripline scenarios                     list the built-in scenarios
 //! tripline show <name>                   print a built-in scenario's TOML (a starting point)
 //! tripline simulate <name|file.toml> [--seed N] [--json] [--report FILE.html|FILE.svg]
+//!                    [--trace FILE [--trace-run LABEL] [--trace-shadow]]
+//! tripline replay TRACE --config FILE... [--json] [--report FILE.html|FILE.svg]
+//! tripline tune TRACE [--space FILE] [--budget N] [--out FILE] [--json]
 //! ```
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+mod commands;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -47,7 +52,21 @@ enum Command {
         /// in `.svg`.
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
+        /// Also write the calls of one protected run as a trace (JSON Lines, or CSV for a
+        /// `.csv` name), for `tripline replay` and `tripline tune`.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// The protected run to record (default: the first).
+        #[arg(long, value_name = "LABEL", requires = "trace")]
+        trace_run: Option<String>,
+        /// Record that run with its breakers in MetricsOnly: every call is made and recorded.
+        #[arg(long, requires = "trace")]
+        trace_shadow: bool,
     },
+    /// Replay a trace of real outcomes against breaker configurations.
+    Replay(commands::ReplayArgs),
+    /// Search the configuration space for the configuration that fits a trace best.
+    Tune(commands::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -92,9 +111,19 @@ fn run(command: Command) -> Result<(), String> {
             seed,
             json,
             report,
+            trace,
+            trace_run,
+            trace_shadow,
         } => {
             let s = Scenario::load(&scenario).map_err(|e| e.to_string())?;
-            let bar = progress_bar(tripline_sim::progress_total(&s));
+            if let Some(path) = &trace {
+                write_trace(&s, seed, path, trace_run, trace_shadow)?;
+            }
+            let bar = progress_bar(
+                tripline_sim::progress_total(&s),
+                "simulating",
+                "of virtual time",
+            );
             let r = simulate_with_progress(&s, seed, &|ms| bar.tick(ms));
             bar.finish();
             if json {
@@ -119,12 +148,34 @@ fn run(command: Command) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Replay(a) => commands::run_replay(a),
+        Command::Tune(a) => commands::run_tune(a),
     }
+}
+
+fn write_trace(
+    s: &Scenario,
+    seed: Option<u64>,
+    path: &std::path::Path,
+    run: Option<String>,
+    shadow: bool,
+) -> Result<(), String> {
+    use tripline_sim::trace::{TraceOptions, record};
+    let format = tripline::trace::Format::from_path(path).unwrap_or_default();
+    let file =
+        std::fs::File::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let opts = TraceOptions {
+        run,
+        shadow,
+        format,
+    };
+    record(s, seed, &opts, std::io::BufWriter::new(file))?;
+    Ok(())
 }
 
 /// A progress bar on stderr, drawn only on a terminal and only once the run has taken more
 /// than a second.
-struct Bar {
+pub(crate) struct Bar {
     bar: ProgressBar,
     started: Instant,
     shown: std::sync::atomic::AtomicBool,
@@ -132,8 +183,8 @@ struct Bar {
 }
 
 impl Bar {
-    fn tick(&self, ms: u64) {
-        self.bar.inc(ms);
+    pub(crate) fn tick(&self, n: u64) {
+        self.bar.inc(n);
         if self.terminal
             && !self.shown.load(std::sync::atomic::Ordering::Relaxed)
             && self.started.elapsed() > Duration::from_secs(1)
@@ -143,16 +194,16 @@ impl Bar {
         }
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.bar.finish_and_clear();
     }
 }
 
-fn progress_bar(total_ms: u64) -> Bar {
-    let bar = ProgressBar::with_draw_target(Some(total_ms), ProgressDrawTarget::hidden());
-    if let Ok(style) = ProgressStyle::with_template(
-        "simulating {bar:40} {percent:>3}% of virtual time, {eta} left",
-    ) {
+pub(crate) fn progress_bar(total: u64, what: &str, unit: &str) -> Bar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{what} {{bar:40}} {{percent:>3}}% {unit}, {{eta}} left"
+    )) {
         bar.set_style(style);
     }
     Bar {

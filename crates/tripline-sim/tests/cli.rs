@@ -120,3 +120,176 @@ fn bad_file_reports_line_and_field() {
     assert!(err.contains("fraction in [0, 1]"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tripline-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// record → replay → tune → deploy: the trace from `simulate --trace`, a replay of it, and the
+/// tuned TOML, which `BreakerConfig` and the registry read as is.
+#[test]
+fn simulate_trace_replay_and_tune() {
+    let dir = scratch("trace");
+    let trace = dir.join("fowler.jsonl");
+    let (ok, out, err) = tripline(&["simulate", "fowler", "--trace", trace.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("closed → open"));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.starts_with("{\"tripline_trace\":1"), "{text}");
+    assert_eq!(text.lines().count(), 61);
+
+    let team = dir.join("fowler.toml");
+    std::fs::write(
+        &team,
+        "consecutive_failures = 3\nopen = { duration = \"10s\" }\nhalf_open = { permitted_calls = 1, policy = \"consecutive\" }\n",
+    )
+    .unwrap();
+    let (ok, out, err) = tripline(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--config",
+        team.to_str().unwrap(),
+        "--config",
+        "resilience4j",
+        "--seed",
+        "4",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("fowler") && out.contains("resilience4j"),
+        "{out}"
+    );
+    assert!(
+        out.contains("t=     7.000 s: closed → open (consecutive-failures)"),
+        "{out}"
+    );
+    let html = dir.join("replay.html");
+    let (ok, out, err) = tripline(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--config",
+        team.to_str().unwrap(),
+        "--json",
+        "--report",
+        html.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["configs"][0]["totals"]["trips"], 1);
+    assert_eq!(v["configs"][0]["totals"]["rejected"], 27);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!doctype html>") && page.contains("<svg"));
+
+    let tuned = dir.join("tuned.toml");
+    let (ok, out, err) = tripline(&[
+        "tune",
+        trace.to_str().unwrap(),
+        "--budget",
+        "32",
+        "--out",
+        tuned.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("Pareto front") && out.contains("chosen: #"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&tuned).unwrap();
+    let config: tripline::BreakerConfig = toml::from_str(&text).unwrap();
+    let registry = format!("[configs.service]\n{text}\n[dependencies]\nservice = \"service\"\n");
+    let read = tripline::registry::RegistryConfig::from_toml(&registry).unwrap();
+    let built = tripline::registry::RegistryConfig::default()
+        .with_config("service", config)
+        .with_dependency("service", "service");
+    assert_eq!(read, built);
+    // The tuned file is a configuration `replay` takes, too.
+    let (ok, _, err) = tripline(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--config",
+        tuned.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_bad_trace_names_the_line_and_field_and_skip_bad_lines_skips() {
+    let dir = scratch("badtrace");
+    let trace = dir.join("bad.csv");
+    std::fs::write(
+        &trace,
+        "start,duration_ms,outcome\n0,5,success\n10,5,sucess\n20,5,failure\n",
+    )
+    .unwrap();
+    let (ok, out, err) = tripline(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--config",
+        "resilience4j",
+    ]);
+    assert!(!ok);
+    assert!(out.is_empty());
+    assert!(err.contains("bad.csv"), "{err}");
+    assert!(
+        err.contains(
+            "line 3: outcome must be one of success, failure, ignored, rejected, got \"sucess\""
+        ),
+        "{err}"
+    );
+    let (ok, out, err) = tripline(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--config",
+        "resilience4j",
+        "--skip-bad-lines",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("1 bad lines skipped") && out.contains("2 calls"),
+        "{out}"
+    );
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let (ok, _, err) = tripline(&["tune", empty.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("the trace has no calls"), "{err}");
+    let (ok, _, err) = tripline(&["replay", trace.to_str().unwrap(), "--config", "nope.toml"]);
+    assert!(!ok);
+    assert!(
+        err.contains("nope.toml") && err.contains("resilience4j, tripline-default"),
+        "{err}"
+    );
+    let (ok, _, err) = tripline(&[
+        "simulate",
+        "fowler",
+        "--trace",
+        "/tmp/x.jsonl",
+        "--trace-run",
+        "shared",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("\"with\""), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn tune_shows_its_space_and_reads_one() {
+    let (ok, out, err) = tripline(&["tune", "--show-space"]);
+    assert!(ok, "{err}");
+    let space = tripline_sim::tune::Space::from_toml(&out).unwrap();
+    assert_eq!(space, tripline_sim::tune::Space::default());
+    let dir = scratch("space");
+    let path = dir.join("space.toml");
+    std::fs::write(&path, "failure_rate = [50, 20]\n").unwrap();
+    let (ok, _, err) = tripline(&["tune", "x.jsonl", "--space", path.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("failure_rate must be two percentages lo <= hi"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

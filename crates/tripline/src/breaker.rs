@@ -547,6 +547,10 @@ pub struct Metrics {
     /// Time spent HalfOpen.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub time_half_open: Duration,
+    /// Time since the breaker entered its current state (since its creation when it never
+    /// left Closed).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub time_in_state: Duration,
     /// Listener panics caught.
     pub listener_panics: u64,
 }
@@ -762,6 +766,7 @@ impl<C: Clock> CircuitBreaker<C> {
             probes_in_flight: 0,
             time_open: Duration::ZERO,
             time_half_open: Duration::ZERO,
+            time_in_state: Duration::ZERO,
             listener_panics: 0,
         };
         // The word first: if the cold part is missing after it was read, no transition had
@@ -779,8 +784,12 @@ impl<C: Clock> CircuitBreaker<C> {
         let now = inner.clock.now();
         (m.state, m.generation) = (word.state(), word.generation());
         m.window = inner.snapshot(now);
+        // Without the cold part the breaker never left Closed: in it since its creation.
+        m.time_in_state =
+            Duration::from_nanos(now.saturating_sub(inner.closed_since.load(Ordering::Relaxed)));
         if let Some(core) = core {
             let current = now.saturating_sub(core.entered_at);
+            m.time_in_state = Duration::from_nanos(current);
             let time_in =
                 |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
             m.transitions = core.transitions;
@@ -1145,17 +1154,44 @@ impl<C: Clock> Inner<C> {
 
     /// Records a permit's result.
     fn settle(&self, t: Ticket, c: Classification) -> Recorded {
-        match t.kind {
-            Kind::Passthrough => Recorded::Disabled,
+        let (recorded, now) = match t.kind {
+            Kind::Passthrough => return Recorded::Disabled,
             Kind::Window { cohort, lane } => {
                 self.lane_at(lane).inflight.exit(cohort, t.generation);
                 let now = self.clock.now();
-                self.record_window(t.generation, now.saturating_sub(t.started), now, c)
+                let r = self.record_window(t.generation, now.saturating_sub(t.started), now, c);
+                (r, now)
             }
             Kind::Probe { slot, token } => {
-                self.record_probe(t.generation, slot, token, t.started, c)
+                let now = self.clock.now();
+                (
+                    self.record_probe(t.generation, slot, token, t.started, now, c),
+                    now,
+                )
             }
+        };
+        // One atomic load when no listener wants outcomes (none can before the cold part).
+        if let Some(cold) = self.cold.get().filter(|c| c.hub.wants_outcome_events()) {
+            self.outcome_event(cold, t, now, c.outcome, recorded);
         }
+        recorded
+    }
+
+    #[cold]
+    fn outcome_event(&self, cold: &Cold, t: Ticket, now: u64, outcome: Outcome, r: Recorded) {
+        let elapsed = now.saturating_sub(t.started);
+        cold.hub.outcome_event(
+            now,
+            &self.name,
+            EventKind::CallOutcome {
+                outcome,
+                duration: Duration::from_nanos(elapsed),
+                slow: elapsed > self.hot.slow_nanos.load(Ordering::Relaxed),
+                generation: t.generation,
+                probe: matches!(t.kind, Kind::Probe { .. }),
+                counted: r == Recorded::Counted,
+            },
+        );
     }
 
     #[inline]
@@ -1204,7 +1240,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(self.reject(State::ForcedOpen, None, 0));
+                    return Err(self.reject(State::ForcedOpen, None, self.clock.recent()));
                 }
             }
         }
@@ -1548,9 +1584,9 @@ impl<C: Clock> Inner<C> {
         slot: u32,
         token: u64,
         started: u64,
+        now: u64,
         c: Classification,
     ) -> Recorded {
-        let now = self.clock.now();
         let cold = self.cold();
         let mut core = lock(&cold.core);
         let word = Word(self.word.load(Ordering::Acquire));

@@ -7,6 +7,9 @@
 //! stale results, abandoned permits) are delivered on the calling thread, only to listeners that
 //! ask for them ([`Listener::wants_call_events`]), and may interleave with transition events;
 //! a listener gets them only once its Initial event has been delivered.
+//! [`EventKind::CallOutcome`], one event per recorded result, is delivered the same way, only to
+//! listeners that ask for it ([`Listener::wants_outcome_events`]): a breaker with no such
+//! listener pays one atomic load per result for it, takes no lock and allocates nothing.
 //! A panicking listener is isolated: the panic is caught and counted.
 
 use std::collections::VecDeque;
@@ -15,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::BreakerName;
+use crate::outcome::Outcome;
 use crate::state::State;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, lock};
 use crate::window::WindowSnapshot;
@@ -92,6 +96,26 @@ pub enum EventKind {
         /// Whether it was a half-open probe.
         probe: bool,
     },
+    /// A call's result was recorded on its permit (whether it counted, was ignored or came
+    /// too late and was discarded as stale). Delivered only to listeners that ask for it
+    /// ([`Listener::wants_outcome_events`]); the event's `at` is when the result was recorded,
+    /// so the call started at `at - duration`. Calls of a Disabled breaker record nothing and
+    /// produce none. More fields may be added (a failure kind), so match it with `..`.
+    #[non_exhaustive]
+    CallOutcome {
+        /// The caller's verdict.
+        outcome: Outcome,
+        /// From the permit's grant to the result, on the breaker's clock.
+        duration: Duration,
+        /// Whether the call was slower than the slow-call duration in force.
+        slow: bool,
+        /// The generation the permit was granted in.
+        generation: u64,
+        /// Whether it was a half-open probe.
+        probe: bool,
+        /// Whether the result counted (false: ignored, or stale).
+        counted: bool,
+    },
 }
 
 /// Why a transition happened.
@@ -155,6 +179,37 @@ pub trait Listener: Send + Sync + 'static {
     /// Whether this listener also wants per-call events (rejections, stale results, abandoned
     /// permits). These cost a little on the hot path, so they are off by default.
     fn wants_call_events(&self) -> bool {
+        false
+    }
+
+    /// Whether this listener wants an [`EventKind::CallOutcome`] for every recorded result
+    /// (a trace recorder does). These are as many as the calls, so they are off by default,
+    /// separately from [`wants_call_events`](Self::wants_call_events).
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker, Event, EventKind, Listener, Outcome};
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// struct Outcomes(Arc<Mutex<Vec<Outcome>>>);
+    /// impl Listener for Outcomes {
+    ///     fn on_event(&self, e: &Event) {
+    ///         if let EventKind::CallOutcome { outcome, .. } = e.kind {
+    ///             self.0.lock().unwrap().push(outcome);
+    ///         }
+    ///     }
+    ///     fn wants_outcome_events(&self) -> bool {
+    ///         true
+    ///     }
+    /// }
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let breaker = CircuitBreaker::new("catalog", BreakerConfig::default());
+    /// breaker.subscribe(Outcomes(seen.clone()));
+    /// let _ = breaker.call(|| Err::<(), _>("503"));
+    /// breaker.call(|| Ok::<_, ()>(())).unwrap();
+    /// assert_eq!(*seen.lock().unwrap(), [Outcome::Failure, Outcome::Success]);
+    /// ```
+    fn wants_outcome_events(&self) -> bool {
         false
     }
 }
@@ -224,6 +279,7 @@ struct Entry {
     /// Sequence number of this listener's Initial event: it sees nothing earlier.
     from_seq: u64,
     calls: bool,
+    outcomes: bool,
     /// Whether its Initial event has been delivered; per-call events (delivered on the calling
     /// thread, not through the queue) wait for it, so Initial is always the first.
     started: Arc<AtomicBool>,
@@ -232,6 +288,7 @@ struct Entry {
 pub(crate) struct Hub {
     listeners: Mutex<Arc<Vec<Entry>>>,
     call_listeners: AtomicUsize,
+    outcome_listeners: AtomicUsize,
     dispatching: Mutex<()>,
     pending: Mutex<VecDeque<Event>>,
     seq: AtomicU64,
@@ -251,6 +308,7 @@ impl Hub {
         Self {
             listeners: Mutex::new(Arc::new(Vec::new())),
             call_listeners: AtomicUsize::new(0),
+            outcome_listeners: AtomicUsize::new(0),
             dispatching: Mutex::new(()),
             pending: Mutex::new(VecDeque::new()),
             seq: AtomicU64::new(0),
@@ -294,6 +352,7 @@ impl Hub {
 
     fn add(&self, listener: Arc<dyn Listener>, from_seq: u64) {
         let calls = listener.wants_call_events();
+        let outcomes = listener.wants_outcome_events();
         let mut guard = lock(&self.listeners);
         let mut list: Vec<Entry> = guard
             .iter()
@@ -301,6 +360,7 @@ impl Hub {
                 listener: e.listener.clone(),
                 from_seq: e.from_seq,
                 calls: e.calls,
+                outcomes: e.outcomes,
                 started: e.started.clone(),
             })
             .collect();
@@ -308,11 +368,15 @@ impl Hub {
             listener,
             from_seq,
             calls,
+            outcomes,
             started: Arc::new(AtomicBool::new(false)),
         });
         *guard = Arc::new(list);
         if calls {
             self.call_listeners.fetch_add(1, Ordering::Relaxed);
+        }
+        if outcomes {
+            self.outcome_listeners.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -367,6 +431,26 @@ impl Hub {
     /// Delivers a per-call event on this thread.
     #[cold]
     pub(crate) fn call_event(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
+        self.deliver_now(at, breaker, kind, |e| e.calls);
+    }
+
+    #[inline]
+    pub(crate) fn wants_outcome_events(&self) -> bool {
+        self.outcome_listeners.load(Ordering::Relaxed) != 0
+    }
+
+    /// Delivers an [`EventKind::CallOutcome`] on this thread, to the listeners that want them.
+    pub(crate) fn outcome_event(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
+        self.deliver_now(at, breaker, kind, |e| e.outcomes);
+    }
+
+    fn deliver_now(
+        &self,
+        at: u64,
+        breaker: &BreakerName,
+        kind: EventKind,
+        wants: impl Fn(&Entry) -> bool,
+    ) {
         let event = Event {
             seq: self.next_seq(),
             at: Duration::from_nanos(at),
@@ -376,7 +460,7 @@ impl Hub {
         let listeners = lock(&self.listeners).clone();
         for e in listeners
             .iter()
-            .filter(|e| e.calls && event.seq > e.from_seq && e.started.load(Ordering::Acquire))
+            .filter(|e| wants(e) && event.seq > e.from_seq && e.started.load(Ordering::Acquire))
         {
             self.deliver(&*e.listener, &event);
         }

@@ -50,7 +50,9 @@
 //! * Every transition bumps a generation. A [`Permit`] carries the generation it was granted in;
 //!   a result from an older generation is discarded and counted ([`Recorded::Stale`]).
 //! * Half-open probes are leases with a deadline (`half_open.probe_lease`); an expired lease is
-//!   reclaimed by the next acquire, and its late result is refused as stale.
+//!   reclaimed by the next acquire after its deadline, and a result arriving once its lease was
+//!   reclaimed is refused as stale (a late result that beats every reclaim still counts; the
+//!   Redis store follows the same rule).
 //! * Calls still in flight past the slow-call duration count as slow (see the rule in
 //!   [`WindowSnapshot::in_flight_slow`] and the `inflight` notes in the README).
 //!
@@ -60,6 +62,12 @@
 //!   helper, [`TokioClock`] for paused-time tests and `run_timer` for automatic transitions.
 //! * `metrics`: [`observe::BreakerMetrics`], breaker figures through the `metrics` facade.
 //! * `tracing`: [`observe::TracingListener`], transitions as `tracing` events.
+//! * `trace`: [`trace`], a recorder that writes every call's outcome and duration to a trace
+//!   (JSON Lines or CSV) from a background thread, and a reader for traces; `tripline replay`
+//!   and `tripline tune` replay them to choose a configuration from data.
+//!
+//! [`shadow::ShadowCandidate`] runs a candidate configuration beside the live breaker on the
+//! live traffic and reports where the two would have decided differently.
 //!
 //! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
 //! bounded in memory and never evicting one that is not Closed.
@@ -81,8 +89,11 @@ mod lifecycle;
 pub mod observe;
 mod outcome;
 pub mod registry;
+pub mod shadow;
 mod state;
 mod sync;
+#[cfg(feature = "trace")]
+pub mod trace;
 mod window;
 
 pub use breaker::{CircuitBreaker, Metrics, OwnedPermit, Permit, Recorded};

@@ -646,6 +646,9 @@ impl Listener for Shared {
     fn wants_call_events(&self) -> bool {
         self.0.wants_call_events()
     }
+    fn wants_outcome_events(&self) -> bool {
+        self.0.wants_outcome_events()
+    }
 }
 
 impl Registry<MonotonicClock> {
@@ -919,6 +922,40 @@ impl<C: Clock + Clone> Registry<C> {
                 self.retire(e, |b| idle_for(e) && b.evictable(1)) && self.remove_retired(k, e)
             })
             .count()
+    }
+
+    /// Visits every breaker the registry holds now, with its key, in no particular order,
+    /// without creating or touching any (a read never makes state).
+    ///
+    /// ```
+    /// use tripline::registry::{Key, Registry, RegistryConfig};
+    ///
+    /// let registry = Registry::new(RegistryConfig::default())?;
+    /// registry.get(&"catalog/shard=1".parse()?)?;
+    /// registry.get(&"catalog/shard=2".parse()?)?;
+    /// let mut keys = Vec::new();
+    /// registry.for_each(|key, breaker| keys.push((key.to_string(), breaker.state())));
+    /// keys.sort();
+    /// assert_eq!(keys.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_each(&self, mut f: impl FnMut(&Key, &CircuitBreaker<C>)) {
+        for (k, e) in self.map.pin().iter() {
+            f(k, &e.breaker);
+        }
+    }
+
+    /// Every key the registry holds now, sorted.
+    pub fn keys(&self) -> Vec<Key> {
+        let mut keys: Vec<Key> = self.map.pin().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// The operator override in force for `key` (run-time layer first, then the
+    /// configuration's; [`OperatorState::Auto`] when none), whether or not its breaker exists.
+    pub fn operator_for(&self, key: &Key) -> OperatorState {
+        self.override_for(key)
     }
 
     /// Breakers per dependency, by state.

@@ -32,9 +32,6 @@ impl AtomicU128 {
     pub(crate) fn load(&self, _: Ordering) -> u128 {
         *self.0.lock().unwrap()
     }
-    pub(crate) fn store(&self, v: u128, _: Ordering) {
-        *self.0.lock().unwrap() = v;
-    }
     pub(crate) fn compare_exchange_weak(
         &self,
         current: u128,

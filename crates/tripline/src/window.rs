@@ -27,9 +27,9 @@
 //! # Time window
 //! A ring of buckets covering the last `length`; bucket `e` (time since the window's creation
 //! / bucket width) lives in slot `e mod B`. Each bucket is one 128-bit atomic: the generation
-//! tag (24 bits) and the bucket number (40 bits: 34 years of 1 ms buckets, the smallest
-//! allowed; it saturates rather than wraps), and 21-bit counts of calls, failures and slow
-//! calls, updated by compare-and-swap. A stale bucket (an older bucket number or generation) is
+//! tag (19 bits) and the bucket number (45 bits: every reading of a 64-bit nanosecond clock at
+//! 1 ms buckets, the smallest allowed, so it cannot wrap), and 21-bit counts of calls, failures
+//! and slow calls, updated by compare-and-swap. A stale bucket (an older bucket number or generation) is
 //! reset by the first writer that reuses it, in the same swap, so no count is lost to a reset,
 //! and no quiet period of any length can make an old bucket look current. When a bucket's call
 //! count would overflow 21 bits, its counts are halved keeping the rates on the right side of
@@ -299,9 +299,11 @@ fn clamp(v: i32, max: u64) -> u64 {
     (v.max(0) as u64).min(max)
 }
 
-/// Time window cell: high word `tag << 40 | bucket number`, low word three 21-bit counts.
-const CELL_TAG_BITS: u32 = 24;
-const EPOCH_BITS: u32 = 40;
+/// Time window cell: high word `tag << 45 | bucket number`, low word three 21-bit counts. 45 bits
+/// hold the bucket number of any reading of a 64-bit nanosecond clock at the smallest bucket
+/// allowed (1 ms: 2^45 ms is over 1,100 years), so it never saturates in practice.
+const CELL_TAG_BITS: u32 = 19;
+const EPOCH_BITS: u32 = 45;
 const EPOCH_MAX: u64 = (1 << EPOCH_BITS) - 1;
 const COUNT_BITS: u32 = 21;
 const COUNT_MAX: u64 = (1 << COUNT_BITS) - 1;
@@ -349,7 +351,7 @@ fn halve(calls: u64, failures: u64, slow: u64) -> (u64, u64, u64) {
 pub(crate) struct TimeWindow {
     bucket_nanos: u64,
     /// Bucket numbers count from here (the window's creation), so a clock whose origin is far
-    /// from zero (a UNIX-epoch reading) does not use up the 40 bits.
+    /// from zero (a UNIX-epoch reading) does not use up the 45 bits.
     origin: u64,
     /// The next bucket boundary; the first good result past it evaluates the rules.
     next_success_eval: AtomicU64,

@@ -99,3 +99,54 @@ fn the_transition_part_is_allocated_on_first_use() {
     assert_eq!(m.time_open, Duration::from_secs(2));
     assert_eq!(m.successful_calls, 80);
 }
+
+/// A breaker whose listeners want no outcome events pays nothing for them: acquire and record
+/// still take no lock and allocate nothing once a transition listener is subscribed (the cold
+/// part exists, the outcome check is one load). With the trace recorder subscribed, the
+/// calling thread only moves an entry into the recorder's preallocated queue: no allocation
+/// either.
+#[cfg(feature = "trace")]
+#[test]
+fn outcome_events_cost_nothing_unless_asked_and_the_recorder_does_not_allocate() {
+    let breaker = CircuitBreaker::with_clock(
+        "dep",
+        BreakerConfig::builder().count_window(100).build().unwrap(),
+        MonotonicClock::new(),
+    );
+    breaker.subscribe(|_: &tripline::Event| {});
+    for _ in 0..10 {
+        let _ = breaker.try_acquire().unwrap().record(Outcome::Success);
+    }
+    let n = allocations(|| {
+        for i in 0..10_000 {
+            let _ = breaker.try_acquire().unwrap().record(if i % 10 == 0 {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            });
+        }
+    });
+    assert_eq!(
+        n, 0,
+        "acquire + record with a transition listener allocated"
+    );
+
+    let recorder = tripline::trace::TraceRecorder::new(
+        std::io::sink(),
+        tripline::trace::RecorderConfig::default().capacity(1 << 16),
+    )
+    .unwrap();
+    breaker.subscribe(recorder.listener());
+    for _ in 0..10 {
+        let _ = breaker.try_acquire().unwrap().record(Outcome::Success);
+    }
+    recorder.flush().unwrap();
+    let n = allocations(|| {
+        for _ in 0..1_000 {
+            let _ = breaker.try_acquire().unwrap().record(Outcome::Success);
+        }
+    });
+    assert_eq!(n, 0, "recording an outcome to the trace allocated");
+    recorder.flush().unwrap();
+    assert_eq!(recorder.stats().written, 1_010);
+}

@@ -589,3 +589,25 @@ fn initial_comes_before_call_events_while_another_listener_dispatches() {
         "{events:?}"
     );
 }
+
+#[test]
+fn metrics_time_in_state_counts_from_creation_then_from_each_transition() {
+    let clock = ManualClock::new();
+    clock.advance(5 * S);
+    let b = CircuitBreaker::with_clock("dep", BreakerConfig::default(), clock.clone());
+    clock.advance(3 * S);
+    // Never left Closed, and no cold part yet: since creation.
+    assert_eq!(b.metrics().time_in_state, 3 * S);
+    // A listener allocates the cold part without a transition: still since creation.
+    b.subscribe(EventLog::new());
+    clock.advance(S);
+    assert_eq!(b.metrics().time_in_state, 4 * S);
+    b.force_open();
+    assert_eq!(b.metrics().time_in_state, Duration::ZERO);
+    clock.advance(7 * S);
+    let m = b.metrics();
+    assert_eq!((m.state, m.time_in_state), (State::ForcedOpen, 7 * S));
+    b.reset();
+    clock.advance(2 * S);
+    assert_eq!(b.metrics().time_in_state, 2 * S);
+}

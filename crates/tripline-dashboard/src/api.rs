@@ -1,0 +1,996 @@
+//! The handlers.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{OriginalUri, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tripline::registry::{Key, OperatorState, Selector};
+use tripline::{CircuitBreaker, Clock, State as BreakerState};
+
+use crate::auth::{self, CSRF_COOKIE};
+use crate::error::ApiError;
+use crate::store::{Action, AuditRecord, Source, Target};
+use crate::{MAX_BODY, Permissions, Principal, Shared, assets, view};
+
+type Sh<C> = State<Arc<Shared<C>>>;
+
+// ---------------------------------------------------------------------------------------------
+// Who is asking.
+
+fn who<C: Clock + Clone>(sh: &Shared<C>, parts: &Parts) -> Result<Principal, ApiError> {
+    for check in &sh.auth {
+        match check.authenticate(parts) {
+            Ok(Some(p)) => return Ok(p),
+            Ok(None) => {}
+            Err(e) => return Err(ApiError::unauthorized(e.to_string())),
+        }
+    }
+    Ok(Principal::anonymous(sh.anonymous))
+}
+
+fn require<C: Clock + Clone>(
+    sh: &Shared<C>,
+    parts: &Parts,
+    permission: Permissions,
+) -> Result<Principal, ApiError> {
+    let p = who(sh, parts)?;
+    if p.may(permission) {
+        return Ok(p);
+    }
+    let what = if permission == Permissions::CONTROL {
+        "control breakers"
+    } else {
+        "read the breakers"
+    };
+    Err(
+        if permission == Permissions::CONTROL && !sh.controls_enabled() {
+            ApiError::forbidden(
+                "controls are off: the application configured no authentication check",
+            )
+        } else if p.is_anonymous() {
+            ApiError::unauthorized(format!("credentials are needed to {what}"))
+        } else {
+            ApiError::forbidden(format!("{} may not {what}", p.name()))
+        },
+    )
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response {
+    let mut r = (status, Json(body)).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+// ---------------------------------------------------------------------------------------------
+// The page.
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+fn static_response(body: &'static str, content_type: &'static str) -> Response {
+    let mut r = body.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+pub(crate) async fn index(OriginalUri(uri): OriginalUri) -> Response {
+    let path = uri.path();
+    if !path.ends_with('/') {
+        // Mounted with `nest("/ops", ..)`, the mount point is `/ops` (axum does not route
+        // `/ops/` to the nested router), and relative links on a page at `/ops` would resolve
+        // beside it: send the browser to `/ops/index.html`. The target is relative to the last
+        // segment (`./ops/index.html`), so it can never leave the site.
+        let segment = path.rsplit('/').next().unwrap_or("");
+        let query = uri.query().map_or(String::new(), |q| format!("?{q}"));
+        let location = format!("./{segment}/index.html{query}");
+        if let Ok(value) = HeaderValue::from_str(&location) {
+            return (StatusCode::FOUND, [(header::LOCATION, value)]).into_response();
+        }
+    }
+    page().await
+}
+
+pub(crate) async fn page() -> Response {
+    static_response(assets::INDEX_HTML, "text/html; charset=utf-8")
+}
+
+pub(crate) async fn asset(Path(file): Path<String>) -> Response {
+    match assets::get(&file) {
+        Some((body, content_type)) => static_response(body, content_type),
+        None => ApiError::not_found(format!("no asset named {file:?}")).into_response(),
+    }
+}
+
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::not_found("no such page or endpoint")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The session: who the caller is, and a CSRF token.
+
+/// The mount point, from the path of a request for `suffix` under it; `/` when it is not a
+/// plain path.
+fn mount_point<'a>(path: &'a str, suffix: &str) -> &'a str {
+    let prefix = path.strip_suffix(suffix).unwrap_or("/");
+    let plain = prefix.starts_with('/')
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~/%".contains(&b));
+    if plain { prefix } else { "/" }
+}
+
+pub(crate) async fn session<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    OriginalUri(uri): OriginalUri,
+    parts: Parts,
+) -> Result<Response, ApiError> {
+    let p = who(&sh, &parts)?;
+    let token = auth::csrf_cookie(&parts)
+        .map(str::to_string)
+        .unwrap_or_else(auth::new_csrf_token);
+    let body = json!({
+        "principal": (!p.is_anonymous()).then(|| p.name().to_string()),
+        "anonymous": p.is_anonymous(),
+        "permissions": p.permissions().names(),
+        "controls": sh.controls_enabled(),
+        "csrf": token,
+        "actions": Action::ALL.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+    });
+    let mut r = json_response(StatusCode::OK, body);
+    let cookie = format!(
+        "{CSRF_COOKIE}={token}; Path={}; SameSite=Strict; HttpOnly",
+        mount_point(uri.path(), "api/session")
+    );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing.
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sort {
+    State,
+    Key,
+}
+
+struct ListQuery {
+    offset: usize,
+    limit: usize,
+    dependency: Option<String>,
+    states: Option<Vec<BreakerState>>,
+    q: Option<String>,
+    key: Option<Key>,
+    source: Option<Source>,
+    sort: Sort,
+}
+
+const LIST_PARAMS: &str = "one of offset, limit, dependency, state, q, key, source, sort";
+const MAX_LIMIT: usize = 1000;
+
+fn parse_state(s: &str) -> Result<BreakerState, ApiError> {
+    BreakerState::ALL
+        .into_iter()
+        .find(|st| st.as_str() == s)
+        .ok_or_else(|| {
+            ApiError::field(
+                "state",
+                format!("{s:?}"),
+                "a comma-separated list of closed, open, half-open, disabled, metrics-only, forced-open",
+            )
+        })
+}
+
+fn parse_source(s: &str) -> Result<Source, ApiError> {
+    match s {
+        "registry" => Ok(Source::Registry),
+        "manual" => Ok(Source::Manual),
+        _ => Err(ApiError::field(
+            "source",
+            format!("{s:?}"),
+            "registry or manual",
+        )),
+    }
+}
+
+fn parse_dependency(field: &str, d: &str) -> Result<String, ApiError> {
+    Key::new(d)
+        .map(|k| k.dependency().to_string())
+        .map_err(|e| ApiError::field(field, e.value(), e.allowed()))
+}
+
+impl ListQuery {
+    fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
+        let mut q = ListQuery {
+            offset: 0,
+            limit: 100,
+            dependency: None,
+            states: None,
+            q: None,
+            key: None,
+            source: None,
+            sort: Sort::State,
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for (name, value) in pairs {
+            if seen.contains(&name.as_str()) {
+                return Err(ApiError::field(
+                    name.as_str(),
+                    format!("{value:?}"),
+                    "one value (the parameter was given twice)",
+                ));
+            }
+            seen.push(name);
+            match name.as_str() {
+                "offset" => {
+                    q.offset = value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= 100_000_000)
+                        .ok_or_else(|| {
+                            ApiError::field("offset", format!("{value:?}"), "in [0, 100000000]")
+                        })?;
+                }
+                "limit" => {
+                    q.limit = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=MAX_LIMIT).contains(n))
+                        .ok_or_else(|| {
+                            ApiError::field(
+                                "limit",
+                                format!("{value:?}"),
+                                format!("in [1, {MAX_LIMIT}]"),
+                            )
+                        })?;
+                }
+                "dependency" => q.dependency = Some(parse_dependency("dependency", value)?),
+                "state" => {
+                    q.states = Some(
+                        value
+                            .split(',')
+                            .map(parse_state)
+                            .collect::<Result<Vec<_>, _>>()?,
+                    );
+                }
+                "q" => {
+                    if value.len() > 256 || value.chars().any(char::is_control) {
+                        return Err(ApiError::field(
+                            "q",
+                            format!("a text of {} bytes", value.len()),
+                            "at most 256 bytes without control characters",
+                        ));
+                    }
+                    q.q = (!value.is_empty()).then(|| value.to_lowercase());
+                }
+                "key" => q.key = Some(value.parse::<Key>()?),
+                "source" => q.source = Some(parse_source(value)?),
+                "sort" => {
+                    q.sort = match value.as_str() {
+                        "state" => Sort::State,
+                        "key" => Sort::Key,
+                        _ => {
+                            return Err(ApiError::field(
+                                "sort",
+                                format!("{value:?}"),
+                                "state or key",
+                            ));
+                        }
+                    }
+                }
+                other => {
+                    return Err(ApiError::field(
+                        "parameter",
+                        format!("{other:?}"),
+                        LIST_PARAMS,
+                    ));
+                }
+            }
+        }
+        Ok(q)
+    }
+}
+
+/// A breaker as the listing sees it before paging: cheap to collect for every key.
+struct Row {
+    source: Source,
+    key: Key,
+    state: BreakerState,
+    redacted: bool,
+    /// For redacted rows, the id they sort by (the key would leak the scope's order).
+    id: Option<String>,
+}
+
+/// Keys of one dependency by scope, numbers in numeric order (`shard=2` before `shard=10`).
+fn by_scope(a: &Key, b: &Key) -> std::cmp::Ordering {
+    match (a.scope(), b.scope()) {
+        (Some((ka, va)), Some((kb, vb))) => ka.cmp(&kb).then_with(|| {
+            let digits = |v: &str| !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit());
+            if digits(va) && digits(vb) {
+                let (ta, tb) = (va.trim_start_matches('0'), vb.trim_start_matches('0'));
+                ta.len()
+                    .cmp(&tb.len())
+                    .then_with(|| ta.cmp(tb))
+                    .then_with(|| va.cmp(vb))
+            } else {
+                va.cmp(vb)
+            }
+        }),
+        _ => a.cmp(b),
+    }
+}
+
+/// Most urgent first: an operator looks for what is blocking calls.
+fn severity(s: BreakerState) -> u8 {
+    match s {
+        BreakerState::Open => 0,
+        BreakerState::HalfOpen => 1,
+        BreakerState::ForcedOpen => 2,
+        BreakerState::MetricsOnly => 3,
+        BreakerState::Disabled => 4,
+        BreakerState::Closed => 5,
+    }
+}
+
+fn rows<C: Clock + Clone>(sh: &Shared<C>, p: &Principal, source: Option<Source>) -> Vec<Row> {
+    let mut out = Vec::new();
+    let mut push = |source: Source, key: &Key, state: BreakerState| {
+        let redacted = sh.redacted(p, key);
+        out.push(Row {
+            source,
+            key: key.clone(),
+            state,
+            redacted,
+            id: redacted.then(|| sh.id(source, key)),
+        });
+    };
+    if source != Some(Source::Registry) {
+        for m in &sh.manual {
+            push(Source::Manual, &m.key, m.breaker.state());
+        }
+    }
+    if source != Some(Source::Manual) {
+        if let Some(r) = &sh.registry {
+            r.for_each(|k, b| push(Source::Registry, k, b.state()));
+        }
+    }
+    out
+}
+
+/// The breaker of a row and the override in force for it, if it still exists.
+fn resolve_row<C: Clock + Clone>(
+    sh: &Shared<C>,
+    source: Source,
+    key: &Key,
+) -> Option<(CircuitBreaker<C>, OperatorState)> {
+    match source {
+        Source::Manual => sh
+            .manual
+            .iter()
+            .find(|m| &m.key == key)
+            .map(|m| (m.breaker.clone(), *lock(&m.operator))),
+        Source::Registry => {
+            let r = sh.registry.as_ref()?;
+            r.peek(key).map(|b| (b, r.operator_for(key)))
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn query_pairs(
+    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Vec<(String, String)>, ApiError> {
+    q.map(|Query(pairs)| pairs)
+        .map_err(|e| ApiError::field("query", e.body_text(), "a URL-encoded query string"))
+}
+
+fn states_json(counts: &[usize; 6]) -> Value {
+    let mut m = serde_json::Map::new();
+    for s in BreakerState::ALL {
+        m.insert(s.as_str().into(), counts[s as usize].into());
+    }
+    Value::Object(m)
+}
+
+pub(crate) async fn list<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let p = require(&sh, &parts, Permissions::READ)?;
+    let q = ListQuery::parse(&query_pairs(query)?)?;
+    sh.maybe_sweep();
+    let all = rows(&sh, &p, q.source);
+
+    // The summary covers every breaker (of the source asked for), whatever the filters.
+    let mut deps: BTreeMap<&str, [usize; 6]> = BTreeMap::new();
+    let mut totals = [0usize; 6];
+    for r in &all {
+        deps.entry(r.key.dependency()).or_default()[r.state as usize] += 1;
+        totals[r.state as usize] += 1;
+    }
+    let overrides = sh
+        .registry
+        .as_ref()
+        .map(|r| r.operator_overrides())
+        .unwrap_or_default();
+    let dependencies: Vec<Value> = deps
+        .iter()
+        .map(|(name, counts)| {
+            json!({
+                "name": name,
+                "breakers": counts.iter().sum::<usize>(),
+                "states": states_json(counts),
+                "override": overrides.get(*name).and_then(|o| view::operator_str(*o)),
+            })
+        })
+        .collect();
+
+    let mut shown: Vec<&Row> = all
+        .iter()
+        .filter(|r| {
+            q.dependency
+                .as_deref()
+                .is_none_or(|d| r.key.dependency() == d)
+        })
+        .filter(|r| q.states.as_ref().is_none_or(|s| s.contains(&r.state)))
+        .filter(|r| q.key.as_ref().is_none_or(|k| !r.redacted && &r.key == k))
+        .filter(|r| {
+            q.q.as_deref().is_none_or(|needle| {
+                let hay = if r.redacted {
+                    r.key.dependency().to_lowercase()
+                } else {
+                    r.key.to_string().to_lowercase()
+                };
+                hay.contains(needle)
+            })
+        })
+        .collect();
+    shown.sort_by(|a, b| {
+        let rank = |r: &Row| {
+            if q.sort == Sort::State {
+                severity(r.state)
+            } else {
+                0
+            }
+        };
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| a.key.dependency().cmp(b.key.dependency()))
+            .then_with(|| a.redacted.cmp(&b.redacted))
+            .then_with(|| match (&a.id, &b.id) {
+                (Some(x), Some(y)) => x.cmp(y),
+                _ => by_scope(&a.key, &b.key),
+            })
+            .then_with(|| a.source.cmp(&b.source))
+    });
+    let total = shown.len();
+    let now = sh.clock.now();
+    let breakers: Vec<Value> = shown
+        .iter()
+        .skip(q.offset)
+        .take(q.limit)
+        .filter_map(|r| {
+            let (b, op) = resolve_row(&sh, r.source, &r.key)?;
+            Some(view::entry(&sh, &p, r.source, &r.key, &b, op, now))
+        })
+        .collect();
+    Ok(json_response(
+        StatusCode::OK,
+        json!({
+            "total": total,
+            "offset": q.offset,
+            "limit": q.limit,
+            "breakers": breakers,
+            "dependencies": dependencies,
+            "states": states_json(&totals),
+            "all": all.len(),
+        }),
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// One breaker.
+
+fn parse_id(id: &str) -> Result<&str, ApiError> {
+    if id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        Ok(id)
+    } else {
+        Err(ApiError::field(
+            "id",
+            format!("{:?}", truncate(id, 64)),
+            "16 lowercase hexadecimal digits, as the listing gives",
+        ))
+    }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// The breaker whose id is `id`: (source, key).
+fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> {
+    if let Some(m) = sh
+        .manual
+        .iter()
+        .find(|m| sh.id(Source::Manual, &m.key) == id)
+    {
+        return Some((Source::Manual, m.key.clone()));
+    }
+    let mut found = None;
+    if let Some(r) = &sh.registry {
+        r.for_each(|k, _| {
+            if found.is_none() && sh.id(Source::Registry, k) == id {
+                found = Some(k.clone());
+            }
+        });
+    }
+    found.map(|k| (Source::Registry, k))
+}
+
+pub(crate) async fn detail<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let p = require(&sh, &parts, Permissions::READ)?;
+    let id = parse_id(&id)?;
+    sh.maybe_sweep();
+    let unknown = || ApiError::not_found(format!("no breaker has the id {id}"));
+    let (source, key) = find_id(&sh, id).ok_or_else(unknown)?;
+    let (breaker, op) = resolve_row(&sh, source, &key).ok_or_else(unknown)?;
+    let now = sh.clock.now();
+    let mut out = view::entry(&sh, &p, source, &key, &breaker, op, now);
+    // Its own records and the dependency-wide actions on its dependency, in order.
+    let mut records = sh.store.recent(&(source, key.clone()));
+    records.extend(sh.store.audits().into_iter().filter(|r| {
+        r.breaker.is_none()
+            && matches!(&r.kind, crate::store::Kind::Audit(a)
+                if matches!(&a.target, Target::Dependency(d) if d == key.dependency()))
+    }));
+    records.sort_by_key(|r| r.seq);
+    out["events"] = records
+        .iter()
+        .map(|r| view::record(&sh, &p, r, now))
+        .collect();
+    out["config"] = serde_json::to_value(breaker.config()).unwrap_or(Value::Null);
+    Ok(json_response(StatusCode::OK, out))
+}
+
+pub(crate) async fn audit<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+) -> Result<Response, ApiError> {
+    let p = require(&sh, &parts, Permissions::READ)?;
+    let now = sh.clock.now();
+    let records: Vec<Value> = sh
+        .store
+        .audits()
+        .iter()
+        .map(|r| view::record(&sh, &p, r, now))
+        .collect();
+    Ok(json_response(StatusCode::OK, json!({ "audit": records })))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The event stream.
+
+/// Counts an open stream; gives its slot back when the stream ends.
+struct StreamSlot<C: Clock + Clone>(Arc<Shared<C>>);
+
+impl<C: Clock + Clone> Drop for StreamSlot<C> {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pub(crate) async fn events<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+) -> Result<Response, ApiError> {
+    let p = require(&sh, &parts, Permissions::READ)?;
+    if sh.streams.fetch_add(1, Ordering::AcqRel) >= sh.max_streams {
+        sh.streams.fetch_sub(1, Ordering::AcqRel);
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{} event streams are open, the most allowed",
+                sh.max_streams
+            ),
+        ));
+    }
+    let slot = StreamSlot(sh.clone());
+    let rx = sh.store.subscribe();
+    let ready = SseEvent::default()
+        .event("ready")
+        .data(json!({ "principal": p.name() }).to_string());
+    let rest = futures_util::stream::unfold((rx, slot, p), |(mut rx, slot, p)| async move {
+        let event = match rx.recv().await {
+            Ok(r) => {
+                let sh = &slot.0;
+                let v = view::record(sh, &p, &r, sh.clock.now());
+                let kind = v["kind"].as_str().unwrap_or("event").to_string();
+                SseEvent::default()
+                    .event(kind)
+                    .id(r.seq.to_string())
+                    .data(v.to_string())
+            }
+            Err(RecvError::Lagged(n)) => SseEvent::default().event("lagged").data(n.to_string()),
+            Err(RecvError::Closed) => return None,
+        };
+        Some((Ok::<_, Infallible>(event), (rx, slot, p)))
+    });
+    let stream = futures_util::stream::once(async move { Ok::<_, Infallible>(ready) }).chain(rest);
+    let mut r = Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response();
+    let h = r.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controls.
+
+enum Aim {
+    Key(Key),
+    Id(String),
+    Dependency(String),
+}
+
+const CONTROL_FIELDS: &str = "action, and one of key, id, dependency";
+
+fn parse_control(body: &[u8]) -> Result<(Action, Aim), ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::field(
+            "body",
+            format!("invalid JSON ({e})"),
+            format!("a JSON object with {CONTROL_FIELDS}"),
+        )
+    })?;
+    let Some(obj) = v.as_object() else {
+        return Err(ApiError::field(
+            "body",
+            truncate(&v.to_string(), 64),
+            format!("a JSON object with {CONTROL_FIELDS}"),
+        ));
+    };
+    for name in obj.keys() {
+        if !["action", "key", "id", "dependency"].contains(&name.as_str()) {
+            return Err(ApiError::field(
+                "field",
+                format!("{:?}", truncate(name, 64)),
+                format!("one of {CONTROL_FIELDS}"),
+            ));
+        }
+    }
+    let text = |name: &str| -> Result<Option<&str>, ApiError> {
+        match obj.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(ApiError::field(
+                name,
+                truncate(&other.to_string(), 64),
+                "a string",
+            )),
+        }
+    };
+    let action = text("action")?
+        .ok_or_else(|| {
+            ApiError::field(
+                "action",
+                "nothing",
+                "one of force-open, disable, metrics-only, reset, clear",
+            )
+        })?
+        .parse::<Action>()?;
+    let aims: Vec<Aim> = [
+        text("key")?
+            .map(|k| k.parse::<Key>().map(Aim::Key))
+            .transpose()?,
+        text("id")?
+            .map(|id| parse_id(id).map(|id| Aim::Id(id.to_string())))
+            .transpose()?,
+        text("dependency")?
+            .map(|d| parse_dependency("dependency", d).map(Aim::Dependency))
+            .transpose()?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if aims.len() != 1 {
+        return Err(ApiError::field(
+            "target",
+            format!("{} targets", aims.len()),
+            "exactly one of key, id, dependency",
+        ));
+    }
+    Ok((action, aims.into_iter().next().expect("one aim")))
+}
+
+/// Sets `state` on a hand-registered breaker; whether its state changed.
+fn set_manual<C: Clock>(m: &crate::Manual<C>, state: OperatorState) -> bool {
+    let mut op = lock(&m.operator);
+    let before = m.breaker.state();
+    match state {
+        OperatorState::ForcedOpen => m.breaker.force_open(),
+        OperatorState::Disabled => m.breaker.disable(),
+        OperatorState::MetricsOnly => m.breaker.metrics_only(),
+        OperatorState::Auto => {
+            if *op != OperatorState::Auto {
+                m.breaker.reset();
+            }
+        }
+    }
+    *op = state;
+    m.breaker.state() != before
+}
+
+fn conflict(n: usize, what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        format!(
+            "an override is in force for {n} breaker(s) of {what}: clear it first (a reset would \
+             leave the breaker Closed while the override says otherwise)"
+        ),
+    )
+}
+
+pub(crate) async fn control<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    auth::same_origin(&parts, &sh.allowed_origins).map_err(ApiError::forbidden)?;
+    let p = require(&sh, &parts, Permissions::CONTROL)?;
+    if auth::from_browser(&parts) {
+        auth::double_submit(&parts).map_err(ApiError::forbidden)?;
+    }
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let is_json = content_type
+        .split(';')
+        .next()
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Type must be application/json, got {:?}",
+                truncate(content_type, 64)
+            ),
+        ));
+    }
+    let body = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a control's body must be at most {MAX_BODY} bytes"),
+        )
+    })?;
+    let (action, aim) = parse_control(&body)?;
+
+    let target = match aim {
+        Aim::Key(k) => {
+            // A sensitive key the caller may not see is not found, rather than confirmed.
+            if sh.redacted(&p, &k) {
+                return Err(ApiError::not_found("no breaker has this key"));
+            }
+            Target::Key(k)
+        }
+        Aim::Id(id) => {
+            let (_, k) = find_id(&sh, &id)
+                .ok_or_else(|| ApiError::not_found(format!("no breaker has the id {id}")))?;
+            Target::Key(k)
+        }
+        Aim::Dependency(d) => Target::Dependency(d),
+    };
+    let (changed, in_force, slots) = match &target {
+        Target::Key(k) => act_on_key(&sh, action, k)?,
+        Target::Dependency(d) => act_on_dependency(&sh, action, d)?,
+    };
+    let record = AuditRecord {
+        principal: p.name().to_string(),
+        action,
+        target: target.clone(),
+        changed,
+        in_force,
+        at: std::time::Duration::from_nanos(sh.clock.now()),
+    };
+    sh.store.audit(&slots, record.clone());
+    if let Some(hook) = &sh.on_audit {
+        hook(&record);
+    }
+    let shown = match &target {
+        Target::Key(k) if sh.redacted(&p, k) => {
+            json!({ "dependency": k.dependency(), "key": null })
+        }
+        Target::Key(k) => json!({ "dependency": k.dependency(), "key": k.to_string() }),
+        Target::Dependency(d) => json!({ "dependency": d }),
+    };
+    Ok(json_response(
+        StatusCode::OK,
+        json!({
+            "action": action.as_str(),
+            "target": shown,
+            "changed": changed,
+            "in_force": view::operator_str(in_force),
+            "principal": p.name(),
+        }),
+    ))
+}
+
+type Acted = (usize, OperatorState, Vec<(Source, Key)>);
+
+/// Applies `action` to the registry's `selector` and to the hand-registered breakers it
+/// covers; how many breakers changed. `held` counts the registry's breakers of the selection
+/// with an override in force (a reset is refused while any breaker has one).
+fn apply<C: Clock + Clone>(
+    action: Action,
+    registry: Option<&tripline::registry::Registry<C>>,
+    selector: &Selector,
+    manual: &[&crate::Manual<C>],
+    held: usize,
+    what: &str,
+) -> Result<usize, ApiError> {
+    let mut changed = 0;
+    match action {
+        Action::Reset => {
+            let held = held
+                + manual
+                    .iter()
+                    .filter(|m| *lock(&m.operator) != OperatorState::Auto)
+                    .count();
+            if held > 0 {
+                return Err(conflict(held, what));
+            }
+            if let Some(r) = registry {
+                changed += r.reset(selector);
+            }
+            for m in manual {
+                m.breaker.reset();
+                changed += 1;
+            }
+        }
+        Action::Clear => {
+            if let Some(r) = registry {
+                changed += r.clear_operator(selector);
+            }
+            for m in manual {
+                changed += usize::from(set_manual(m, OperatorState::Auto));
+            }
+        }
+        _ => {
+            let state = action
+                .operator_state()
+                .expect("the other actions set a state");
+            if let Some(r) = registry {
+                changed += r.set_operator(selector, state);
+            }
+            for m in manual {
+                changed += usize::from(set_manual(m, state));
+            }
+        }
+    }
+    Ok(changed)
+}
+
+fn act_on_key<C: Clock + Clone>(
+    sh: &Shared<C>,
+    action: Action,
+    key: &Key,
+) -> Result<Acted, ApiError> {
+    let registry = sh.registry.as_ref().filter(|r| r.peek(key).is_some());
+    let manual: Vec<&crate::Manual<C>> = sh.manual.iter().filter(|m| &m.key == key).collect();
+    if registry.is_none() && manual.is_empty() {
+        return Err(ApiError::not_found(format!("no breaker has the key {key}")));
+    }
+    let held = usize::from(registry.is_some_and(|r| r.operator_for(key) != OperatorState::Auto));
+    let changed = apply(
+        action,
+        registry.map(|r| &**r),
+        &Selector::Key(key.clone()),
+        &manual,
+        held,
+        &key.to_string(),
+    )?;
+    let in_force = match (registry, manual.first()) {
+        (Some(r), _) => r.operator_for(key),
+        (None, Some(m)) => *lock(&m.operator),
+        (None, None) => OperatorState::Auto,
+    };
+    let mut slots: Vec<(Source, Key)> = Vec::new();
+    if registry.is_some() {
+        slots.push((Source::Registry, key.clone()));
+    }
+    if !manual.is_empty() {
+        slots.push((Source::Manual, key.clone()));
+    }
+    Ok((changed, in_force, slots))
+}
+
+fn act_on_dependency<C: Clock + Clone>(
+    sh: &Shared<C>,
+    action: Action,
+    dependency: &str,
+) -> Result<Acted, ApiError> {
+    let manual: Vec<&crate::Manual<C>> = sh
+        .manual
+        .iter()
+        .filter(|m| m.key.dependency() == dependency)
+        .collect();
+    let mut in_registry = 0;
+    let mut held = 0;
+    if let Some(r) = &sh.registry {
+        r.for_each(|k, _| {
+            if k.dependency() == dependency {
+                in_registry += 1;
+                if r.operator_for(k) != OperatorState::Auto {
+                    held += 1;
+                }
+            }
+        });
+    }
+    let overridden = sh
+        .registry
+        .as_ref()
+        .is_some_and(|r| r.operator_overrides().contains_key(dependency));
+    // Clearing an override whose breakers are all gone is allowed: it removes state.
+    let exists = in_registry > 0 || !manual.is_empty() || (action == Action::Clear && overridden);
+    if !exists {
+        return Err(ApiError::not_found(format!(
+            "no breaker belongs to the dependency {dependency}"
+        )));
+    }
+    let registry = sh.registry.as_deref();
+    let changed = apply(
+        action,
+        registry,
+        &Selector::Dependency(dependency.to_string()),
+        &manual,
+        held,
+        dependency,
+    )?;
+    let in_force = registry
+        .and_then(|r| r.operator_overrides().get(dependency).copied())
+        .unwrap_or(OperatorState::Auto);
+    Ok((changed, in_force, Vec::new()))
+}

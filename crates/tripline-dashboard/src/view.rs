@@ -1,0 +1,228 @@
+//! The JSON the API answers with, redacted for the reader.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tripline::registry::{Key, OperatorState};
+use tripline::{CircuitBreaker, Clock, Reason, WindowSnapshot};
+
+use crate::store::{Kind, Record, Source, Target};
+use crate::{Principal, Shared, millis};
+
+pub(crate) fn operator_str(o: OperatorState) -> Option<&'static str> {
+    match o {
+        OperatorState::Auto => None,
+        OperatorState::ForcedOpen => Some("forced-open"),
+        OperatorState::Disabled => Some("disabled"),
+        OperatorState::MetricsOnly => Some("metrics-only"),
+    }
+}
+
+pub(crate) fn window(w: &WindowSnapshot) -> Value {
+    json!({
+        "calls": w.calls,
+        "failures": w.failures,
+        "slow_calls": w.slow_calls,
+        "in_flight_slow": w.in_flight_slow,
+        "failure_rate": round2(w.failure_rate()),
+        "slow_rate": round2(w.slow_rate()),
+    })
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// The rule behind a transition, by name, with its figures.
+pub(crate) fn reason(r: &Reason) -> Value {
+    match r {
+        Reason::FailureRate => json!({ "rule": "failure-rate" }),
+        Reason::SlowCallRate => json!({ "rule": "slow-call-rate" }),
+        Reason::ConsecutiveFailures { count } => {
+            json!({ "rule": "consecutive-failures", "count": count })
+        }
+        Reason::OpenElapsed => json!({ "rule": "open-elapsed" }),
+        Reason::ProbesSucceeded {
+            probes,
+            failures,
+            slow,
+        } => json!({
+            "rule": "probes-succeeded", "probes": probes, "failures": failures, "slow": slow,
+        }),
+        Reason::ProbesFailed {
+            probes,
+            failures,
+            slow,
+        } => json!({
+            "rule": "probes-failed", "probes": probes, "failures": failures, "slow": slow,
+        }),
+        Reason::HalfOpenTimeout => json!({ "rule": "half-open-timeout" }),
+        Reason::Operator => json!({ "rule": "operator" }),
+        other => json!({ "rule": format!("{other:?}") }),
+    }
+}
+
+/// Key, dependency and scope as `principal` may see them.
+fn key_fields<C: Clock + Clone>(
+    sh: &Shared<C>,
+    principal: &Principal,
+    key: &Key,
+    out: &mut serde_json::Map<String, Value>,
+) {
+    let redacted = sh.redacted(principal, key);
+    out.insert("dependency".into(), key.dependency().into());
+    out.insert("redacted".into(), redacted.into());
+    if redacted {
+        out.insert("key".into(), Value::Null);
+        out.insert("scope".into(), Value::Null);
+    } else {
+        out.insert("key".into(), key.to_string().into());
+        out.insert(
+            "scope".into(),
+            key.scope().map_or(
+                Value::Null,
+                |(kind, value)| json!({ "kind": kind.as_str(), "value": value }),
+            ),
+        );
+    }
+}
+
+fn target<C: Clock + Clone>(sh: &Shared<C>, principal: &Principal, t: &Target) -> Value {
+    match t {
+        Target::Key(key) => {
+            let mut m = serde_json::Map::new();
+            key_fields(sh, principal, key, &mut m);
+            Value::Object(m)
+        }
+        Target::Dependency(d) => json!({ "dependency": d }),
+    }
+}
+
+/// One record, as `principal` may see it; `now` is a reading of the dashboard's clock.
+pub(crate) fn record<C: Clock + Clone>(
+    sh: &Shared<C>,
+    principal: &Principal,
+    r: &Record,
+    now: u64,
+) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("seq".into(), r.seq.into());
+    m.insert(
+        "age_ms".into(),
+        millis(Duration::from_nanos(now.saturating_sub(r.at))).into(),
+    );
+    m.insert("unix_ms".into(), r.unix_ms.into());
+    match &r.breaker {
+        Some((source, key)) => {
+            m.insert("id".into(), sh.id(*source, key).into());
+            m.insert("source".into(), source.as_str().into());
+            key_fields(sh, principal, key, &mut m);
+        }
+        None => {
+            m.insert("id".into(), Value::Null);
+        }
+    }
+    match &r.kind {
+        Kind::Transition {
+            from,
+            to,
+            generation,
+            reason: why,
+            window: w,
+            open_for,
+        } => {
+            m.insert("kind".into(), "transition".into());
+            m.insert("from".into(), from.as_str().into());
+            m.insert("to".into(), to.as_str().into());
+            m.insert("generation".into(), (*generation).into());
+            m.insert("reason".into(), reason(why));
+            m.insert("window".into(), window(w));
+            m.insert(
+                "open_for_ms".into(),
+                open_for.map_or(Value::Null, |d| millis(d).into()),
+            );
+        }
+        Kind::WouldTrip {
+            reason: why,
+            window: w,
+        } => {
+            m.insert("kind".into(), "would-trip".into());
+            m.insert("reason".into(), reason(why));
+            m.insert("window".into(), window(w));
+        }
+        Kind::Reconfigured { generation } => {
+            m.insert("kind".into(), "reconfigured".into());
+            m.insert("generation".into(), (*generation).into());
+        }
+        Kind::Audit(a) => {
+            m.insert("kind".into(), "audit".into());
+            m.insert("principal".into(), a.principal.clone().into());
+            m.insert("action".into(), a.action.as_str().into());
+            m.insert("target".into(), target(sh, principal, &a.target));
+            m.insert("changed".into(), a.changed.into());
+            m.insert(
+                "in_force".into(),
+                operator_str(a.in_force).map_or(Value::Null, Value::from),
+            );
+        }
+    }
+    Value::Object(m)
+}
+
+/// One breaker's row: figures, state, override, last transition.
+pub(crate) fn entry<C: Clock + Clone>(
+    sh: &Shared<C>,
+    principal: &Principal,
+    source: Source,
+    key: &Key,
+    breaker: &CircuitBreaker<C>,
+    operator: OperatorState,
+    now: u64,
+) -> Value {
+    let m = breaker.metrics();
+    let config = breaker.config();
+    let mut out = serde_json::Map::new();
+    out.insert("id".into(), sh.id(source, key).into());
+    out.insert("source".into(), source.as_str().into());
+    key_fields(sh, principal, key, &mut out);
+    out.insert("state".into(), m.state.as_str().into());
+    out.insert("generation".into(), m.generation.into());
+    out.insert(
+        "override".into(),
+        operator_str(operator).map_or(Value::Null, Value::from),
+    );
+    out.insert("window".into(), window(&m.window));
+    out.insert(
+        "thresholds".into(),
+        json!({
+            "failure_rate": config.failure_rate_threshold(),
+            "slow_call_rate": config.slow_call_rate_threshold(),
+            "minimum_calls": config.minimum_calls(),
+            "slow_call_ms": millis(config.slow_call_duration()),
+        }),
+    );
+    out.insert(
+        "calls".into(),
+        json!({
+            "successful": m.successful_calls,
+            "failed": m.failed_calls,
+            "slow": m.slow_calls,
+            "ignored": m.ignored_calls,
+            "rejected": m.rejected_calls,
+            "stale": m.stale_results,
+            "abandoned": m.abandoned_permits,
+        }),
+    );
+    out.insert("probes_in_flight".into(), m.probes_in_flight.into());
+    out.insert("transitions".into(), m.transitions.into());
+    out.insert("time_in_state_ms".into(), millis(m.time_in_state).into());
+    out.insert("time_open_ms".into(), millis(m.time_open).into());
+    out.insert("time_half_open_ms".into(), millis(m.time_half_open).into());
+    out.insert(
+        "last_transition".into(),
+        sh.store
+            .last_transition(&(source, key.clone()))
+            .map_or(Value::Null, |r| record(sh, principal, &r, now)),
+    );
+    Value::Object(out)
+}

@@ -1,0 +1,827 @@
+//! Choosing a configuration from a trace (`tripline tune`).
+//!
+//! The search replays the trace (see [`crate::replay`]) against candidate configurations
+//! drawn from a [`Space`]: window kind and size, minimum calls, the failure-rate and
+//! slow-call-rate thresholds, the slow-call duration, the open duration, the half-open probes
+//! and their policy. Each dimension is a short ladder of values within the space's bounds
+//! (thresholds in steps of 5 %, durations and counts on a 1-2-5 ladder). Half the budget goes
+//! to candidates drawn at random, the rest to neighbours (one or two rungs away on one or two
+//! dimensions) of the Pareto front found so far, batch by batch; every batch is replayed in
+//! parallel, and since each batch depends only on the seed and the figures of the batches
+//! before it, a search is reproducible for a given trace, space and seed.
+//!
+//! Each candidate is scored on two costs, both counted in calls: **bad calls admitted** while
+//! the dependency was bad (failed, or slower than the bad latency: the cost of reacting
+//! slowly) and **healthy calls refused** (refused calls that succeeded in the trace: the cost
+//! of the protection). The Pareto front holds the candidates no other beats on both; the
+//! chosen one minimises `bad + weight × healthy` (weight 1 by default), then the mean time to
+//! trip, among those that trip within `max_time_to_trip` in every incident, when that is set.
+//!
+//! The chosen configuration is written as TOML that
+//! [`BreakerConfig`] reads as is, one `key = value` line per field,
+//! so the same lines also read under a registry's `[configs.NAME]` header ([`to_toml`]).
+//!
+//! ```
+//! use tripline_sim::replay::{prepare, ReplayOptions};
+//! use tripline_sim::tune::{tune, Space, TuneOptions};
+//! use tripline::trace::{read, ReadOptions};
+//!
+//! let mut text = String::from("start,duration_ms,outcome\n");
+//! for i in 0..6000u64 {
+//!     let t = i * 10; // 100 calls a second for a minute, failing from 20 s to 40 s
+//!     let outcome = if (20_000..40_000).contains(&t) { "failure" } else { "success" };
+//!     text.push_str(&format!("{t},5,{outcome}\n"));
+//! }
+//! let trace = read(text.as_bytes(), &ReadOptions::default()).unwrap();
+//! let prepared = prepare(&trace, &ReplayOptions::default()).unwrap();
+//! let opts = TuneOptions { budget: 48, ..TuneOptions::default() };
+//! let r = tune(&prepared, &Space::default(), &opts, &ReplayOptions::default(), &|_| {}).unwrap();
+//! let chosen = &r.chosen.replay.totals;
+//! assert!(chosen.max_time_to_trip_s.unwrap() < 1.0);
+//! assert!(chosen.figures.rejected_would_succeed < 500);
+//! let config: tripline::BreakerConfig = toml::from_str(&r.chosen.replay.config).unwrap();
+//! assert_eq!(config, r.chosen.config);
+//! ```
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+use serde::{Deserialize, Serialize};
+use tripline::{BreakerConfig, HalfOpenPolicy, WindowConfig};
+
+use crate::dist::fmt_d;
+use crate::replay::{Candidate, ConfigReplay, Prepared, ReplayOptions, replay};
+
+/// Writes a configuration as TOML, one `field = value` line per field (nested tables inline),
+/// so the text reads as a [`BreakerConfig`] and, under a `[configs.NAME]` header, as one of a
+/// registry's configurations.
+///
+/// ```
+/// use tripline::BreakerConfig;
+/// use tripline::registry::RegistryConfig;
+///
+/// let c = BreakerConfig::builder().count_window(20).minimum_calls(10).build().unwrap();
+/// let text = tripline_sim::tune::to_toml(&c);
+/// assert!(text.contains("window = { kind = \"count\", size = 20 }"));
+/// assert_eq!(toml::from_str::<BreakerConfig>(&text).unwrap(), c);
+/// let registry = format!("[configs.catalog]\n{text}\n[dependencies]\ncatalog = \"catalog\"\n");
+/// assert!(RegistryConfig::from_toml(&registry).is_ok());
+/// ```
+pub fn to_toml(c: &BreakerConfig) -> String {
+    let table = match toml::Table::try_from(c) {
+        Ok(t) => t,
+        Err(e) => return format!("# cannot write the configuration: {e}\n"),
+    };
+    let mut s = String::new();
+    for (k, v) in &table {
+        s.push_str(k);
+        s.push_str(" = ");
+        s.push_str(&inline(v));
+        s.push('\n');
+    }
+    s
+}
+
+fn inline(v: &toml::Value) -> String {
+    match v {
+        toml::Value::Table(t) => {
+            let parts: Vec<String> = t
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", inline(v)))
+                .collect();
+            format!("{{ {} }}", parts.join(", "))
+        }
+        toml::Value::Array(a) => {
+            let parts: Vec<String> = a.iter().map(inline).collect();
+            format!("[{}]", parts.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The bounds of a search. Read from TOML (`tripline tune --space FILE`; `tripline tune
+/// --show-space` prints the defaults); every field is optional.
+///
+/// ```
+/// use tripline_sim::tune::Space;
+/// let s = Space::from_toml("count_windows = [20, 50]\nopen_duration = [\"5s\", \"30s\"]\n").unwrap();
+/// assert_eq!(s.count_windows, [20, 50]);
+/// let e = Space::from_toml("failure_rate = [0, 50]").unwrap_err();
+/// assert_eq!(e, "failure_rate must be two percentages lo <= hi in (0, 100], got [0, 50]");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Space {
+    /// Count windows to try (sizes; empty: none).
+    pub count_windows: Vec<u32>,
+    /// Time windows to try (lengths, 1 s buckets where they divide; empty: none).
+    pub time_windows: Vec<Duration>,
+    /// Minimum calls, [lo, hi] (capped at a count window's size).
+    pub minimum_calls: [u32; 2],
+    /// Failure-rate threshold, percent.
+    pub failure_rate: [f64; 2],
+    /// Slow-call-rate threshold, percent.
+    pub slow_call_rate: [f64; 2],
+    /// Slow-call duration.
+    pub slow_call_duration: [Duration; 2],
+    /// Open duration.
+    pub open_duration: [Duration; 2],
+    /// Half-open probes.
+    pub half_open_calls: [u32; 2],
+    /// Half-open policies to try.
+    pub policies: Vec<HalfOpenPolicy>,
+}
+
+impl Default for Space {
+    fn default() -> Self {
+        Self {
+            count_windows: vec![10, 20, 50, 100, 200],
+            time_windows: vec![
+                Duration::from_secs(5),
+                Duration::from_secs(10),
+                Duration::from_secs(30),
+                Duration::from_secs(60),
+            ],
+            minimum_calls: [5, 100],
+            failure_rate: [20.0, 90.0],
+            slow_call_rate: [20.0, 100.0],
+            slow_call_duration: [Duration::from_millis(250), Duration::from_secs(10)],
+            open_duration: [Duration::from_secs(1), Duration::from_secs(60)],
+            half_open_calls: [1, 10],
+            policies: vec![HalfOpenPolicy::Consecutive, HalfOpenPolicy::AllProbes],
+        }
+    }
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSpace {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    count_windows: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    time_windows: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    minimum_calls: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure_rate: Option<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slow_call_rate: Option<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slow_call_duration: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    open_duration: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    half_open_calls: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    policies: Option<Vec<HalfOpenPolicy>>,
+}
+
+fn pair<T: Copy + PartialOrd + std::fmt::Debug>(
+    field: &str,
+    v: Option<Vec<T>>,
+    default: [T; 2],
+    ok: impl Fn(T) -> bool,
+    what: &str,
+) -> Result<[T; 2], String> {
+    match v {
+        None => Ok(default),
+        Some(v) if v.len() == 2 && v[0] <= v[1] && ok(v[0]) && ok(v[1]) => Ok([v[0], v[1]]),
+        Some(v) => {
+            let (noun, range) = what.split_once(' ').unwrap_or((what, ""));
+            Err(format!(
+                "{field} must be two {noun} lo <= hi {range}, got {}",
+                format!("{v:?}").replace(".0", "")
+            ))
+        }
+    }
+}
+
+fn durations(field: &str, v: &[String]) -> Result<Vec<Duration>, String> {
+    v.iter()
+        .map(|s| {
+            humantime::parse_duration(s)
+                .map_err(|e| format!("{field} must hold durations such as \"10s\", got {s:?}: {e}"))
+        })
+        .collect()
+}
+
+impl Space {
+    /// Reads bounds from TOML; absent fields keep the defaults.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        let raw: RawSpace = toml::from_str(text).map_err(|e| e.to_string())?;
+        let d = Space::default();
+        let dur_pair = |field: &str, v: Option<Vec<String>>, def: [Duration; 2]| match v {
+            None => Ok(def),
+            Some(v) => {
+                let parsed = durations(field, &v)?;
+                if parsed.len() == 2
+                    && parsed[0] <= parsed[1]
+                    && parsed[0] >= Duration::from_millis(1)
+                    && parsed[1] <= Duration::from_secs(7 * 24 * 3600)
+                {
+                    Ok([parsed[0], parsed[1]])
+                } else {
+                    Err(format!(
+                        "{field} must be two durations lo <= hi in [1ms, 7 days], got {v:?}"
+                    ))
+                }
+            }
+        };
+        let s = Space {
+            count_windows: match raw.count_windows {
+                None => d.count_windows,
+                Some(v) if v.iter().all(|&n| (1..=1_000_000).contains(&n)) => v,
+                Some(v) => {
+                    return Err(format!(
+                        "count_windows must hold sizes in [1, 1000000], got {v:?}"
+                    ));
+                }
+            },
+            time_windows: match raw.time_windows {
+                None => d.time_windows,
+                Some(v) => {
+                    let w = durations("time_windows", &v)?;
+                    if let Some(bad) = w.iter().find(|l| {
+                        **l < Duration::from_millis(10) || **l > Duration::from_secs(3600)
+                    }) {
+                        return Err(format!(
+                            "time_windows must hold lengths in [10ms, 1h], got {}",
+                            fmt_d(*bad)
+                        ));
+                    }
+                    w
+                }
+            },
+            minimum_calls: pair(
+                "minimum_calls",
+                raw.minimum_calls,
+                d.minimum_calls,
+                |n| (1..=1_000_000).contains(&n),
+                "counts in [1, 1000000]",
+            )?,
+            failure_rate: pair(
+                "failure_rate",
+                raw.failure_rate,
+                d.failure_rate,
+                |p| p > 0.0 && p <= 100.0,
+                "percentages in (0, 100]",
+            )?,
+            slow_call_rate: pair(
+                "slow_call_rate",
+                raw.slow_call_rate,
+                d.slow_call_rate,
+                |p| p > 0.0 && p <= 100.0,
+                "percentages in (0, 100]",
+            )?,
+            slow_call_duration: dur_pair(
+                "slow_call_duration",
+                raw.slow_call_duration,
+                d.slow_call_duration,
+            )?,
+            open_duration: dur_pair("open_duration", raw.open_duration, d.open_duration)?,
+            half_open_calls: pair(
+                "half_open_calls",
+                raw.half_open_calls,
+                d.half_open_calls,
+                |n| (1..=1000).contains(&n),
+                "counts in [1, 1000]",
+            )?,
+            policies: match raw.policies {
+                None => d.policies,
+                Some(v) if !v.is_empty() => v,
+                Some(_) => return Err("policies must name at least one policy".into()),
+            },
+        };
+        if s.count_windows.is_empty() && s.time_windows.is_empty() {
+            return Err("count_windows and time_windows cannot both be empty".into());
+        }
+        Ok(s)
+    }
+
+    /// The bounds as TOML (what `tripline tune --show-space` prints).
+    pub fn to_toml(&self) -> String {
+        let d = |v: &[Duration]| {
+            v.iter()
+                .map(|d| format!("{:?}", fmt_d(*d)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let policies: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| match p {
+                HalfOpenPolicy::AllProbes => "\"all-probes\"".to_string(),
+                _ => "\"consecutive\"".to_string(),
+            })
+            .collect();
+        format!(
+            "# The bounds of `tripline tune`; every field is optional.\n\
+             count_windows = {:?}          # sizes of count windows to try ([] for none)\n\
+             time_windows = [{}]    # lengths of time windows (1 s buckets)\n\
+             minimum_calls = {:?}              # [lo, hi], capped at a count window's size\n\
+             failure_rate = {:?}             # percent, [lo, hi], in steps of 5\n\
+             slow_call_rate = {:?}\n\
+             slow_call_duration = [{}]\n\
+             open_duration = [{}]\n\
+             half_open_calls = {:?}\n\
+             policies = [{}]\n",
+            self.count_windows,
+            d(&self.time_windows),
+            self.minimum_calls,
+            self.failure_rate,
+            self.slow_call_rate,
+            d(&self.slow_call_duration),
+            d(&self.open_duration),
+            self.half_open_calls,
+            policies.join(", ")
+        )
+    }
+
+    fn ladders(&self) -> Ladders {
+        let ladder_u = |[lo, hi]: [u32; 2]| {
+            let mut v: Vec<u32> = NICE
+                .iter()
+                .map(|&x| x as u32)
+                .filter(|&x| x >= lo && x <= hi)
+                .collect();
+            v.push(lo);
+            v.push(hi);
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let ladder_d = |[lo, hi]: [Duration; 2]| {
+            let mut v: Vec<Duration> = NICE
+                .iter()
+                .flat_map(|&x| [Duration::from_millis(x), Duration::from_secs(x)])
+                .filter(|&x| x >= lo && x <= hi)
+                .collect();
+            v.push(lo);
+            v.push(hi);
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let ladder_p = |[lo, hi]: [f64; 2]| {
+            let mut v: Vec<f64> = (1..=20)
+                .map(|i| f64::from(i) * 5.0)
+                .filter(|&x| x >= lo && x <= hi)
+                .collect();
+            v.push(lo);
+            v.push(hi);
+            v.sort_by(f64::total_cmp);
+            v.dedup();
+            v
+        };
+        let mut windows: Vec<WindowConfig> = self
+            .count_windows
+            .iter()
+            .map(|&size| WindowConfig::Count { size })
+            .collect();
+        for &length in &self.time_windows {
+            let bucket =
+                if length >= Duration::from_secs(2) && length.as_nanos() % 1_000_000_000 == 0 {
+                    Duration::from_secs(1)
+                } else {
+                    length / 10
+                };
+            windows.push(WindowConfig::Time { length, bucket });
+        }
+        let probes: Vec<u32> = (self.half_open_calls[0]..=self.half_open_calls[1]).collect();
+        Ladders {
+            windows,
+            minimum_calls: ladder_u(self.minimum_calls),
+            failure_rate: ladder_p(self.failure_rate),
+            slow_call_rate: ladder_p(self.slow_call_rate),
+            slow_call_duration: ladder_d(self.slow_call_duration),
+            open_duration: ladder_d(self.open_duration),
+            probes,
+            policies: self.policies.clone(),
+        }
+    }
+}
+
+/// 1-2-5 (with 3 and 15 for the breaker's usual counts and waits).
+const NICE: [u64; 16] = [
+    1, 2, 3, 5, 10, 15, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 5000,
+];
+
+struct Ladders {
+    windows: Vec<WindowConfig>,
+    minimum_calls: Vec<u32>,
+    failure_rate: Vec<f64>,
+    slow_call_rate: Vec<f64>,
+    slow_call_duration: Vec<Duration>,
+    open_duration: Vec<Duration>,
+    probes: Vec<u32>,
+    policies: Vec<HalfOpenPolicy>,
+}
+
+const DIMS: usize = 8;
+type Genome = [u16; DIMS];
+
+impl Ladders {
+    fn lens(&self) -> [usize; DIMS] {
+        [
+            self.windows.len(),
+            self.minimum_calls.len(),
+            self.failure_rate.len(),
+            self.slow_call_rate.len(),
+            self.slow_call_duration.len(),
+            self.open_duration.len(),
+            self.probes.len(),
+            self.policies.len(),
+        ]
+    }
+
+    fn config(&self, g: &Genome) -> Option<BreakerConfig> {
+        let window = self.windows[g[0] as usize];
+        let mut min = self.minimum_calls[g[1] as usize];
+        if let WindowConfig::Count { size } = window {
+            min = min.min(size);
+        }
+        BreakerConfig::builder()
+            .window(window)
+            .minimum_calls(min)
+            .failure_rate_threshold(self.failure_rate[g[2] as usize])
+            .slow_call_rate_threshold(self.slow_call_rate[g[3] as usize])
+            .slow_call_duration(self.slow_call_duration[g[4] as usize])
+            .open_duration(self.open_duration[g[5] as usize])
+            .half_open_calls(self.probes[g[6] as usize])
+            .half_open_policy(self.policies[g[7] as usize])
+            .build()
+            .ok()
+    }
+
+    fn random(&self, rng: &mut Pcg64Mcg) -> Genome {
+        let lens = self.lens();
+        let mut g = [0u16; DIMS];
+        for (x, n) in g.iter_mut().zip(lens) {
+            *x = rng.random_range(0..n) as u16;
+        }
+        g
+    }
+
+    fn neighbour(&self, g: &Genome, rng: &mut Pcg64Mcg) -> Genome {
+        let lens = self.lens();
+        let mut out = *g;
+        let changes = rng.random_range(1..=2);
+        for _ in 0..changes {
+            let d = rng.random_range(0..DIMS);
+            if lens[d] <= 1 {
+                continue;
+            }
+            let step: i32 = rng.random_range(1..=2) * if rng.random::<bool>() { 1 } else { -1 };
+            let v = (i32::from(out[d]) + step).clamp(0, lens[d] as i32 - 1);
+            out[d] = v as u16;
+        }
+        out
+    }
+}
+
+/// How a search runs.
+///
+/// ```
+/// let o = tripline_sim::tune::TuneOptions::default();
+/// assert_eq!((o.budget, o.healthy_weight), (256, 1.0));
+/// ```
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    /// Candidates to replay in all.
+    pub budget: usize,
+    /// The search's seed (candidates drawn, neighbours picked).
+    pub seed: u64,
+    /// What a healthy call refused costs, in bad calls admitted.
+    pub healthy_weight: f64,
+    /// Only candidates that trip within this in every incident may be chosen.
+    pub max_time_to_trip: Option<Duration>,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        Self {
+            budget: 256,
+            seed: 0,
+            healthy_weight: 1.0,
+            max_time_to_trip: None,
+        }
+    }
+}
+
+/// One evaluated candidate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Evaluated {
+    /// Its number in the search, in the order candidates were drawn.
+    pub index: usize,
+    /// The configuration.
+    #[serde(skip)]
+    pub config: BreakerConfig,
+    /// Its replay.
+    pub replay: ConfigReplay,
+    /// `bad + weight × healthy`.
+    pub cost: f64,
+    /// Whether it met `max_time_to_trip` (true when none was set).
+    pub eligible: bool,
+}
+
+/// What a search found.
+#[derive(Clone, Debug, Serialize)]
+pub struct TuneReport {
+    /// Candidates replayed.
+    pub evaluated: usize,
+    /// The Pareto front of bad calls admitted against healthy calls refused, by bad calls.
+    pub front: Vec<Evaluated>,
+    /// The chosen candidate.
+    pub chosen: Evaluated,
+}
+
+fn bad(e: &ConfigReplay) -> u64 {
+    e.totals.figures.bad_admitted
+}
+
+fn healthy(e: &ConfigReplay) -> u64 {
+    e.totals.figures.rejected_would_succeed
+}
+
+fn ttt(e: &ConfigReplay) -> f64 {
+    e.totals.mean_time_to_trip_s.unwrap_or(f64::INFINITY)
+}
+
+/// The candidates that no other beats on both costs, by bad calls admitted (ties: the first
+/// drawn).
+fn pareto(all: &[Evaluated]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&all[a].replay, &all[b].replay);
+        bad(x)
+            .cmp(&bad(y))
+            .then(healthy(x).cmp(&healthy(y)))
+            .then(ttt(x).total_cmp(&ttt(y)))
+            .then(a.cmp(&b))
+    });
+    let mut front = Vec::new();
+    let mut best_healthy = u64::MAX;
+    for i in order {
+        let h = healthy(&all[i].replay);
+        if h < best_healthy {
+            best_healthy = h;
+            front.push(i);
+        }
+    }
+    front
+}
+
+/// Searches the space; `progress` is called with the candidates replayed, batch by batch.
+pub fn tune(
+    p: &Prepared,
+    space: &Space,
+    opts: &TuneOptions,
+    replay_opts: &ReplayOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<TuneReport, String> {
+    use rayon::prelude::*;
+    if opts.budget == 0 {
+        return Err("the budget must be at least 1 candidate".into());
+    }
+    if !(opts.healthy_weight.is_finite() && opts.healthy_weight >= 0.0) {
+        return Err(format!(
+            "the healthy-call weight must be a number >= 0, got {}",
+            opts.healthy_weight
+        ));
+    }
+    let ladders = space.ladders();
+    if ladders.lens().contains(&0) {
+        return Err("the space leaves a dimension without a value".into());
+    }
+    let mut rng = Pcg64Mcg::seed_from_u64(opts.seed ^ 0x7A5E_7A5E);
+    let mut seen: HashSet<Genome> = HashSet::new();
+    let mut all: Vec<Evaluated> = Vec::new();
+    let first = (opts.budget / 2).max(1);
+    let batch = (opts.budget / 8).max(16);
+    while all.len() < opts.budget {
+        let want = if all.is_empty() {
+            first
+        } else {
+            batch.min(opts.budget - all.len())
+        };
+        let front = pareto(&all);
+        let mut genomes: Vec<(Genome, BreakerConfig)> = Vec::new();
+        let mut tries = 0;
+        while genomes.len() < want && tries < want * 50 {
+            tries += 1;
+            let g = if front.is_empty() || rng.random_range(0..4) == 0 {
+                ladders.random(&mut rng)
+            } else {
+                let parent = &all[front[rng.random_range(0..front.len())]];
+                ladders.neighbour(&genome_of(&ladders, &parent.config), &mut rng)
+            };
+            if !seen.insert(g) {
+                continue;
+            }
+            if let Some(c) = ladders.config(&g) {
+                genomes.push((g, c));
+            }
+        }
+        if genomes.is_empty() {
+            break; // the space is exhausted
+        }
+        let base = all.len();
+        let results: Vec<Evaluated> = genomes
+            .par_iter()
+            .enumerate()
+            .map(|(i, (_, c))| {
+                let r = replay(
+                    p,
+                    &Candidate::new(format!("#{}", base + i), c.clone()),
+                    replay_opts,
+                );
+                progress(1);
+                let cost = bad(&r) as f64 + opts.healthy_weight * healthy(&r) as f64;
+                let eligible = opts.max_time_to_trip.is_none_or(|m| {
+                    r.totals.incidents_tripped == r.totals.incidents
+                        && r.totals
+                            .max_time_to_trip_s
+                            .is_none_or(|t| t <= m.as_secs_f64())
+                });
+                Evaluated {
+                    index: base + i,
+                    config: c.clone(),
+                    replay: r,
+                    cost,
+                    eligible,
+                }
+            })
+            .collect();
+        all.extend(results);
+    }
+    let front: Vec<Evaluated> = pareto(&all).into_iter().map(|i| all[i].clone()).collect();
+    let pick = |pool: &mut dyn Iterator<Item = &Evaluated>| {
+        pool.min_by(|a, b| {
+            a.cost
+                .total_cmp(&b.cost)
+                .then(ttt(&a.replay).total_cmp(&ttt(&b.replay)))
+                .then(a.index.cmp(&b.index))
+        })
+        .cloned()
+    };
+    let chosen = pick(&mut all.iter().filter(|e| e.eligible))
+        .or_else(|| pick(&mut all.iter()))
+        .ok_or("no candidate could be built from the space")?;
+    Ok(TuneReport {
+        evaluated: all.len(),
+        front,
+        chosen,
+    })
+}
+
+/// The genome of a configuration built from `ladders` (its nearest rungs).
+fn genome_of(l: &Ladders, c: &BreakerConfig) -> Genome {
+    let near_f = |v: &[f64], x: f64| {
+        v.iter()
+            .enumerate()
+            .min_by(|a, b| (a.1 - x).abs().total_cmp(&(b.1 - x).abs()))
+            .map_or(0, |(i, _)| i as u16)
+    };
+    let near_d = |v: &[Duration], x: Duration| {
+        v.iter()
+            .enumerate()
+            .min_by_key(|(_, d)| d.abs_diff(x))
+            .map_or(0, |(i, _)| i as u16)
+    };
+    let near_u = |v: &[u32], x: u32| {
+        v.iter()
+            .enumerate()
+            .min_by_key(|(_, d)| d.abs_diff(x))
+            .map_or(0, |(i, _)| i as u16)
+    };
+    [
+        l.windows.iter().position(|w| *w == c.window()).unwrap_or(0) as u16,
+        near_u(&l.minimum_calls, c.minimum_calls()),
+        near_f(&l.failure_rate, c.failure_rate_threshold()),
+        near_f(&l.slow_call_rate, c.slow_call_rate_threshold()),
+        near_d(&l.slow_call_duration, c.slow_call_duration()),
+        near_d(&l.open_duration, c.open_duration()),
+        near_u(&l.probes, c.half_open_calls()),
+        l.policies
+            .iter()
+            .position(|p| *p == c.half_open_policy())
+            .unwrap_or(0) as u16,
+    ]
+}
+
+/// resilience4j's defaults (`slidingWindowSize` 100, `minimumNumberOfCalls` 100, 50 %,
+/// `slowCallRateThreshold` 100 % at 60 s, 60 s open, 10 probes judged together), the
+/// usual baseline.
+pub fn resilience4j_defaults() -> BreakerConfig {
+    BreakerConfig::builder()
+        .count_window(100)
+        .minimum_calls(100)
+        .failure_rate_threshold(50.0)
+        .slow_call_rate_threshold(100.0)
+        .slow_call_duration(Duration::from_secs(60))
+        .open_duration(Duration::from_secs(60))
+        .half_open_calls(10)
+        .half_open_policy(HalfOpenPolicy::AllProbes)
+        .build()
+        .unwrap_or_default()
+}
+
+impl TuneReport {
+    /// The front and the choice, as a table.
+    pub fn table(&self, baselines: &[ConfigReplay]) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{} candidates replayed; Pareto front of bad calls admitted in incidents against \
+             healthy calls refused ({} configurations):\n",
+            self.evaluated,
+            self.front.len()
+        );
+        let _ = writeln!(
+            s,
+            "  {:>6}  {:>10}  {:>10}  {:>9}  {:>6}  configuration",
+            "", "bad", "healthy", "to trip", "trips"
+        );
+        let row = |s: &mut String, mark: &str, label: &str, r: &ConfigReplay, c: &str| {
+            let _ = writeln!(
+                s,
+                "{mark} {label:>6}  {:>10}  {:>10}  {:>9}  {:>6}  {c}",
+                bad(r),
+                healthy(r),
+                r.totals
+                    .mean_time_to_trip_s
+                    .map_or("—".to_string(), |t| format!("{t:.2} s")),
+                r.totals.figures.trips,
+            );
+        };
+        for e in &self.front {
+            let mark = if e.index == self.chosen.index {
+                "*"
+            } else {
+                " "
+            };
+            row(
+                &mut s,
+                mark,
+                &format!("#{}", e.index),
+                &e.replay,
+                &summary(&e.config),
+            );
+        }
+        if !self.front.iter().any(|e| e.index == self.chosen.index) {
+            row(
+                &mut s,
+                "*",
+                &format!("#{}", self.chosen.index),
+                &self.chosen.replay,
+                &summary(&self.chosen.config),
+            );
+        }
+        if !baselines.is_empty() {
+            let _ = writeln!(s, "\nbaselines:");
+            for b in baselines {
+                let c: Option<BreakerConfig> = toml::from_str(&b.config).ok();
+                row(
+                    &mut s,
+                    " ",
+                    "",
+                    b,
+                    &format!(
+                        "{} ({})",
+                        b.label,
+                        c.map(|c| summary(&c)).unwrap_or_default()
+                    ),
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\nchosen: #{} (cost {} = bad + weight × healthy)",
+            self.chosen.index, self.chosen.cost
+        );
+        s
+    }
+}
+
+/// One line describing a configuration.
+pub fn summary(c: &BreakerConfig) -> String {
+    let w = match c.window() {
+        WindowConfig::Count { size } => format!("count {size}"),
+        WindowConfig::Time { length, .. } => format!("time {}", fmt_d(length)),
+    };
+    format!(
+        "{w}, min {}, fail {}%, slow {}% > {}, open {}, {} probe(s) {}",
+        c.minimum_calls(),
+        c.failure_rate_threshold(),
+        c.slow_call_rate_threshold(),
+        fmt_d(c.slow_call_duration()),
+        fmt_d(c.open_duration()),
+        c.half_open_calls(),
+        match c.half_open_policy() {
+            HalfOpenPolicy::AllProbes => "all-probes",
+            _ => "consecutive",
+        }
+    )
+}
