@@ -442,9 +442,9 @@ fn table(h: &mut String, corner: &str, heads: &[String], rows: &[(String, Vec<St
 }
 
 fn figure(h: &mut String, id: &str, svg: &str, caption: &str) {
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<figure class=\"chart\" data-chart=\"{}\">{svg}<figcaption>{}</figcaption></figure>\n",
+        "<figure class=\"chart\" data-chart=\"{}\">{svg}<figcaption>{}</figcaption></figure>",
         esc(id),
         esc(caption)
     );
@@ -574,10 +574,10 @@ pub fn html(report: &Report) -> Result<String, String> {
         || "no faults".to_string(),
         |i| format!("faults from {:.0} s to {:.0} s", i.start_s, i.end_s),
     );
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<p class=\"meta\">Seed {} · {:.0} s of arrivals · {} replica(s) × {} workers · {} · \
-         tiers: {}. Rerun with <code>tripline simulate {name} --seed {}</code>.</p>\n",
+         tiers: {}. Rerun with <code>tripline simulate {name} --seed {}</code>.</p>",
         report.seed,
         report.duration_s,
         report.replicas,
@@ -617,7 +617,7 @@ pub fn html(report: &Report) -> Result<String, String> {
              below (retries included).</p>\n",
         );
         for (k, (tier, rows)) in report.tier_rows().into_iter().enumerate() {
-            let _ = write!(h, "<h3>{}</h3>\n", esc(&tier));
+            let _ = writeln!(h, "<h3>{}</h3>", esc(&tier));
             table(&mut h, "", &labels, &rows);
             let svg = draw_panels(report, tier_panels(report, k))?;
             figure(
@@ -719,7 +719,7 @@ pub fn html(report: &Report) -> Result<String, String> {
     if text.is_empty() {
         text.push_str("No breaker moved.");
     }
-    let _ = write!(h, "<pre>{}</pre>\n", esc(&text));
+    let _ = writeln!(h, "<pre>{}</pre>", esc(&text));
     let _ = write!(h, "{SCRIPT_BODY}\n</body></html>\n");
     Ok(h)
 }

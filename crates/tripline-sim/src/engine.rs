@@ -49,7 +49,7 @@ use tripline_policies::retry::budget::RetryCause;
 use tripline_policies::retry::{AttemptResult, RetryPolicy, RetryState};
 
 use crate::dist::{Dist, Rate, nanos};
-use crate::layers::{Cx, Layer, POLICIES, Policy, PolicyReport, TierPolicies, Woken};
+use crate::layers::{Cx, POLICIES, Policy, PolicyReport, TierPolicies, Woken};
 use crate::scenario::{Balancer, Overload, Process, Protection, Scenario};
 
 const SEC: u64 = 1_000_000_000;
@@ -502,11 +502,11 @@ pub(crate) fn run(
             )
         });
         if let (Some(observe), Some(service)) = (variant.observe, policies.last()) {
-        for (i, b) in service.breakers.iter().enumerate() {
-            observe(i as u32, b);
+            for (i, b) in service.breakers.iter().enumerate() {
+                observe(i as u32, b);
+            }
         }
-    }
-    let clients = policies.iter().map(Client::new).collect();
+        let clients = policies.iter().map(Client::new).collect();
         let mut engine = Engine::new(model, clients, seed, clock);
         engine.hosts = hosts;
         engine.run(progress);
@@ -536,8 +536,8 @@ pub(crate) fn run(
 
 /// A tier's client in a run: its layers and its retry policies.
 struct Client<'p> {
-    outer: Vec<Box<dyn Layer + 'p>>,
-    inner: Vec<Box<dyn Layer + 'p>>,
+    outer: crate::layers::Layers<'p>,
+    inner: crate::layers::Layers<'p>,
     retries: &'p [RetryPolicy],
     timeout: Option<u64>,
     fallback: bool,

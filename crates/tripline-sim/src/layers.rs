@@ -10,7 +10,7 @@
 //! or, with `retry_inside_breaker`, `breaker → retry → gate → bulkhead → throttle → timeout`.
 //! The retry is the request's [`RetryState`](tripline_policies::retry::RetryState) (the real
 //! retry loop, told each attempt's result, its delays waited by the engine on virtual time);
-//! the timeout is an event of the engine; every other policy is a [`Layer`]: it admits an
+//! the timeout is an event of the engine; every other policy is a `Layer`: it admits an
 //! attempt (or refuses it, or makes it wait), and settles it when the attempt ends or is
 //! refused further in. The layers hold the policies' own handles (a breaker's permit, a gate's
 //! guard, a bulkhead's permit or waiter, a throttle's ticket) per request slot, and call
@@ -26,9 +26,9 @@
 //! the retry's attempt. Every policy reads the run's `ManualClock`, set by the engine to each
 //! event's time.
 //!
-//! A new policy is one more [`Layer`]: its section in [`crate::protection`], a field of
-//! [`ClientSpec`], its objects in [`TierPolicies`], and its place in
-//! [`TierPolicies::layers`].
+//! A new policy is one more `Layer`: its section in [`crate::protection`], a field of the
+//! resolved client (`ClientSpec`), its objects in `TierPolicies`, and its place in
+//! `TierPolicies::layers`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -110,6 +110,9 @@ pub(crate) trait Layer {
     /// Adds this layer's counters to the report.
     fn report(&self, r: &mut PolicyReport);
 }
+
+/// A client's layers, in order.
+pub(crate) type Layers<'p> = Vec<Box<dyn Layer + 'p>>;
 
 fn put<T>(v: &mut Vec<Option<T>>, slot: u32, x: T) {
     let i = slot as usize;
@@ -321,9 +324,9 @@ impl TierPolicies {
     /// The layers, in the pipeline's order: `(outer, inner)`. The outer ones admit a request
     /// once, around its retry loop (the breaker, with `retry_inside_breaker`); the inner ones
     /// admit every attempt.
-    pub(crate) fn layers(&self) -> (Vec<Box<dyn Layer + '_>>, Vec<Box<dyn Layer + '_>>) {
-        let mut outer: Vec<Box<dyn Layer + '_>> = Vec::new();
-        let mut inner: Vec<Box<dyn Layer + '_>> = Vec::new();
+    pub(crate) fn layers(&self) -> (Layers<'_>, Layers<'_>) {
+        let mut outer: Layers<'_> = Vec::new();
+        let mut inner: Layers<'_> = Vec::new();
         if let Some(b) = &self.spec.breaker {
             let layer = Box::new(BreakerLayer {
                 breakers: &self.breakers,

@@ -4,7 +4,7 @@
 //! Every section is the configuration of a real `tripline-policies` type, under the same field
 //! names, checked by that type's own builder: `[protection.retry]` (a
 //! [`RetryPolicy`](tripline_policies::retry::RetryPolicy) with its
-//! [`Backoff`](tripline_policies::retry::Backoff), jitter and budgets),
+//! [`Backoff`], jitter and budgets),
 //! `[protection.bulkhead]` ([`BulkheadConfig`]), `[protection.gate]` ([`GateConfig`]) and
 //! `[protection.throttle]` ([`ThrottleConfig`]), next to the breaker (`[protection.breaker]`,
 //! tripline's own format) and the timeout. The engine composes them in the pipeline's order
@@ -13,7 +13,8 @@
 //! A tier's client is resolved in two steps: its own settings (`[client]` for the service,
 //! `[tiers.client]` for a tier in front of it), then a protected variant's overrides
 //! (`[[protection]]` for the service, `[protection.tiers.NAME]` for a tier in front). A new
-//! policy is one more section here, one more field of [`ClientSpec`], and one more layer.
+//! policy is one more section here, one more field of the resolved client (`ClientSpec`), and
+//! one more layer.
 
 use std::fmt;
 use std::sync::Arc;

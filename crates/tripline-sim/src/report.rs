@@ -78,6 +78,9 @@ use tripline::State;
 use crate::engine::{Bin, LatencyKey, Out, RunOutput, Sample};
 use crate::scenario::{Protection, Scenario, Scope, Sharing};
 
+/// Rows of a table: `(label, one value per run)`.
+pub type Rows = Vec<(String, Vec<String>)>;
+
 /// The version of the JSON layout.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -975,8 +978,13 @@ impl Report {
 
     /// The rows of the comparison, one value per run: `(label, values)`. The text table and
     /// the HTML page show these.
-    pub fn rows(&self) -> Vec<(String, Vec<String>)> {
+    pub fn rows(&self) -> Rows {
         let dep = &self.dependency;
+        // With tiers in front, the pool rows are the service's (the last tier's).
+        let of_service = match self.tiers.last() {
+            Some(name) if self.tiers.len() > 1 => format!("{name} "),
+            _ => String::new(),
+        };
         let others = self.runs.iter().any(|r| {
             let b = r.rejected_by;
             b.gate + b.bulkhead + b.throttle > 0
@@ -1046,15 +1054,15 @@ impl Report {
                 self.col(|r| format!("{:.2}×", r.load_amplification)),
             ),
             (
-                "worker-pool peak (one replica)".into(),
+                format!("worker-pool peak (one {}replica)", of_service),
                 self.col(|r| format!("{}/{}", r.pool_peak, r.pool_size)),
             ),
             (
-                "seconds with a full pool".into(),
+                format!("seconds with a full {}pool", of_service),
                 self.col(|r| r.pool_full_s.to_string()),
             ),
             (
-                "pool still full after recovery".into(),
+                format!("{}pool still full after recovery", of_service),
                 self.col(|r| fmt_s(r.pool_full_after_recovery_s)),
             ),
             (
@@ -1113,7 +1121,7 @@ impl Report {
     }
 
     /// Rows per tier, for scenarios with `[[tiers]]`: `(tier, rows)`.
-    pub fn tier_rows(&self) -> Vec<(String, Vec<(String, Vec<String>)>)> {
+    pub fn tier_rows(&self) -> Vec<(String, Rows)> {
         if self.tiers.len() < 2 {
             return Vec::new();
         }

