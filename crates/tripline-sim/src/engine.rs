@@ -327,6 +327,39 @@ struct Req {
     child: u32,
 }
 
+impl Req {
+    /// A request arriving at `tier` at `arrived`, on (replica, shard, endpoint), sent by
+    /// `parent` (or [`NONE`]).
+    fn new(
+        arrived: u64,
+        work: u64,
+        rng: Pcg64Mcg,
+        (replica, shard, endpoint): (u32, u32, u16),
+        tier: u8,
+        parent: u32,
+    ) -> Self {
+        Req {
+            arrived,
+            work,
+            rng,
+            replica,
+            shard,
+            endpoint,
+            tier,
+            attempt: 0,
+            wait_layer: 0,
+            ok: false,
+            timed_out: false,
+            queued: false,
+            stage: Stage::Idle,
+            outcome: Out::Succeeded,
+            deadline: 0,
+            parent,
+            child: NONE,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Replica {
     busy: u32,
@@ -883,25 +916,7 @@ impl<'p> Engine<'p> {
             (u128::from(mix(self.seed, k)) << 64) | u128::from(mix(k, self.seed ^ 0x5EED)),
         );
         let work = self.work_of(0, endpoint, &mut rng);
-        let req = Req {
-            arrived: t,
-            work,
-            rng,
-            replica,
-            shard,
-            endpoint: endpoint as u16,
-            tier: 0,
-            attempt: 0,
-            wait_layer: 0,
-            ok: false,
-            timed_out: false,
-            queued: false,
-            stage: Stage::Idle,
-            outcome: Out::Succeeded,
-            deadline: 0,
-            parent: NONE,
-            child: NONE,
-        };
+        let req = Req::new(t, work, rng, (replica, shard, endpoint as u16), 0, NONE);
         let slot = self.slot_for(req);
         self.enter(slot, t);
     }
@@ -1095,15 +1110,22 @@ impl<'p> Engine<'p> {
                     return;
                 }
                 crate::layers::Admit::Refused(p) => {
-                    for j in (0..i).rev() {
-                        client.inner[j].settle(&cx, None, &mut self.woken);
-                    }
+                    self.unwind(k, &cx, i);
                     self.refused(slot, t, p, true);
                     return;
                 }
             }
         }
         self.send(slot, t);
+    }
+
+    /// The attempt did not go: the inner layers before layer `upto` that admitted it give
+    /// their part back, innermost first.
+    fn unwind(&mut self, k: usize, cx: &Cx, upto: usize) {
+        let client = &mut self.clients[k];
+        for j in (0..upto).rev() {
+            client.inner[j].settle(cx, None, &mut self.woken);
+        }
     }
 
     /// Attempts whose wait ended while the last event ran: on through the layers, or refused.
@@ -1122,10 +1144,7 @@ impl<'p> Engine<'p> {
                 None => self.admit_from(slot, t, layer + 1),
                 Some(p) => {
                     let cx = self.cx(slot, t);
-                    let client = &mut self.clients[k];
-                    for j in (0..layer).rev() {
-                        client.inner[j].settle(&cx, None, &mut self.woken);
-                    }
+                    self.unwind(k, &cx, layer);
                     self.refused(slot, t, p, true);
                 }
             }
@@ -1272,25 +1291,14 @@ impl<'p> Engine<'p> {
         };
         let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let work = self.work_of(k, endpoint as usize, &mut rng);
-        let child = self.slot_for(Req {
-            arrived: t,
+        let child = self.slot_for(Req::new(
+            t,
             work,
             rng,
-            replica,
-            shard,
-            endpoint,
-            tier: k as u8,
-            attempt: 0,
-            wait_layer: 0,
-            ok: false,
-            timed_out: false,
-            queued: false,
-            stage: Stage::Idle,
-            outcome: Out::Succeeded,
-            deadline: 0,
-            parent: slot,
-            child: NONE,
-        });
+            (replica, shard, endpoint),
+            k as u8,
+            slot,
+        ));
         let r = &mut self.reqs[slot as usize];
         r.child = child;
         r.deadline = timeout.map_or(u64::MAX, |to| t.saturating_add(to));
@@ -1322,11 +1330,8 @@ impl<'p> Engine<'p> {
         let (k, layer) = (r.tier as usize, r.wait_layer as usize);
         self.reqs[slot as usize].stage = Stage::Idle;
         let cx = self.cx(slot, t);
-        let client = &mut self.clients[k];
-        client.inner[layer].expire(&cx, &mut self.woken);
-        for j in (0..layer).rev() {
-            client.inner[j].settle(&cx, None, &mut self.woken);
-        }
+        self.clients[k].inner[layer].expire(&cx, &mut self.woken);
+        self.unwind(k, &cx, layer);
         self.refused(slot, t, Policy::Bulkhead, true);
     }
 
