@@ -444,7 +444,15 @@ pub(crate) async fn list<C: Clock + Clone>(
     let overrides = sh
         .registry
         .as_ref()
-        .map(|r| r.operator_overrides())
+        .map(|r| {
+            r.operator_overrides()
+                .into_iter()
+                .filter_map(|(sel, state)| match sel {
+                    Selector::Dependency(d) => Some((d, state)),
+                    Selector::Key(_) => None,
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
         .unwrap_or_default();
     let dependencies: Vec<Value> = deps
         .iter()
@@ -893,6 +901,17 @@ fn apply<C: Clock + Clone>(
         Action::Clear => {
             if let Some(r) = registry {
                 changed += r.clear_operator(selector);
+                // A dependency's clear lifts every run-time override within it: the
+                // dependency-wide one and those of its keys.
+                if let Selector::Dependency(d) = selector {
+                    for (sel, _) in r.operator_overrides() {
+                        if let Selector::Key(k) = &sel {
+                            if k.dependency() == d {
+                                changed += r.clear_operator(&sel);
+                            }
+                        }
+                    }
+                }
             }
             for m in manual {
                 changed += usize::from(set_manual(m, OperatorState::Auto));
@@ -969,10 +988,10 @@ fn act_on_dependency<C: Clock + Clone>(
             }
         });
     }
-    let overridden = sh
-        .registry
-        .as_ref()
-        .is_some_and(|r| r.operator_overrides().contains_key(dependency));
+    let overridden = sh.registry.as_ref().is_some_and(|r| {
+        r.operator_override(&Selector::Dependency(dependency.to_string()))
+            .is_some()
+    });
     // Clearing an override whose breakers are all gone is allowed: it removes state.
     let exists = in_registry > 0 || !manual.is_empty() || (action == Action::Clear && overridden);
     if !exists {
@@ -990,7 +1009,7 @@ fn act_on_dependency<C: Clock + Clone>(
         dependency,
     )?;
     let in_force = registry
-        .and_then(|r| r.operator_overrides().get(dependency).copied())
+        .and_then(|r| r.operator_override(&Selector::Dependency(dependency.to_string())))
         .unwrap_or(OperatorState::Auto);
     Ok((changed, in_force, Vec::new()))
 }

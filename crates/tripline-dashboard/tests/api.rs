@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use tripline::registry::{Key, OperatorState, Registry, RegistryConfig, ScopeKind};
+use tripline::registry::{Key, OperatorState, Registry, RegistryConfig, ScopeKind, Selector};
 use tripline::{BreakerConfig, CircuitBreaker, ManualClock, State};
 use tripline_dashboard::{
     Action, AuditRecord, Dashboard, DashboardBuilder, Permissions, Principal, Target,
@@ -180,11 +180,8 @@ async fn id_of(f: &Fixture, k: &str) -> String {
 }
 
 /// What the registry holds: keys and run-time overrides.
-fn registry_state(f: &Fixture) -> (Vec<Key>, Vec<(String, OperatorState)>) {
-    (
-        f.registry.keys(),
-        f.registry.operator_overrides().into_iter().collect(),
-    )
+fn registry_state(f: &Fixture) -> (Vec<Key>, Vec<(Selector, OperatorState)>) {
+    (f.registry.keys(), f.registry.operator_overrides())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 //! `TRIPLINE_DASHBOARD_SCREENSHOTS=$PWD/docs cargo test -p tripline-dashboard --test browser`),
 //! else under the target directory.
 
-#[path = "../examples/fault_switch/app.rs"]
+#[path = "../examples/ops_page/app.rs"]
 mod app;
 
 use std::io::Write;

@@ -3,7 +3,10 @@
 //! The policies around a [tripline] circuit breaker. A breaker alone is not enough:
 //! the timeout must sit inside it so that every admitted call settles, retries need a budget
 //! or they re-amplify what the breaker stopped, and bulkheads cap the blast radius while the
-//! breaker is still gathering evidence.
+//! breaker is still gathering evidence. And a breaker is modal: it sends everything or almost
+//! nothing, to a fixed threshold, to every caller alike; so beside it are a concurrency limit
+//! that follows latency, shedding by priority, partial opening, and fault injection to prove
+//! it all on a game day.
 //!
 //! | module | policy | refuses with |
 //! |---|---|---|
@@ -12,6 +15,10 @@
 //! | [`bulkhead`] | bounded concurrency with a bounded, timed wait | [`BulkheadFull`](bulkhead::BulkheadFull) |
 //! | [`gate`] | Envoy-style ceilings on requests, pending requests and retries; instant refusal | [`GateOverflow`](gate::GateOverflow) |
 //! | [`throttle`] | client-side adaptive throttling (Google SRE) | [`Throttled`](throttle::Throttled) |
+//! | [`limiter`] | an adaptive concurrency limit following latency (Netflix concurrency-limits' Vegas, Gradient2, AIMD), with a priority queue and shares | [`LimitExceeded`](limiter::LimitExceeded) |
+//! | [`shed`] | priority load shedding: slots shared out by priority, the lowest refused first, a priority queue | [`Shed`](shed::Shed) |
+//! | [`partial`] | partial opening: a share of calls rejected in proportion to the excess error rate (Shopify Semian's PID controller) | [`PartiallyOpen`](partial::PartiallyOpen) |
+//! | [`chaos`] | fault injection for game days: latency, errors or hangs for a share of calls, switched at run time | — ([`InjectedFault`](chaos::InjectedFault) plays the dependency's failure) |
 //! | [`outlier`] | Envoy's outlier detection per host, with an ejection cap and a panic threshold, and a balancer that skips ejected hosts | — |
 //! | [`pipeline`] | all of the above and a breaker, assembled in one order, with the timeout innermost | [`PipelineError`](pipeline::PipelineError) |
 //! | `breaker` | the core breaker as a tower layer | [`tripline::Rejected`] |
@@ -25,9 +32,10 @@
 //! that reads time takes an injected [`tripline::Clock`] or runs on tokio's timer, so tests run
 //! on paused or manual time.
 //!
-//! The default order of the [`pipeline`], from the outside in, is **retry → breaker → gate →
-//! bulkhead → throttle → timeout**: the retry outside the breaker, so a breaker that re-opens
-//! gets zero retries; the timeout innermost, whatever order the builder is called in.
+//! The default order of the [`pipeline`], from the outside in, is **retry → breaker → partial
+//! → gate → bulkhead → shed → limiter → throttle → timeout → chaos**: the retry outside the
+//! breaker, so a breaker that re-opens gets zero retries; the timeout innermost but for the
+//! injected faults (which play the dependency), whatever order the builder is called in.
 //!
 //! ```
 //! # #[cfg(feature = "pipeline")]
@@ -93,11 +101,13 @@
 //! ## Features
 //!
 //! One feature per component, each usable alone: `retry`, `bulkhead`, `gate`, `throttle`,
-//! `timeout`; `pipeline` (default) enables all five and the pipeline. `tower` adds the layers
-//! of the enabled components and the breaker's; `http` adds the HTTP classifier; `reqwest`
+//! `timeout`, `shed`, `limiter`, `partial`, `chaos`; `pipeline` (default) enables all nine and
+//! the pipeline. `tower` adds the layers of the enabled components and the breaker's; `http`
+//! adds the HTTP classifier (and reading a request's priority from its extensions); `reqwest`
 //! adds the `reqwest-middleware` integration (and `http`). `outlier` (default) adds the
-//! outlier detector and its balancer; `metrics` exports its figures through the `metrics`
-//! facade.
+//! outlier detector and its balancer; `serde` (default) reads the new policies' settings from
+//! TOML; `metrics` exports the detector's, the limiter's and the partial breaker's figures
+//! through the `metrics` facade.
 
 #![forbid(unsafe_code)]
 
@@ -105,39 +115,55 @@
 pub mod breaker;
 #[cfg(feature = "bulkhead")]
 pub mod bulkhead;
+#[cfg(feature = "chaos")]
+pub mod chaos;
 #[cfg(feature = "gate")]
 pub mod gate;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "limiter")]
+pub mod limiter;
 #[cfg(feature = "outlier")]
 pub mod outlier;
+#[cfg(feature = "partial")]
+pub mod partial;
 #[cfg(feature = "pipeline")]
 pub mod pipeline;
+#[cfg(all(feature = "tower", feature = "shed"))]
+mod queued;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 #[cfg(feature = "retry")]
 pub mod retry;
+#[cfg(feature = "shed")]
+pub mod shed;
 #[cfg(feature = "throttle")]
 pub mod throttle;
 #[cfg(feature = "timeout")]
 pub mod timeout;
-#[cfg(any(feature = "retry", feature = "throttle"))]
+#[cfg(any(feature = "retry", feature = "throttle", feature = "partial"))]
 mod window;
 
 /// The error type of the tower services: any error, boxed. Each refusal downcasts to its own
-/// type ([`tripline::Rejected`], `Elapsed`, `BulkheadFull`, `GateOverflow`, `Throttled`).
+/// type ([`tripline::Rejected`], `Elapsed`, `BulkheadFull`, `GateOverflow`, `Throttled`,
+/// `Shed`, `LimitExceeded`, `PartiallyOpen`), and an injected fault to `InjectedFault`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Locks a mutex, ignoring poisoning: the state behind every lock in this crate is counters,
 /// valid after any panic.
-#[cfg(any(feature = "retry", feature = "throttle"))]
+#[cfg(any(
+    feature = "retry",
+    feature = "throttle",
+    feature = "partial",
+    feature = "chaos"
+))]
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Checks a bucketed window: `bucket` in `[1ms, window]`, `window` a whole number of buckets,
 /// at most 3600 of them. Returns the number of buckets.
-#[cfg(any(feature = "retry", feature = "throttle"))]
+#[cfg(any(feature = "retry", feature = "throttle", feature = "partial"))]
 pub(crate) fn check_window(
     field: &str,
     window: std::time::Duration,
@@ -162,8 +188,41 @@ pub(crate) fn check_window(
     Ok(n as u32)
 }
 
+/// Checks a wait queue's bounds: `max_waiting` in `[0, max_slots]`, and `max_wait` in
+/// `(0, max]` when calls may wait (`[0, max]` otherwise).
+#[cfg(any(feature = "bulkhead", feature = "shed"))]
+pub(crate) fn check_queue(
+    max_waiting: u32,
+    max_wait: std::time::Duration,
+    max_slots: u32,
+    max: std::time::Duration,
+) -> Result<(), tripline::ConfigError> {
+    use tripline::ConfigError;
+    if max_waiting > max_slots {
+        return Err(ConfigError::new(
+            "max_waiting",
+            max_waiting,
+            format!("in [0, {max_slots}]"),
+        ));
+    }
+    if max_wait > max || (max_waiting > 0 && max_wait.is_zero()) {
+        let allowed = if max_waiting > 0 {
+            format!("in (0ns, {max:?}] when max_waiting > 0")
+        } else {
+            format!("in [0ns, {max:?}]")
+        };
+        return Err(ConfigError::new(
+            "max_wait",
+            format!("{max_wait:?}"),
+            allowed,
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `e`, or an error in its chain, is a refusal by a local policy: a breaker's
-/// rejection, a full bulkhead, the gate's overflow, the throttle. Such a call never reached the
+/// rejection, a full bulkhead, the gate's overflow, the throttle, the shedder, the limiter,
+/// the partial breaker. Such a call never reached the
 /// dependency: it is never retried, and a breaker records it as ignored.
 #[cfg(any(feature = "tower", feature = "reqwest"))]
 pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -191,9 +250,40 @@ pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool 
     fn throttle(_: &(dyn std::error::Error + 'static)) -> bool {
         false
     }
+    #[cfg(feature = "shed")]
+    fn shed(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<shed::Shed>()
+    }
+    #[cfg(not(feature = "shed"))]
+    fn shed(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    #[cfg(feature = "limiter")]
+    fn limiter(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<limiter::LimitExceeded>()
+    }
+    #[cfg(not(feature = "limiter"))]
+    fn limiter(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
+    #[cfg(feature = "partial")]
+    fn partial(e: &(dyn std::error::Error + 'static)) -> bool {
+        e.is::<partial::PartiallyOpen>()
+    }
+    #[cfg(not(feature = "partial"))]
+    fn partial(_: &(dyn std::error::Error + 'static)) -> bool {
+        false
+    }
     let mut cur = Some(e);
     while let Some(e) = cur {
-        if e.is::<tripline::Rejected>() || bulkhead(e) || gate(e) || throttle(e) {
+        if e.is::<tripline::Rejected>()
+            || bulkhead(e)
+            || gate(e)
+            || throttle(e)
+            || shed(e)
+            || limiter(e)
+            || partial(e)
+        {
             return true;
         }
         cur = e.source();

@@ -81,3 +81,32 @@ fn allocations_per_call() {
     assert_eq!(retry, 0.0);
     assert_eq!(breaker, 0.0);
 }
+
+#[test]
+fn allocations_per_call_of_the_adaptive_policies() {
+    use tripline_policies::chaos::{Chaos, ChaosConfig, ChaosLayer};
+    use tripline_policies::limiter::{Limiter, LimiterLayer};
+    use tripline_policies::partial::{PartialBreaker, PartialLayer};
+    use tripline_policies::shed::{ShedLayer, Shedder};
+
+    let limiter = per_call(LimiterLayer::new(Limiter::default()).layer(inner()));
+    let shed = per_call(ShedLayer::new(Shedder::default()).layer(inner()));
+    let partial = per_call(PartialLayer::new(PartialBreaker::default()).layer(inner()));
+    let chaos_off = per_call(ChaosLayer::new(Chaos::default()).layer(inner()));
+    // On, with a rule that never fires: the decision is made (a draw) on every call.
+    let on = ChaosConfig::builder()
+        .error(0.0)
+        .enabled(true)
+        .build()
+        .unwrap();
+    let chaos_on = per_call(ChaosLayer::new(Chaos::new(on)).layer(inner()));
+    println!(
+        "allocations per call: limiter {limiter}, shed {shed}, partial {partial}, \
+         chaos off {chaos_off}, chaos on {chaos_on}"
+    );
+    assert_eq!(limiter, 0.0);
+    assert_eq!(shed, 0.0);
+    assert_eq!(partial, 0.0);
+    assert_eq!(chaos_off, 0.0);
+    assert_eq!(chaos_on, 0.0);
+}

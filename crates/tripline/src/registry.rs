@@ -597,8 +597,10 @@ struct Entry<C: Clock> {
 struct Overrides {
     /// From the configuration's `[operator]` section; replaced by each reload.
     file: HashMap<String, OperatorState>,
-    /// From [`Registry::set_operator`]; kept until [`Registry::clear_operator`].
-    runtime: HashMap<String, OperatorState>,
+    /// From [`Registry::set_operator`]; kept until [`Registry::clear_operator`]. Keyed by
+    /// the selector itself: the unscoped key `prices` and the dependency `prices` (every key
+    /// of it) are different selectors.
+    runtime: HashMap<Selector, OperatorState>,
 }
 
 impl Overrides {
@@ -606,8 +608,8 @@ impl Overrides {
         let k = key.to_string();
         let d = key.dependency();
         self.runtime
-            .get(&k)
-            .or_else(|| self.runtime.get(d))
+            .get(&Selector::Key(key.clone()))
+            .or_else(|| self.runtime.get(&Selector::Dependency(d.to_string())))
             .or_else(|| self.file.get(&k))
             .or_else(|| self.file.get(d))
             .copied()
@@ -1000,8 +1002,8 @@ impl<C: Clock + Clone> Registry<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_operator(&self, selector: &Selector, state: OperatorState) -> usize {
-        self.change_overrides(selector, |o, name| {
-            o.runtime.insert(name, state);
+        self.change_overrides(selector, |o, selector| {
+            o.runtime.insert(selector, state);
         })
     }
 
@@ -1009,32 +1011,56 @@ impl<C: Clock + Clone> Registry<C> {
     /// dependency-wide one); the configuration's `[operator]` section applies again where it
     /// has one. Returns how many existing breakers changed.
     pub fn clear_operator(&self, selector: &Selector) -> usize {
-        self.change_overrides(selector, |o, name| {
-            o.runtime.remove(&name);
+        self.change_overrides(selector, |o, selector| {
+            o.runtime.remove(&selector);
         })
     }
 
-    /// The run-time overrides in force, by selector (`dep` or `dep/kind=value`).
-    pub fn operator_overrides(&self) -> BTreeMap<String, OperatorState> {
-        read(&self.overrides)
+    /// The run-time overrides in force: dependency-wide ones first, then per key, each sorted
+    /// by name.
+    pub fn operator_overrides(&self) -> Vec<(Selector, OperatorState)> {
+        let mut all: Vec<(Selector, OperatorState)> = read(&self.overrides)
             .runtime
             .iter()
             .map(|(k, v)| (k.clone(), *v))
-            .collect()
+            .collect();
+        all.sort_by(|(a, _), (b, _)| match (a, b) {
+            (Selector::Dependency(x), Selector::Dependency(y)) => x.cmp(y),
+            (Selector::Key(x), Selector::Key(y)) => x.cmp(y),
+            (Selector::Dependency(_), Selector::Key(_)) => std::cmp::Ordering::Less,
+            (Selector::Key(_), Selector::Dependency(_)) => std::cmp::Ordering::Greater,
+        });
+        all
+    }
+
+    /// The run-time override set for exactly `selector`, if any (not the one in force for a
+    /// key: see [`operator_for`](Self::operator_for)).
+    ///
+    /// ```
+    /// use tripline::registry::{Key, OperatorState, Registry, RegistryConfig, Selector};
+    ///
+    /// let registry = Registry::new(RegistryConfig::default())?;
+    /// let key = Selector::Key(Key::new("prices")?);
+    /// registry.set_operator(&key, OperatorState::ForcedOpen);
+    /// assert_eq!(registry.operator_override(&key), Some(OperatorState::ForcedOpen));
+    /// // The unscoped key is not the whole dependency.
+    /// assert_eq!(registry.operator_override(&Selector::Dependency("prices".into())), None);
+    /// let shard: Key = "prices/shard=1".parse()?;
+    /// assert_eq!(registry.operator_for(&shard), OperatorState::Auto);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn operator_override(&self, selector: &Selector) -> Option<OperatorState> {
+        read(&self.overrides).runtime.get(selector).copied()
     }
 
     fn change_overrides(
         &self,
         selector: &Selector,
-        change: impl FnOnce(&mut Overrides, String),
+        change: impl FnOnce(&mut Overrides, Selector),
     ) -> usize {
-        let name = match selector {
-            Selector::Key(k) => k.to_string(),
-            Selector::Dependency(d) => d.clone(),
-        };
         {
             let mut o = write(&self.overrides);
-            change(&mut o, name);
+            change(&mut o, selector.clone());
             self.override_version.fetch_add(1, Ordering::SeqCst);
         }
         // Pairs with the fence of a lookup (`hold`): either that lookup sees the new version,

@@ -525,3 +525,27 @@ fn a_breaker_created_while_an_override_changes_gets_it() {
         }
     }
 }
+
+#[test]
+fn an_unscoped_key_and_its_dependency_are_different_selectors() {
+    let (r, _clock) = registry(RegistryConfig::default());
+    let bare = Key::new("prices").unwrap();
+    let shard = Key::scoped("prices", ScopeKind::Shard, "1").unwrap();
+    let (b, s) = (r.get(&bare).unwrap(), r.get(&shard).unwrap());
+    r.set_operator(&Selector::Key(bare.clone()), OperatorState::ForcedOpen);
+    assert_eq!(b.state(), State::ForcedOpen);
+    assert_eq!(
+        r.get(&shard).unwrap().state(),
+        State::Closed,
+        "the key is not the dependency"
+    );
+    r.set_operator(
+        &Selector::Dependency("prices".into()),
+        OperatorState::Disabled,
+    );
+    assert_eq!(s.state(), State::Disabled);
+    assert_eq!(b.state(), State::ForcedOpen, "the key's own override wins");
+    r.clear_operator(&Selector::Key(bare.clone()));
+    assert_eq!(b.state(), State::Disabled);
+    assert_eq!(r.operator_overrides().len(), 1);
+}

@@ -150,25 +150,7 @@ impl BulkheadConfigBuilder {
                 format!("in [1, {MAX_SLOTS}]"),
             ));
         }
-        if c.max_waiting > MAX_SLOTS {
-            return Err(ConfigError::new(
-                "max_waiting",
-                c.max_waiting,
-                format!("in [0, {MAX_SLOTS}]"),
-            ));
-        }
-        if c.max_wait > MAX_WAIT || (c.max_waiting > 0 && c.max_wait.is_zero()) {
-            let allowed = if c.max_waiting > 0 {
-                format!("in (0ns, {MAX_WAIT:?}] when max_waiting > 0")
-            } else {
-                format!("in [0ns, {MAX_WAIT:?}]")
-            };
-            return Err(ConfigError::new(
-                "max_wait",
-                format!("{:?}", c.max_wait),
-                allowed,
-            ));
-        }
+        crate::check_queue(c.max_waiting, c.max_wait, MAX_SLOTS, MAX_WAIT)?;
         Ok(c)
     }
 }

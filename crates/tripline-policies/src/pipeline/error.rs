@@ -5,13 +5,18 @@ use std::fmt;
 use tripline::Rejected;
 
 use crate::bulkhead::BulkheadFull;
+use crate::chaos::InjectedFault;
 use crate::gate::GateOverflow;
+use crate::limiter::LimitExceeded;
+use crate::partial::PartiallyOpen;
+use crate::shed::Shed;
 use crate::throttle::Throttled;
 use crate::timeout::Elapsed;
 
 /// Why a call through a [`Pipeline`](super::Pipeline) did not return a value: a local policy
-/// refused it (the dependency was not touched), it timed out, or the dependency failed. The
-/// first four never come from the dependency, and are never retried.
+/// refused it (the dependency was not touched), it timed out, a fault was injected, or the
+/// dependency failed. The local refusals never come from the dependency, and are never
+/// retried.
 ///
 /// The error is transparent: it displays as the error it holds and its
 /// [`source`](std::error::Error::source) is that error's source, so a report that prints a
@@ -30,26 +35,38 @@ use crate::timeout::Elapsed;
 pub enum PipelineError<E> {
     /// The breaker is open (or its probes are busy).
     Rejected(Rejected),
+    /// The partial breaker rejected the call.
+    PartiallyOpen(PartiallyOpen),
     /// The concurrency gate's limit was reached.
     Overflow(GateOverflow),
     /// The bulkhead was full, or no slot freed in time.
     BulkheadFull(BulkheadFull),
+    /// The shedder refused the call's priority a slot.
+    Shed(Shed),
+    /// The adaptive limiter refused the call.
+    LimitExceeded(LimitExceeded),
     /// The adaptive throttle refused the call locally.
     Throttled(Throttled),
     /// The attempt did not finish within the timeout.
     Timeout(Elapsed),
+    /// The fault injector failed the attempt (it plays the dependency's failure).
+    Injected(InjectedFault),
     /// The dependency's own error.
     Failed(E),
 }
 
 impl<E> PipelineError<E> {
-    /// Whether a local policy refused the call (breaker, gate, bulkhead, throttle).
+    /// Whether a local policy refused the call (breaker, partial breaker, gate, bulkhead,
+    /// shedder, limiter, throttle).
     pub fn is_local_rejection(&self) -> bool {
         matches!(
             self,
             PipelineError::Rejected(_)
+                | PipelineError::PartiallyOpen(_)
                 | PipelineError::Overflow(_)
                 | PipelineError::BulkheadFull(_)
+                | PipelineError::Shed(_)
+                | PipelineError::LimitExceeded(_)
                 | PipelineError::Throttled(_)
         )
     }
@@ -67,10 +84,14 @@ impl<E: fmt::Display> fmt::Display for PipelineError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PipelineError::Rejected(e) => e.fmt(f),
+            PipelineError::PartiallyOpen(e) => e.fmt(f),
             PipelineError::Overflow(e) => e.fmt(f),
             PipelineError::BulkheadFull(e) => e.fmt(f),
+            PipelineError::Shed(e) => e.fmt(f),
+            PipelineError::LimitExceeded(e) => e.fmt(f),
             PipelineError::Throttled(e) => e.fmt(f),
             PipelineError::Timeout(e) => e.fmt(f),
+            PipelineError::Injected(e) => e.fmt(f),
             PipelineError::Failed(e) => e.fmt(f),
         }
     }
@@ -109,10 +130,14 @@ impl<E: std::error::Error + 'static> std::error::Error for PipelineError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             PipelineError::Rejected(e) => e.source(),
+            PipelineError::PartiallyOpen(e) => e.source(),
             PipelineError::Overflow(e) => e.source(),
             PipelineError::BulkheadFull(e) => e.source(),
+            PipelineError::Shed(e) => e.source(),
+            PipelineError::LimitExceeded(e) => e.source(),
             PipelineError::Throttled(e) => e.source(),
             PipelineError::Timeout(e) => e.source(),
+            PipelineError::Injected(e) => e.source(),
             PipelineError::Failed(e) => e.source(),
         }
     }

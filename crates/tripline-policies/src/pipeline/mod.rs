@@ -1,5 +1,5 @@
-//! The pipeline: retry, breaker, gate, bulkhead, throttle and timeout, composed in the one
-//! order that keeps each of them honest.
+//! The pipeline: retry, breaker, partial breaker, gate, bulkhead, shedder, limiter, throttle,
+//! timeout and fault injector, composed in the one order that keeps each of them honest.
 //!
 //! # The order
 //!
@@ -9,10 +9,20 @@
 //! |---|---|
 //! | **retry** | outside the breaker: every attempt asks the breaker, so once the breaker (re-)opens, the remaining retries are refused at once and never retried. A re-opened breaker gets zero retries. |
 //! | **breaker** | sees every attempt that could reach the dependency, and nothing else: local refusals further in are recorded as ignored. |
+//! | **partial** | the [partial breaker](crate::partial), beside the classic one and for the same reasons: it sees the attempts, and records what the dependency did with them. |
 //! | **gate** | refuses instantly (Envoy style) before anything waits; a call about to queue in the bulkhead holds a *pending* slot, then a *request* slot once it has its bulkhead slot; retries hold a *retry* slot. |
-//! | **bulkhead** | the only stage that waits, in a bounded queue for a bounded time; that wait is not part of the timeout. |
-//! | **throttle** | next to the wire, so its `requests` and `accepts` count exactly the attempts about to be sent and the backend's answers; a throttled attempt frees its bulkhead slot at once. |
-//! | **timeout** | innermost, always: it times the dependency call and nothing else, so every admitted attempt settles, its expiry is a failure for the breaker and the throttle, and a retry's timer is a per-attempt one. |
+//! | **bulkhead** | waits in a bounded queue for a bounded time; that wait is not part of the timeout. |
+//! | **shed** | the [shedder](crate::shed) shares the slots out by the call's priority (and may queue, highest priority first); after the bulkhead, it decides among the calls the bulkhead let through. |
+//! | **limiter** | the [adaptive limit](crate::limiter), after every wait, so the round-trip time it learns from is the dependency's alone; a success is a sample, a failure or a timeout a drop. |
+//! | **throttle** | next to the wire, so its `requests` and `accepts` count exactly the attempts about to be sent and the backend's answers; a throttled attempt frees its slots at once. |
+//! | **timeout** | innermost but for the injected faults: it times the dependency call and nothing else, so every admitted attempt settles, its expiry is a failure for the breaker and the throttle, and a retry's timer is a per-attempt one. |
+//! | **chaos** | the [fault injector](crate::chaos) plays the dependency, so it sits where the dependency is: inside the timeout, which cuts an injected stall as it would a real one. |
+//!
+//! The gate's pending slot covers the bulkhead's queue; a call waiting in the shedder's or the
+//! limiter's queue holds its request slot.
+//!
+//! Calls carry a [`Priority`] for the shedder and the limiter: [`Pipeline::call`] makes
+//! [`Priority::DEFAULT`] calls, [`Pipeline::call_with_priority`] others.
 //!
 //! The builder's methods may be called in any order: the stages are always assembled as
 //! above, and [`Pipeline::order`] says what was built. Every stage is optional.
@@ -73,10 +83,14 @@ use tripline::{
 };
 
 use crate::bulkhead::{Admission, Bulkhead, BulkheadPermit};
+use crate::chaos::Chaos;
 use crate::gate::{Gate, GateGuard};
+use crate::limiter::Limiter;
+use crate::partial::PartialBreaker;
 use crate::retry::budget::RetryCause;
 use crate::retry::policy::Verdict;
 use crate::retry::{RetryOnError, RetryPolicy, Retryable};
+use crate::shed::{Priority, Shedder};
 use crate::throttle::Throttle;
 use crate::timeout::Elapsed;
 pub use error::PipelineError;
@@ -98,14 +112,22 @@ pub enum Stage {
     Retry,
     /// The circuit breaker.
     Breaker,
+    /// The partial breaker.
+    Partial,
     /// The concurrency gate.
     Gate,
     /// The bulkhead.
     Bulkhead,
+    /// The priority shedder.
+    Shed,
+    /// The adaptive concurrency limit.
+    Limiter,
     /// The adaptive throttle.
     Throttle,
     /// The timeout.
     Timeout,
+    /// The fault injector.
+    Chaos,
 }
 
 impl fmt::Display for Stage {
@@ -113,10 +135,14 @@ impl fmt::Display for Stage {
         f.write_str(match self {
             Stage::Retry => "retry",
             Stage::Breaker => "breaker",
+            Stage::Partial => "partial",
             Stage::Gate => "gate",
             Stage::Bulkhead => "bulkhead",
+            Stage::Shed => "shed",
+            Stage::Limiter => "limiter",
             Stage::Throttle => "throttle",
             Stage::Timeout => "timeout",
+            Stage::Chaos => "chaos",
         })
     }
 }
@@ -128,12 +154,22 @@ impl fmt::Display for Stage {
 pub struct Pipeline<C: Clock = MonotonicClock, P = RetryOnError, K = ResultClassifier> {
     retry: Option<RetryPolicy<P>>,
     breaker: Option<CircuitBreaker<C>>,
-    gate: Option<Gate>,
-    bulkhead: Option<Bulkhead>,
-    throttle: Option<Throttle>,
-    timeout: Option<Duration>,
+    stages: Stages,
     placement: RetryPlacement,
     classifier: K,
+}
+
+/// The stages that do not change the pipeline's type.
+#[derive(Clone, Debug, Default)]
+struct Stages {
+    partial: Option<PartialBreaker>,
+    gate: Option<Gate>,
+    bulkhead: Option<Bulkhead>,
+    shed: Option<Shedder>,
+    limiter: Option<Limiter>,
+    throttle: Option<Throttle>,
+    timeout: Option<Duration>,
+    chaos: Option<Chaos>,
 }
 
 impl<C: Clock, P: Clone, K: Clone> Clone for Pipeline<C, P, K> {
@@ -141,10 +177,7 @@ impl<C: Clock, P: Clone, K: Clone> Clone for Pipeline<C, P, K> {
         Self {
             retry: self.retry.clone(),
             breaker: self.breaker.clone(),
-            gate: self.gate.clone(),
-            bulkhead: self.bulkhead.clone(),
-            throttle: self.throttle.clone(),
-            timeout: self.timeout,
+            stages: self.stages.clone(),
             placement: self.placement,
             classifier: self.classifier.clone(),
         }
@@ -157,10 +190,7 @@ impl<C: Clock, P, K> fmt::Debug for Pipeline<C, P, K> {
             .field("order", &self.order())
             .field("retry", &self.retry)
             .field("breaker", &self.breaker)
-            .field("gate", &self.gate)
-            .field("bulkhead", &self.bulkhead)
-            .field("throttle", &self.throttle)
-            .field("timeout", &self.timeout)
+            .field("stages", &self.stages)
             .finish_non_exhaustive()
     }
 }
@@ -171,10 +201,7 @@ impl Pipeline {
         PipelineBuilder {
             retry: None,
             breaker: None,
-            gate: None,
-            bulkhead: None,
-            throttle: None,
-            timeout: None,
+            stages: Stages::default(),
             placement: RetryPlacement::OutsideBreaker,
             classifier: ResultClassifier,
         }
@@ -192,13 +219,18 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
             RetryPlacement::OutsideBreaker => (retry, breaker),
             RetryPlacement::InsideBreaker => (breaker, retry),
         };
+        let st = &self.stages;
         [
             first,
             second,
-            self.gate.is_some().then_some(Stage::Gate),
-            self.bulkhead.is_some().then_some(Stage::Bulkhead),
-            self.throttle.is_some().then_some(Stage::Throttle),
-            self.timeout.is_some().then_some(Stage::Timeout),
+            st.partial.is_some().then_some(Stage::Partial),
+            st.gate.is_some().then_some(Stage::Gate),
+            st.bulkhead.is_some().then_some(Stage::Bulkhead),
+            st.shed.is_some().then_some(Stage::Shed),
+            st.limiter.is_some().then_some(Stage::Limiter),
+            st.throttle.is_some().then_some(Stage::Throttle),
+            st.timeout.is_some().then_some(Stage::Timeout),
+            st.chaos.is_some().then_some(Stage::Chaos),
         ]
         .into_iter()
         .flatten()
@@ -215,24 +247,44 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
         self.breaker.as_ref()
     }
 
+    /// The partial breaker, if any.
+    pub fn partial(&self) -> Option<&PartialBreaker> {
+        self.stages.partial.as_ref()
+    }
+
     /// The gate, if any.
     pub fn gate(&self) -> Option<&Gate> {
-        self.gate.as_ref()
+        self.stages.gate.as_ref()
     }
 
     /// The bulkhead, if any.
     pub fn bulkhead(&self) -> Option<&Bulkhead> {
-        self.bulkhead.as_ref()
+        self.stages.bulkhead.as_ref()
+    }
+
+    /// The shedder, if any.
+    pub fn shed(&self) -> Option<&Shedder> {
+        self.stages.shed.as_ref()
+    }
+
+    /// The adaptive limiter, if any.
+    pub fn limiter(&self) -> Option<&Limiter> {
+        self.stages.limiter.as_ref()
     }
 
     /// The throttle, if any.
     pub fn throttle(&self) -> Option<&Throttle> {
-        self.throttle.as_ref()
+        self.stages.throttle.as_ref()
     }
 
     /// The per-attempt timeout, if any.
     pub fn timeout(&self) -> Option<Duration> {
-        self.timeout
+        self.stages.timeout
+    }
+
+    /// The fault injector, if any.
+    pub fn chaos(&self) -> Option<&Chaos> {
+        self.stages.chaos.as_ref()
     }
 
     /// Where the retry sits relative to the breaker.
@@ -244,7 +296,44 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
     /// at all when a local policy refuses the attempt. If the returned future is dropped
     /// mid-call, every slot, permit and ticket is given back (the breaker counts the permit as
     /// abandoned).
-    pub async fn call<T, E, F, Fut>(&self, mut f: F) -> Result<T, PipelineError<E>>
+    pub async fn call<T, E, F, Fut>(&self, f: F) -> Result<T, PipelineError<E>>
+    where
+        P: Retryable<T, E>,
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.call_with_priority(Priority::DEFAULT, f).await
+    }
+
+    /// [`call`](Self::call) for a call of `priority`: the shedder and the limiter refuse the
+    /// lowest priorities first and serve their queues highest priority first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tripline_policies::pipeline::{Pipeline, PipelineError};
+    /// use tripline_policies::shed::{Priority, ShedConfig, Shedder};
+    ///
+    /// let shedder = Shedder::new(ShedConfig::builder().capacity(2).build()?);
+    /// let pipeline = Pipeline::builder().shed(shedder.clone()).build()?;
+    /// let _busy = shedder.try_acquire(Priority::DEFAULT)?;
+    /// let card = pipeline
+    ///     .call_with_priority(Priority::SHEDDABLE, || async { Ok::<_, std::io::Error>("card") })
+    ///     .await;
+    /// assert!(matches!(card, Err(PipelineError::Shed(_))));
+    /// let logged = pipeline
+    ///     .call_with_priority(Priority::CRITICAL, || async { Ok::<_, std::io::Error>("logged") })
+    ///     .await?;
+    /// assert_eq!(logged, "logged");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn call_with_priority<T, E, F, Fut>(
+        &self,
+        priority: Priority,
+        mut f: F,
+    ) -> Result<T, PipelineError<E>>
     where
         P: Retryable<T, E>,
         K: Classify<T, E>,
@@ -254,11 +343,11 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
         let attempt = match (self.placement, &self.breaker) {
             (RetryPlacement::InsideBreaker, Some(breaker)) => {
                 let permit = breaker.try_acquire().map_err(PipelineError::Rejected)?;
-                let r = self.attempts(&mut f, false).await;
+                let r = self.attempts(&mut f, false, priority).await;
                 let _ = permit.record_classified(self.breaker_classification(&r));
                 r
             }
-            _ => self.attempts(&mut f, true).await,
+            _ => self.attempts(&mut f, true, priority).await,
         };
         match attempt {
             Ok(Ok(v)) => Ok(v),
@@ -305,7 +394,12 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
     }
 
     /// The retry loop (or a single attempt without a policy).
-    async fn attempts<T, E, F, Fut>(&self, f: &mut F, through_breaker: bool) -> Attempt<T, E>
+    async fn attempts<T, E, F, Fut>(
+        &self,
+        f: &mut F,
+        through_breaker: bool,
+        priority: Priority,
+    ) -> Attempt<T, E>
     where
         P: Retryable<T, E>,
         K: Classify<T, E>,
@@ -313,12 +407,12 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
         Fut: Future<Output = Result<T, E>>,
     {
         let Some(policy) = &self.retry else {
-            return self.attempt(f, through_breaker).await;
+            return self.attempt(f, through_breaker, priority).await;
         };
         let mut attempts = policy.start();
         let mut retry_slot: Option<GateGuard> = None;
         loop {
-            let r = self.attempt(f, through_breaker).await;
+            let r = self.attempt(f, through_breaker, priority).await;
             // The attempt is over: a retry's gate slot goes back.
             drop(retry_slot.take());
             let verdict = match &r {
@@ -327,12 +421,17 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
                     cause: RetryCause::Timeout,
                     retryable: policy.retries_timeouts(),
                 },
+                // An injected error plays a failure of the dependency's: retried as one.
+                Err(PipelineError::Injected(_)) => Verdict::Failure {
+                    cause: RetryCause::Error,
+                    retryable: true,
+                },
                 Err(_) => Verdict::Local,
             };
             let Some(delay) = attempts.next(verdict) else {
                 return r;
             };
-            if let Some(gate) = &self.gate {
+            if let Some(gate) = &self.stages.gate {
                 match gate.try_retry() {
                     Ok(slot) => retry_slot = Some(slot),
                     Err(_) => {
@@ -347,7 +446,12 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
     }
 
     /// One attempt: the breaker (when asked), then the admitted stages.
-    async fn attempt<T, E, F, Fut>(&self, f: &mut F, through_breaker: bool) -> Attempt<T, E>
+    async fn attempt<T, E, F, Fut>(
+        &self,
+        f: &mut F,
+        through_breaker: bool,
+        priority: Priority,
+    ) -> Attempt<T, E>
     where
         K: Classify<T, E>,
         F: FnMut() -> Fut,
@@ -357,30 +461,83 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
             Some(b) if through_breaker => Some(b.try_acquire().map_err(PipelineError::Rejected)?),
             _ => None,
         };
-        let r = self.admitted(f).await;
+        let r = self.admitted(f, priority).await;
         if let Some(permit) = permit {
             let _ = permit.record_classified(self.breaker_classification(&r));
         }
         r
     }
 
-    /// The stages inside the breaker: gate and bulkhead, throttle, timeout.
-    async fn admitted<T, E, F, Fut>(&self, f: &mut F) -> Attempt<T, E>
+    /// The stages inside the breaker: the partial breaker, then the slots.
+    async fn admitted<T, E, F, Fut>(&self, f: &mut F, priority: Priority) -> Attempt<T, E>
     where
         K: Classify<T, E>,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        let partial = match &self.stages.partial {
+            Some(p) => Some(p.try_acquire().map_err(PipelineError::PartiallyOpen)?),
+            None => None,
+        };
+        let r = self.limited(f, priority).await;
+        if let Some(permit) = partial {
+            permit.record(self.breaker_classification(&r).outcome);
+        }
+        r
+    }
+
+    /// Gate and bulkhead, shedder, limiter; then the call.
+    async fn limited<T, E, F, Fut>(&self, f: &mut F, priority: Priority) -> Attempt<T, E>
+    where
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let st = &self.stages;
         let _slots = self.admit().await?;
-        let ticket = match &self.throttle {
+        let _shed = match &st.shed {
+            Some(s) => Some(s.acquire(priority).await.map_err(PipelineError::Shed)?),
+            None => None,
+        };
+        let limit = match &st.limiter {
+            Some(l) => Some(
+                l.acquire(priority)
+                    .await
+                    .map_err(PipelineError::LimitExceeded)?,
+            ),
+            None => None,
+        };
+        let r = self.sent(f).await;
+        if let Some(permit) = limit {
+            permit.record(self.breaker_classification(&r).outcome);
+        }
+        r
+    }
+
+    /// Throttle, timeout, injected faults, and the call.
+    async fn sent<T, E, F, Fut>(&self, f: &mut F) -> Attempt<T, E>
+    where
+        K: Classify<T, E>,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let st = &self.stages;
+        let ticket = match &st.throttle {
             Some(t) => Some(t.try_acquire().map_err(PipelineError::Throttled)?),
             None => None,
         };
-        let r = match self.timeout {
-            Some(d) => tokio::time::timeout(d, f())
-                .await
-                .map_err(|_| PipelineError::Timeout(Elapsed::new(d))),
-            None => Ok(f().await),
+        let call = async {
+            if let Some(chaos) = &st.chaos {
+                chaos.inject().await.map_err(PipelineError::Injected)?;
+            }
+            Ok(f().await)
+        };
+        let r = match st.timeout {
+            Some(d) => match tokio::time::timeout(d, call).await {
+                Ok(r) => r,
+                Err(_) => Err(PipelineError::Timeout(Elapsed::new(d))),
+            },
+            None => call.await,
         };
         if let Some(ticket) = ticket {
             ticket.record(match &r {
@@ -401,13 +558,14 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
                 .transpose()
                 .map_err(PipelineError::Overflow)
         };
-        let Some(bulkhead) = &self.bulkhead else {
-            return Ok((None, request(self.gate.as_ref())?));
+        let Some(bulkhead) = &self.stages.bulkhead else {
+            return Ok((None, request(self.stages.gate.as_ref())?));
         };
         match bulkhead.admit() {
-            Admission::Now(permit) => Ok((Some(permit), request(self.gate.as_ref())?)),
+            Admission::Now(permit) => Ok((Some(permit), request(self.stages.gate.as_ref())?)),
             Admission::Queued(queued) => {
                 let pending = self
+                    .stages
                     .gate
                     .as_ref()
                     .map(Gate::try_pending)
@@ -424,15 +582,18 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
         }
     }
 
-    /// What an attempt means to the breaker: the classifier's verdict on the dependency's
-    /// result, a failure for a timeout, nothing for a local refusal.
+    /// What an attempt means to the breaker (and the partial breaker and the limiter): the
+    /// classifier's verdict on the dependency's result, a failure for a timeout or an injected
+    /// error, nothing for a local refusal.
     fn breaker_classification<T, E>(&self, r: &Attempt<T, E>) -> Classification
     where
         K: Classify<T, E>,
     {
         match r {
             Ok(result) => self.classifier.classify(result),
-            Err(PipelineError::Timeout(_)) => Classification::new(Outcome::Failure),
+            Err(PipelineError::Timeout(_) | PipelineError::Injected(_)) => {
+                Classification::new(Outcome::Failure)
+            }
             Err(_) => Classification::new(Outcome::Ignored),
         }
     }
@@ -444,10 +605,7 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
 pub struct PipelineBuilder<C: Clock = MonotonicClock, P = RetryOnError, K = ResultClassifier> {
     retry: Option<RetryPolicy<P>>,
     breaker: Option<CircuitBreaker<C>>,
-    gate: Option<Gate>,
-    bulkhead: Option<Bulkhead>,
-    throttle: Option<Throttle>,
-    timeout: Option<Duration>,
+    stages: Stages,
     placement: RetryPlacement,
     classifier: K,
 }
@@ -458,10 +616,7 @@ impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
         PipelineBuilder {
             retry: Some(policy),
             breaker: self.breaker,
-            gate: self.gate,
-            bulkhead: self.bulkhead,
-            throttle: self.throttle,
-            timeout: self.timeout,
+            stages: self.stages,
             placement: self.placement,
             classifier: self.classifier,
         }
@@ -472,10 +627,7 @@ impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
         PipelineBuilder {
             retry: self.retry,
             breaker: Some(breaker),
-            gate: self.gate,
-            bulkhead: self.bulkhead,
-            throttle: self.throttle,
-            timeout: self.timeout,
+            stages: self.stages,
             placement: self.placement,
             classifier: self.classifier,
         }
@@ -487,36 +639,58 @@ impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
         PipelineBuilder {
             retry: self.retry,
             breaker: self.breaker,
-            gate: self.gate,
-            bulkhead: self.bulkhead,
-            throttle: self.throttle,
-            timeout: self.timeout,
+            stages: self.stages,
             placement: self.placement,
             classifier,
         }
     }
 
+    /// Rejects a share of attempts with the partial breaker `partial`.
+    pub fn partial(mut self, partial: PartialBreaker) -> Self {
+        self.stages.partial = Some(partial);
+        self
+    }
+
     /// Limits concurrency with `gate` (requests, pending, retries).
     pub fn gate(mut self, gate: Gate) -> Self {
-        self.gate = Some(gate);
+        self.stages.gate = Some(gate);
         self
     }
 
     /// Limits concurrency with `bulkhead`, with its bounded wait.
     pub fn bulkhead(mut self, bulkhead: Bulkhead) -> Self {
-        self.bulkhead = Some(bulkhead);
+        self.stages.bulkhead = Some(bulkhead);
+        self
+    }
+
+    /// Shares slots out by priority with `shedder`.
+    pub fn shed(mut self, shedder: Shedder) -> Self {
+        self.stages.shed = Some(shedder);
+        self
+    }
+
+    /// Limits concurrency adaptively with `limiter`.
+    pub fn limiter(mut self, limiter: Limiter) -> Self {
+        self.stages.limiter = Some(limiter);
         self
     }
 
     /// Throttles attempts adaptively with `throttle`.
     pub fn throttle(mut self, throttle: Throttle) -> Self {
-        self.throttle = Some(throttle);
+        self.stages.throttle = Some(throttle);
         self
     }
 
-    /// Times each attempt out after `timeout`, in `(0, 1d]`; always the innermost stage.
+    /// Times each attempt out after `timeout`, in `(0, 1d]`; always the innermost stage but
+    /// for injected faults.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
+        self.stages.timeout = Some(timeout);
+        self
+    }
+
+    /// Injects faults from `chaos` into the attempts, inside the timeout.
+    pub fn chaos(mut self, chaos: Chaos) -> Self {
+        self.stages.chaos = Some(chaos);
         self
     }
 
@@ -542,17 +716,15 @@ impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
     /// assert_eq!(err.to_string(), "timeout must be in (0ns, 86400s], got 0ns");
     /// ```
     pub fn build(self) -> Result<Pipeline<C, P, K>, ConfigError> {
-        let timeout = self
+        let mut stages = self.stages;
+        stages.timeout = stages
             .timeout
             .map(|t| crate::timeout::check("timeout", t))
             .transpose()?;
         Ok(Pipeline {
             retry: self.retry,
             breaker: self.breaker,
-            gate: self.gate,
-            bulkhead: self.bulkhead,
-            throttle: self.throttle,
-            timeout,
+            stages,
             placement: self.placement,
             classifier: self.classifier,
         })

@@ -11,7 +11,8 @@
 //! a timeout, which some budgets charge more for). Placed outside the breaker instead, it would
 //! cut the call off before the breaker saw any result, and the breaker would only see an
 //! abandoned permit. The [pipeline](crate::pipeline) keeps it innermost whatever order its
-//! builder is called in.
+//! builder is called in; only the [fault injector](crate::chaos), which plays the dependency,
+//! sits inside it, so that an injected stall is cut like a real one.
 //!
 //! Each attempt gets its own timeout; a deadline for the whole retried call is a timeout
 //! placed outside the retry, on purpose.

@@ -4,8 +4,8 @@
 //! operator token.
 //!
 //! ```text
-//! cargo run -p tripline-dashboard --example fault_switch
-//! cargo run -p tripline-dashboard --example fault_switch -- --manual   # flip it yourself:
+//! cargo run -p tripline-dashboard --example ops_page
+//! cargo run -p tripline-dashboard --example ops_page -- --manual   # flip it yourself:
 //! curl -X POST http://127.0.0.1:8080/switch/failing
 //! ```
 
