@@ -3,10 +3,14 @@
 //! ## Modules
 //!
 //! * [`scenario`]: the model and its TOML file format, and the built-in scenarios.
-//! * [`engine`]: the event loop and the life of a request.
+//! * [`protection`]: the policy sections (retry and budgets, bulkhead, gate, throttle) and how
+//!   a tier's client is resolved from them.
+//! * [`engine`]: the event loop, the tiers and the life of a request.
+//! * [`layers`]: a tier's client on virtual time: the real policies in the pipeline's order.
 //! * [`hosts`]: the dependency's hosts behind the caller's balancer, and outlier detection.
+//! * [`sweep`]: the scenario again over the values of one field.
 //! * [`report`]: the figures, the table and the JSON schema.
-//! * [`chart`]: the time series as SVG and HTML.
+//! * [`chart`]: the time series as SVG, and the HTML report page.
 //! * [`trace`]: a simulated run's calls as a trace (`tripline simulate --trace`).
 //! * [`replay`]: a trace replayed against configurations (`tripline replay`).
 //! * [`replay_chart`]: a replay's charts, as SVG and HTML.
