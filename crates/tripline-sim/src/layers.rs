@@ -1,7 +1,7 @@
 //! A tier's client on virtual time: the real `tripline-policies` objects, composed in the
 //! pipeline's order.
 //!
-//! From the outside in, as [`Pipeline`](tripline_policies::pipeline::Pipeline) composes them:
+//! From the outside in, as `tripline_policies::pipeline::Pipeline` composes them:
 //!
 //! ```text
 //! retry → breaker → gate → bulkhead → throttle → timeout → the call
