@@ -61,6 +61,22 @@ mod closed {
     }
 
     #[divan::bench]
+    fn tripline_count_call_durations(bencher: Bencher) {
+        let b = subjects::tripline_count_durations(false);
+        let op = || ops::tripline_permit_success(&b);
+        tripline_bench::warm_up(op);
+        bencher.bench(op);
+    }
+
+    #[divan::bench]
+    fn tripline_count_explicit_duration(bencher: Bencher) {
+        let b = subjects::tripline_count(true);
+        let op = || ops::tripline_permit_success_timed(&b);
+        tripline_bench::warm_up(op);
+        bencher.bench(op);
+    }
+
+    #[divan::bench]
     fn tripline_count_manual_clock(bencher: Bencher) {
         let b = subjects::tripline_count_manual(true);
         let op = || ops::tripline_permit_success(&b);

@@ -34,6 +34,9 @@ const CASES: &[&str] = &[
     "closed/tripline_count_manual_clock_in_flight_off",
     "closed/tripline_count_coarse_clock",
     "closed/tripline_count_held_quanta_clock",
+    "closed/tripline_count_call_durations",
+    "closed/tripline_count_call_durations_tuned",
+    "closed/tripline_count_explicit_duration",
     "closed/tripline_time_in_flight_on",
     "closed/tripline_time_in_flight_off",
     "closed/tripline_time_stripes_4",
@@ -108,6 +111,18 @@ fn run_case(case: &str, n: u64) {
         "closed/tripline_count_held_quanta_clock" => {
             let b = subjects::tripline_count_held(true);
             go(n, || ops::tripline_permit_success(&b));
+        }
+        "closed/tripline_count_call_durations" => {
+            let b = subjects::tripline_count_durations(false);
+            go(n, || ops::tripline_permit_success(&b));
+        }
+        "closed/tripline_count_call_durations_tuned" => {
+            let b = subjects::tripline_count_durations(true);
+            go(n, || ops::tripline_permit_success(&b));
+        }
+        "closed/tripline_count_explicit_duration" => {
+            let b = subjects::tripline_count(true);
+            go(n, || ops::tripline_permit_success_timed(&b));
         }
         "closed/tripline_time_in_flight_on" => {
             let b = subjects::tripline_time(1, true);

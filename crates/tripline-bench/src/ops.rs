@@ -16,6 +16,17 @@ pub fn tripline_permit_success<C: Clock>(b: &CircuitBreaker<C>) {
     let _ = black_box(permit.record(black_box(Outcome::Success)));
 }
 
+/// Tripline, closed: `try_acquire` then `record_with_duration(Success, 1 ms)` (the caller's
+/// own measure of the call).
+#[inline]
+pub fn tripline_permit_success_timed<C: Clock>(b: &CircuitBreaker<C>) {
+    let permit = b.try_acquire().expect("closed breaker admits");
+    let _ = black_box(permit.record_with_duration(
+        black_box(Outcome::Success),
+        black_box(std::time::Duration::from_millis(1)),
+    ));
+}
+
 /// Tripline, closed: `try_acquire_owned` (a permit holding an `Arc` of the breaker, for
 /// `'static` futures) then `record(Success)`.
 #[inline]

@@ -30,6 +30,19 @@ pub fn tripline_count_manual(in_flight: bool) -> CircuitBreaker<ManualClock> {
     CircuitBreaker::with_clock("bench", count_config(in_flight), ManualClock::new())
 }
 
+/// [`tripline_count`] (in-flight counting on) whose window also keeps call durations
+/// (`call_durations`), and, with `tuned`, lumping and failure-kind weights set (which only
+/// failures read): what the tuning features cost when they are on.
+pub fn tripline_count_durations(tuned: bool) -> CircuitBreaker {
+    let mut b = count_config(true).to_builder().call_durations(true);
+    if tuned {
+        b = b
+            .lumping_interval(std::time::Duration::from_millis(10))
+            .failure_kind_weight(tripline::FailureKind::RateLimited, 0);
+    }
+    CircuitBreaker::new("bench", b.build().expect("valid"))
+}
+
 /// Tripline with a time window of 10 s in 1 s buckets over `stripes` writer stripes.
 pub fn tripline_time(stripes: u32, in_flight: bool) -> CircuitBreaker {
     CircuitBreaker::new("bench", time_config(stripes, in_flight))

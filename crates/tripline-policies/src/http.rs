@@ -10,6 +10,9 @@
 //! | other 4xx | ignored | the request was wrong, not the dependency |
 //! | anything else | success | |
 //!
+//! Failures carry a [`FailureKind`](tripline::FailureKind): 429 rate-limited, 503 unavailable,
+//! other 5xx server errors, so a breaker may weigh them apart (a 429 weighing 0, say).
+//!
 //! A failure's `Retry-After` header, in delta-seconds or as an HTTP-date, becomes the
 //! classification's `retry_after`: if that result trips the breaker, the breaker stays open at
 //! least that long (up to its configured maximum), instead of probing a dependency that asked
@@ -61,6 +64,7 @@ pub(crate) fn classify_response(status: u16, headers: &HeaderMap) -> Classificat
     Classification {
         outcome,
         retry_after,
+        kind: Classification::http_kind(status),
     }
 }
 

@@ -23,6 +23,7 @@
 //! | [`pipeline`] | all of the above and a breaker, assembled in one order, with the timeout innermost | [`PipelineError`](pipeline::PipelineError) |
 //! | `breaker` | the core breaker as a tower layer | [`tripline::Rejected`] |
 //! | `http` | an HTTP response classifier and a `Retry-After` reader | — |
+//! | `grpc` | a classifier for tonic's status codes, with `grpc-retry-pushback-ms` | — |
 //! | `reqwest` | a `reqwest-middleware` middleware with a breaker (one, or one per host), and a classifier for reqwest's results | [`tripline::Rejected`] |
 //!
 //! Every policy is a cheap, cloneable handle on shared state: make one per dependency and
@@ -103,7 +104,8 @@
 //! One feature per component, each usable alone: `retry`, `bulkhead`, `gate`, `throttle`,
 //! `timeout`, `shed`, `limiter`, `partial`, `chaos`; `pipeline` (default) enables all nine and
 //! the pipeline. `tower` adds the layers of the enabled components and the breaker's; `http`
-//! adds the HTTP classifier (and reading a request's priority from its extensions); `reqwest`
+//! adds the HTTP classifier (and reading a request's priority from its extensions); `grpc` the
+//! gRPC one for tonic (and `tower`, `http`); `reqwest`
 //! adds the `reqwest-middleware` integration (and `http`). `outlier` (default) adds the
 //! outlier detector and its balancer; `serde` (default) reads the new policies' settings from
 //! TOML; `metrics` exports the detector's, the limiter's and the partial breaker's figures
@@ -119,6 +121,8 @@ pub mod bulkhead;
 pub mod chaos;
 #[cfg(feature = "gate")]
 pub mod gate;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 #[cfg(feature = "http")]
 pub mod http;
 #[cfg(feature = "limiter")]
@@ -293,7 +297,7 @@ pub(crate) fn is_local_rejection(e: &(dyn std::error::Error + 'static)) -> bool 
 
 /// Whether `e`, or an error in its chain, is a timeout's expiry: this crate's
 /// [`Elapsed`](timeout::Elapsed), tower's `TimeoutLayer` error or tokio's `timeout` error.
-#[cfg(all(feature = "tower", feature = "retry"))]
+#[cfg(feature = "tower")]
 pub(crate) fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
     #[cfg(feature = "timeout")]
     fn ours(e: &(dyn std::error::Error + 'static)) -> bool {

@@ -65,7 +65,8 @@ use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use tripline::registry::{Key, Registry, ScopeKind};
 use tripline::{
-    CircuitBreaker, Classification, Classify, Clock, ConfigError, MonotonicClock, Outcome, Rejected,
+    CircuitBreaker, Classification, Classify, Clock, ConfigError, FailureKind, MonotonicClock,
+    Outcome, Rejected,
 };
 
 /// Classifies reqwest's results for a breaker. See the [module docs](self) for the table.
@@ -104,7 +105,14 @@ impl ReqwestClassifier {
         }
         match e.status() {
             // `error_for_status`: the status decides, as for a response.
-            Some(status) => Classification::new(Outcome::from_http_status(status.as_u16())),
+            Some(status) => {
+                let status = status.as_u16();
+                let mut c = Classification::new(Outcome::from_http_status(status));
+                c.kind = Classification::http_kind(status);
+                c
+            }
+            None if e.is_timeout() => Classification::failure(FailureKind::Timeout),
+            None if e.is_connect() => Classification::failure(FailureKind::Connection),
             None => Classification::new(Outcome::Failure),
         }
     }

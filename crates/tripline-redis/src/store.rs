@@ -501,6 +501,38 @@ fn default_redis_breaker() -> BreakerConfig {
         .unwrap_or_default()
 }
 
+/// Refuses the settings the functions do not host yet, rather than ignore them.
+fn hosted(config: &BreakerConfig) -> Result<(), ConfigError> {
+    let not_yet = |field: &str, value: &str, allowed: &str| {
+        Err(ConfigError::new(
+            field,
+            value,
+            format!("{allowed}: the shared breaker does not host it yet"),
+        ))
+    };
+    if config.after_max_wait() != tripline::AfterMaxWait::Open {
+        return not_yet("half_open.after_max_wait", "closed", "\"open\"");
+    }
+    if !config.failure_kinds().is_default() {
+        return not_yet(
+            "failure_kinds",
+            &format!("{:?}", config.failure_kinds()),
+            "every kind weighing 1",
+        );
+    }
+    if let Some(l) = config.lumping_interval() {
+        return not_yet(
+            "lumping_interval",
+            &humantime::format_duration(l).to_string(),
+            "unset",
+        );
+    }
+    if config.call_durations() {
+        return not_yet("call_durations", "true", "false");
+    }
+    Ok(())
+}
+
 fn validate_scope(scope: &str) -> Result<(), ConfigError> {
     if scope.is_empty() || scope.len() > 200 || scope.contains(['{', '}']) {
         return Err(ConfigError::new(
@@ -583,6 +615,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         clock: C,
     ) -> Result<Self, ConfigError> {
         validate_scope(scope)?;
+        hosted(&config)?;
         shared.validate()?;
         let replica = shared.replica_id.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
@@ -2053,6 +2086,34 @@ mod tests {
     fn a_backend_outside_a_runtime_is_an_error_not_a_panic() {
         let err = Backend::single("redis://127.0.0.1:1/").unwrap_err();
         assert!(err.to_string().contains("within a Tokio runtime"), "{err}");
+    }
+
+    /// Settings the functions do not host are refused by name, not silently ignored.
+    #[test]
+    fn settings_the_functions_do_not_host_are_refused() {
+        use tripline::{AfterMaxWait, FailureKind};
+        let b = || BreakerConfig::builder();
+        for (config, field) in [
+            (
+                b().half_open_max_wait(Duration::from_secs(5))
+                    .half_open_after_max_wait(AfterMaxWait::Closed),
+                "half_open.after_max_wait",
+            ),
+            (
+                b().failure_kind_weight(FailureKind::RateLimited, 0),
+                "failure_kinds",
+            ),
+            (
+                b().lumping_interval(Duration::from_secs(1)),
+                "lumping_interval",
+            ),
+            (b().call_durations(true), "call_durations"),
+        ] {
+            let err = hosted(&config.build().unwrap()).unwrap_err();
+            assert_eq!(err.field(), field);
+            assert!(err.allowed().contains("does not host it yet"), "{err}");
+        }
+        assert!(hosted(&BreakerConfig::default()).is_ok());
     }
 
     #[test]

@@ -16,12 +16,12 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::clock::{Clock, MonotonicClock, nanos};
-use crate::config::{BreakerConfig, HalfOpenPolicy, WindowConfig};
-use crate::error::{BreakerName, CallError, ConfigError, Rejected};
+use crate::config::{AfterMaxWait, BreakerConfig, HalfOpenPolicy, WindowConfig};
+use crate::error::{BreakerName, CallError, ConfigError, RejectReason, Rejected};
 use crate::event::{EventKind, Listener, Reason};
-use crate::outcome::{Classification, Classify, Outcome, ResultClassifier};
+use crate::outcome::{Classification, Classify, FailureKind, Outcome, ResultClassifier};
 use crate::state::{State, Word};
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering, lock};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU128, Mutex, Ordering, lock};
 use crate::window::{CountWindow, Sample, TimeWindow, Window, WindowSnapshot};
 use crate::{
     event::Hub,
@@ -31,6 +31,27 @@ use crate::{
 use once_cell::race::OnceBox;
 
 const PPM: u64 = 1_000_000;
+
+/// How long a transition to Open waits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OpenWait {
+    /// The configured wait (jitter, backoff), at least the hint (capped).
+    Rules(Option<Duration>),
+    /// Exactly this many nanoseconds (an operator's explicit wait).
+    Exactly(u64),
+}
+
+impl OpenWait {
+    pub(crate) const RULES: OpenWait = OpenWait::Rules(None);
+}
+
+/// The state a half-open breaker goes to after its maximum wait.
+fn after_max_wait(c: &BreakerConfig) -> State {
+    match c.after_max_wait {
+        AfterMaxWait::Open => State::Open,
+        AfterMaxWait::Closed => State::Closed,
+    }
+}
 
 /// A circuit breaker for one dependency. Cloning is cheap and clones share the breaker.
 ///
@@ -82,9 +103,18 @@ struct Hot {
     minimum_calls: AtomicU32,
     /// The consecutive-failures limit (0: rule off).
     consecutive_limit: AtomicU32,
-    /// `generation tag << 32 | consecutive failures so far` (kept only while the rule is on):
-    /// a failure of an older generation can never extend a newer generation's run.
+    /// `generation tag << 32 | consecutive failures so far` (for the rule and the metrics): a
+    /// failure of an older generation can never extend a newer generation's run. A success
+    /// reads it and writes only when a run of failures ends.
     consecutive: AtomicU64,
+    /// The successes counted (all lanes) when the last failure was, or the state last changed:
+    /// the current run of successes is the count since then. Written by failures and
+    /// transitions, never by successes.
+    success_mark: AtomicU64,
+    /// What failures read: the failure-kind weights, a nibble per kind
+    /// ([`crate::FailureKindWeights`]), and [`LUMPING`] when lumping is on (its interval is in
+    /// the cold part).
+    failure_rules: AtomicU32,
     in_flight: AtomicBool,
     /// MetricsOnly: `generation tag << 32 | rules that fired at the last evaluation` (bits of
     /// [`Rules`]), so each rule is reported once each time it starts firing.
@@ -122,6 +152,9 @@ impl Rules {
     }
 }
 
+/// The bit of `Hot::failure_rules` that says lumping is on.
+const LUMPING: u32 = 1 << 31;
+
 /// Generation tags of the 32-bit packed counters.
 #[inline]
 fn tag32(generation: u64) -> u64 {
@@ -137,6 +170,8 @@ impl Hot {
             minimum_calls: AtomicU32::new(0),
             consecutive_limit: AtomicU32::new(0),
             consecutive: AtomicU64::new(0),
+            success_mark: AtomicU64::new(0),
+            failure_rules: AtomicU32::new(0),
             in_flight: AtomicBool::new(false),
             would_trip: AtomicU64::new(0),
         };
@@ -156,6 +191,19 @@ impl Hot {
         self.consecutive_limit
             .store(c.consecutive_failures.unwrap_or(0), r);
         self.in_flight.store(c.count_in_flight_as_slow, r);
+        let lumping = if c.lumping_interval.is_some() {
+            LUMPING
+        } else {
+            0
+        };
+        self.failure_rules
+            .store(c.failure_kinds.packed() | lumping, r);
+    }
+
+    /// How much a failure of `kind` counts.
+    #[inline]
+    fn weight(&self, kind: FailureKind) -> u32 {
+        (self.failure_rules.load(Ordering::Relaxed) >> (4 * kind.index())) & 0xF
     }
 
     #[inline]
@@ -168,26 +216,36 @@ impl Hot {
         u64::from(self.slow_ppm.load(Ordering::Relaxed))
     }
 
-    /// Counts a failure in `generation`'s run; returns the run's length (0 when a newer
-    /// generation's run is in place: this failure is stale).
+    /// Counts a failure of `weight` in `generation`'s run; returns the run's length (0 when a
+    /// newer generation's run is in place: this failure is stale).
     #[inline]
-    fn consecutive_failure(&self, generation: u64) -> u32 {
+    fn consecutive_failure(&self, generation: u64, weight: u32) -> u32 {
         let t = tag32(generation);
         let r = Ordering::Relaxed;
         let next = |v: u64| {
             let (vt, n) = (v >> 32, v as u32);
             if vt == t {
                 // Saturating: in MetricsOnly nothing resets a run of failures.
-                Some(t << 32 | u64::from(n.saturating_add(1)))
+                Some(t << 32 | u64::from(n.saturating_add(weight)))
             } else if tag::newer(vt, t, 32) {
                 None
             } else {
-                Some(t << 32 | 1)
+                Some(t << 32 | u64::from(weight))
             }
         };
         match self.consecutive.fetch_update(r, r, next) {
             Ok(before) => next(before).map_or(0, |v| v as u32),
             Err(_) => 0,
+        }
+    }
+
+    /// The current run of failures of `generation` (0 for any other generation's).
+    fn consecutive_failures(&self, generation: u64) -> u64 {
+        let v = self.consecutive.load(Ordering::Relaxed);
+        if v >> 32 == tag32(generation) {
+            u64::from(v as u32)
+        } else {
+            0
         }
     }
 
@@ -211,10 +269,13 @@ impl Hot {
 struct Lane {
     successes: AtomicU64,
     failures: AtomicU64,
-    slow: AtomicU64,
+    slow_successes: AtomicU64,
+    slow_failures: AtomicU64,
     ignored: AtomicU64,
     abandoned: AtomicU64,
-    rejected: AtomicU64,
+    /// Refusals while Open and ForcedOpen (the lock-free refusals; HalfOpen's are counted in
+    /// the cold part, under the lock that refused them).
+    rejected: [AtomicU64; 2],
     inflight: InFlight,
 }
 
@@ -223,10 +284,11 @@ impl Lane {
         Self {
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
-            slow: AtomicU64::new(0),
+            slow_successes: AtomicU64::new(0),
+            slow_failures: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
-            rejected: AtomicU64::new(0),
+            rejected: std::array::from_fn(|_| AtomicU64::new(0)),
             inflight: InFlight::new(slow_nanos),
         }
     }
@@ -250,7 +312,11 @@ impl Lane {
             }
         };
         if slow {
-            self.slow.fetch_add(1, r);
+            if failure {
+                self.slow_failures.fetch_add(1, r);
+            } else {
+                self.slow_successes.fetch_add(1, r);
+            }
         }
         Some(failure)
     }
@@ -270,6 +336,8 @@ struct Lease {
 #[derive(Debug)]
 struct Round {
     leases: Vec<Option<Lease>>,
+    /// Probes admitted in this round (expired, abandoned and ignored ones included).
+    admitted: u32,
     results: u32,
     failures: u32,
     slow: u32,
@@ -280,6 +348,7 @@ impl Round {
     fn new(k: u32) -> Self {
         Self {
             leases: vec![None; k as usize],
+            admitted: 0,
             results: 0,
             failures: 0,
             slow: 0,
@@ -317,6 +386,16 @@ struct Cold {
     hub: Hub,
     stale: AtomicU64,
     expired_probes: AtomicU64,
+    /// Failures by the kind their classifier gave (whatever the kind's weight).
+    kind_failures: [AtomicU64; 7],
+    /// Failures lumped into an earlier one.
+    lumped: AtomicU64,
+    /// Refusals while HalfOpen (every probe slot taken).
+    half_open_rejected: AtomicU64,
+    /// Lumping: `generation << 64 | 1 + when the last counted failure was` (0: none yet).
+    lump: AtomicU128,
+    /// The lumping interval in nanoseconds (read while `Hot::failure_rules` says lumping is on).
+    lump_nanos: AtomicU64,
     #[cfg(feature = "tokio")]
     notify: tokio::sync::Notify,
 }
@@ -343,6 +422,9 @@ pub(crate) struct Inner<C> {
     /// once that part exists.
     config: Arc<BreakerConfig>,
     cold: OnceBox<Cold>,
+    /// The state gauges of the `metrics` feature, kept current by every transition.
+    #[cfg(feature = "metrics")]
+    state_gauges: OnceBox<crate::observe::StateGauges>,
 }
 
 /// What happened to a recorded result.
@@ -366,6 +448,9 @@ pub enum Recorded {
     Stale,
     /// The breaker is Disabled and records nothing.
     Disabled,
+    /// A failure within the lumping interval of the last counted one: counted in the metrics,
+    /// not in the window.
+    Lumped,
 }
 
 impl Recorded {
@@ -435,10 +520,36 @@ macro_rules! permit_methods {
             self.record_classified(Classification::new(outcome))
         }
 
-        /// Records a classification, with its optional `Retry-After` hint.
+        /// Records a classification, with its optional `Retry-After` hint and failure kind.
         pub fn record_classified(mut self, c: Classification) -> Recorded {
             self.done = true;
-            self.inner.settle(self.ticket, c)
+            self.inner.settle(self.ticket, c, None)
+        }
+
+        /// Records an outcome or a classification with the call's duration as the caller
+        /// measured it (an HTTP client's own timing, a batched job), instead of the time since
+        /// the permit was granted. The duration decides whether the call was slow; the result
+        /// still lands in the window at the time it is recorded.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tripline::{BreakerConfig, CircuitBreaker};
+        ///
+        /// let config = BreakerConfig::builder().slow_call_duration(Duration::from_secs(2)).build()?;
+        /// let breaker = CircuitBreaker::new("batch", config);
+        /// let permit = breaker.try_acquire().unwrap();
+        /// permit.record_with_duration(tripline::Outcome::Success, Duration::from_secs(3));
+        /// assert_eq!(breaker.metrics().slow_successful_calls, 1);
+        /// # Ok::<(), tripline::ConfigError>(())
+        /// ```
+        pub fn record_with_duration(
+            mut self,
+            c: impl Into<Classification>,
+            duration: Duration,
+        ) -> Recorded {
+            self.done = true;
+            self.inner
+                .settle(self.ticket, c.into(), Some(nanos(duration)))
         }
 
         /// The generation this permit was granted in.
@@ -502,7 +613,108 @@ impl<C: Clock> Drop for OwnedPermit<C> {
     }
 }
 
+/// Refused calls by the state that refused them (resilience4j's "not permitted calls", per
+/// state).
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, State};
+/// let breaker = CircuitBreaker::new("db", BreakerConfig::default());
+/// breaker.force_open();
+/// let _ = breaker.try_acquire();
+/// assert_eq!(breaker.metrics().rejections.in_state(State::ForcedOpen), 1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct Rejections {
+    /// Refused while Open.
+    pub open: u64,
+    /// Refused while HalfOpen, every probe slot taken.
+    pub half_open: u64,
+    /// Refused while ForcedOpen.
+    pub forced_open: u64,
+}
+
+impl Rejections {
+    /// Refusals in `state` (0 for the states that never refuse).
+    pub fn in_state(&self, state: State) -> u64 {
+        match state {
+            State::Open => self.open,
+            State::HalfOpen => self.half_open,
+            State::ForcedOpen => self.forced_open,
+            _ => 0,
+        }
+    }
+
+    /// All refusals.
+    pub fn total(&self) -> u64 {
+        self.open + self.half_open + self.forced_open
+    }
+}
+
+/// The probes of the current half-open round (all zero in other states).
+///
+/// ```
+/// use tripline::ProbeCounts;
+/// assert_eq!(ProbeCounts::default().admitted, 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ProbeCounts {
+    /// Probes admitted in this round (expired, abandoned and ignored ones included).
+    pub admitted: u32,
+    /// Probes in flight now.
+    pub in_flight: u32,
+    /// Probe results that were successes (slow ones included).
+    pub succeeded: u32,
+    /// Probe results that were failures.
+    pub failed: u32,
+    /// Probe results that were slow (successful or not).
+    pub slow: u32,
+}
+
+/// Failures by [`FailureKind`], counted whatever the kind's weight.
+///
+/// ```
+/// use tripline::{KindCounts, FailureKind};
+/// assert_eq!(KindCounts::default().get(FailureKind::Timeout), 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindCounts([u64; 7]);
+
+impl KindCounts {
+    /// Failures of `kind`.
+    pub fn get(&self, kind: FailureKind) -> u64 {
+        self.0[kind.index()]
+    }
+
+    /// Every kind with its count, in [`FailureKind::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (FailureKind, u64)> + '_ {
+        FailureKind::ALL.into_iter().map(|k| (k, self.get(k)))
+    }
+
+    /// Failures that carried a kind.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for KindCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(7))?;
+        for (k, n) in self.iter() {
+            m.serialize_entry(k.as_str(), &n)?;
+        }
+        m.end()
+    }
+}
+
 /// A snapshot of a breaker's state and counters since creation.
+///
+/// The counters (`*_calls`, `rejections`, `failures_by_kind`, ...) count since the breaker was
+/// made; the window, its rates and durations, the runs of consecutive outcomes and the probe
+/// counts describe now.
 ///
 /// ```
 /// use tripline::{BreakerConfig, CircuitBreaker, State};
@@ -510,6 +722,9 @@ impl<C: Clock> Drop for OwnedPermit<C> {
 /// let _ = breaker.call(|| Err::<(), _>("boom"));
 /// let m = breaker.metrics();
 /// assert_eq!((m.state, m.failed_calls, m.window.failures), (State::Closed, 1, 1));
+/// // One call is below the default minimum of 20: the rates are not evaluated yet.
+/// assert_eq!(m.failure_rate, None);
+/// assert_eq!(m.consecutive_failures, 1);
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -521,16 +736,48 @@ pub struct Metrics {
     pub generation: u64,
     /// The closed window now, with overdue in-flight calls.
     pub window: WindowSnapshot,
+    /// The window's failure rate in percent, or `None` while it holds fewer than the minimum
+    /// calls: not yet evaluated (resilience4j reports -1 there), which is not the same as 0.
+    pub failure_rate: Option<f64>,
+    /// The window's slow-call rate in percent (overdue in-flight calls included), or `None`
+    /// below the minimum calls.
+    pub slow_call_rate: Option<f64>,
+    /// The total duration of the window's calls (`None` unless `call_durations` is on). A
+    /// weighted failure counts its duration once per outcome it adds.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub total_duration: Option<Duration>,
+    /// The mean duration of the window's calls (`None` unless `call_durations` is on and the
+    /// window holds a call).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub mean_duration: Option<Duration>,
     /// Calls recorded as successes (slow ones included).
     pub successful_calls: u64,
-    /// Calls recorded as failures.
+    /// Calls recorded as failures (lumped ones included).
     pub failed_calls: u64,
-    /// Calls recorded as slow (successful or not).
+    /// Calls recorded as slow (successful or not): `slow_successful_calls + slow_failed_calls`.
     pub slow_calls: u64,
-    /// Calls whose outcome was ignored.
+    /// Successful calls that were slow.
+    pub slow_successful_calls: u64,
+    /// Failed calls that were slow.
+    pub slow_failed_calls: u64,
+    /// Calls whose outcome was ignored (failures of a kind weighing 0 included).
     pub ignored_calls: u64,
-    /// Calls the breaker refused.
+    /// Failures by the kind their classifier gave.
+    pub failures_by_kind: KindCounts,
+    /// Failures lumped into an earlier one (`lumping_interval`).
+    pub lumped_failures: u64,
+    /// The current run of failures since the last success or state change (a weighted
+    /// failure adds its weight).
+    pub consecutive_failures: u64,
+    /// The current run of successes since the last failure or state change (approximate while
+    /// results race each other).
+    pub consecutive_successes: u64,
+    /// Calls the breaker refused: `rejections.total()`.
     pub rejected_calls: u64,
+    /// Calls the breaker refused, by state.
+    pub rejections: Rejections,
+    /// The current half-open round.
+    pub probes: ProbeCounts,
     /// Results discarded because their generation (or probe lease) was old.
     pub stale_results: u64,
     /// Permits dropped without a result.
@@ -593,13 +840,16 @@ impl<C: Clock> CircuitBreaker<C> {
         let config = config.into();
         let now = clock.now();
         let window = match config.window {
-            WindowConfig::Count { size } => Window::Count(CountWindow::new(size)),
+            WindowConfig::Count { size } => {
+                Window::Count(CountWindow::new(size, config.call_durations))
+            }
             WindowConfig::Time { length, bucket } => Window::Time(TimeWindow::new(
                 nanos(bucket),
                 // At most 4,096 buckets (validated).
                 u32::try_from(length.as_nanos() / bucket.as_nanos()).unwrap_or(u32::MAX),
                 config.stripes,
                 now,
+                config.call_durations,
             )),
         };
         let slow_nanos = nanos(config.slow_call_duration);
@@ -625,6 +875,8 @@ impl<C: Clock> CircuitBreaker<C> {
             clock,
             config,
             cold: OnceBox::new(),
+            #[cfg(feature = "metrics")]
+            state_gauges: OnceBox::new(),
         };
         // loom cannot see through `OnceBox`'s std atomics, so under the model checker the cold
         // part exists before the breaker is shared; its lazy publication is once_cell's.
@@ -750,15 +1002,34 @@ impl<C: Clock> CircuitBreaker<C> {
         let inner = &*self.inner;
         let r = Ordering::Relaxed;
         let sum = |f: fn(&Lane) -> &AtomicU64| inner.lanes().map(|l| f(l).load(r)).sum();
+        let rejections = Rejections {
+            open: sum(|l| &l.rejected[0]),
+            half_open: inner.cold.get().map_or(0, |c| c.half_open_rejected.load(r)),
+            forced_open: sum(|l| &l.rejected[1]),
+        };
+        let slow_successful_calls = sum(|l| &l.slow_successes);
+        let slow_failed_calls = sum(|l| &l.slow_failures);
         let mut m = Metrics {
             state: State::Closed,
             generation: 0,
             window: WindowSnapshot::default(),
+            failure_rate: None,
+            slow_call_rate: None,
+            total_duration: None,
+            mean_duration: None,
             successful_calls: sum(|l| &l.successes),
             failed_calls: sum(|l| &l.failures),
-            slow_calls: sum(|l| &l.slow),
+            slow_calls: slow_successful_calls + slow_failed_calls,
+            slow_successful_calls,
+            slow_failed_calls,
             ignored_calls: sum(|l| &l.ignored),
-            rejected_calls: sum(|l| &l.rejected),
+            failures_by_kind: KindCounts::default(),
+            lumped_failures: 0,
+            consecutive_failures: 0,
+            consecutive_successes: 0,
+            rejected_calls: rejections.total(),
+            rejections,
+            probes: ProbeCounts::default(),
             stale_results: 0,
             abandoned_permits: sum(|l| &l.abandoned),
             expired_probes: 0,
@@ -777,13 +1048,44 @@ impl<C: Clock> CircuitBreaker<C> {
             m.stale_results = cold.stale.load(r);
             m.expired_probes = cold.expired_probes.load(r);
             m.listener_panics = cold.hub.listener_panics.load(r);
+            m.lumped_failures = cold.lumped.load(r);
+            m.failures_by_kind = KindCounts(std::array::from_fn(|i| cold.kind_failures[i].load(r)));
             let core = lock(&cold.core);
             word = Word(inner.word.load(Ordering::Acquire));
             core
         });
         let now = inner.clock.now();
         (m.state, m.generation) = (word.state(), word.generation());
-        m.window = inner.snapshot(now);
+        let closed_generation = inner.closed_generation.load(Ordering::Acquire);
+        m.window = inner.snapshot_of(closed_generation, now);
+        let min = u64::from(inner.hot.minimum_calls.load(r).max(1));
+        if m.window.calls >= min {
+            m.failure_rate = Some(m.window.failure_rate());
+        }
+        if m.window.total() >= min {
+            m.slow_call_rate = Some(m.window.slow_rate());
+        }
+        if let Some(d) = inner.window.durations(closed_generation, now) {
+            let us = |n: u64| Duration::from_micros(n);
+            if d.calls == 0 || m.window.calls == 0 {
+                m.total_duration = Some(Duration::ZERO);
+            } else {
+                let mean = d.micros / d.calls;
+                m.mean_duration = Some(us(mean));
+                // A time bucket whose durations were halved keeps their mean, not their sum.
+                m.total_duration = Some(us(if d.calls == m.window.calls {
+                    d.micros
+                } else {
+                    mean.saturating_mul(m.window.calls)
+                }));
+            }
+        }
+        m.consecutive_failures = inner.hot.consecutive_failures(word.generation());
+        if m.consecutive_failures == 0 {
+            m.consecutive_successes = m
+                .successful_calls
+                .saturating_sub(inner.hot.success_mark.load(r));
+        }
         // Without the cold part the breaker never left Closed: in it since its creation.
         m.time_in_state =
             Duration::from_nanos(now.saturating_sub(inner.closed_since.load(Ordering::Relaxed)));
@@ -794,7 +1096,15 @@ impl<C: Clock> CircuitBreaker<C> {
                 |s: State| core.time_in[s as usize] + if word.state() == s { current } else { 0 };
             m.transitions = core.transitions;
             if word.state() == State::HalfOpen {
-                m.probes_in_flight = core.round.in_flight() as u32;
+                let round = &core.round;
+                m.probes_in_flight = round.in_flight() as u32;
+                m.probes = ProbeCounts {
+                    admitted: round.admitted,
+                    in_flight: m.probes_in_flight,
+                    succeeded: round.results - round.failures,
+                    failed: round.failures,
+                    slow: round.slow,
+                };
             }
             m.time_open = Duration::from_nanos(time_in(State::Open) + time_in(State::ForcedOpen));
             m.time_half_open = Duration::from_nanos(time_in(State::HalfOpen));
@@ -886,15 +1196,16 @@ impl<C: Clock> CircuitBreaker<C> {
                         .half_open_max_wait
                         .is_some_and(|w| now >= core.half_open_since.saturating_add(nanos(w)))
                 {
+                    let to = after_max_wait(&core.config);
                     let snap = inner.snapshot(now);
                     inner.transition(
                         &mut core,
                         word,
-                        State::Open,
+                        to,
                         Reason::HalfOpenTimeout,
                         snap,
                         now,
-                        None,
+                        OpenWait::RULES,
                     );
                 }
                 drop(core);
@@ -944,7 +1255,7 @@ impl<C: Clock> CircuitBreaker<C> {
                 Reason::Operator,
                 snap,
                 now,
-                None,
+                OpenWait::RULES,
             );
         }
         drop(core);
@@ -970,13 +1281,13 @@ impl<C: Clock> CircuitBreaker<C> {
         let inner = &*self.inner;
         let cold = inner.cold();
         let mut core = lock(&cold.core);
-        if config.window != core.config.window || config.stripes != core.config.stripes {
+        if !config.same_shape(&core.config) {
             return Err(ConfigError::new(
                 "window",
-                format!("{:?} with {} stripe(s)", config.window, config.stripes),
+                config.shape(),
                 format!(
-                    "the live breaker's shape, {:?} with {} stripe(s); build a new breaker to change it",
-                    core.config.window, core.config.stripes
+                    "the live breaker's shape, {}; build a new breaker to change it",
+                    core.config.shape()
                 ),
             ));
         }
@@ -999,6 +1310,8 @@ impl<C: Clock> CircuitBreaker<C> {
                 .saturating_add(inner.lane.inflight.width());
             inner.next_inflight_check.store(next, Ordering::Relaxed);
         }
+        cold.lump_nanos
+            .store(config.lumping_interval.map_or(0, nanos), Ordering::Relaxed);
         inner.hot.set(&config);
         core.config = config;
         let now = inner.clock.now();
@@ -1013,12 +1326,45 @@ impl<C: Clock> CircuitBreaker<C> {
         // wait for the next failure.
         if word.state() == State::Closed {
             if let Some((reason, snap)) = inner.trip_reason(word.generation(), now, None, true) {
-                inner.transition(&mut core, word, State::Open, reason, snap, now, None);
+                inner.transition(
+                    &mut core,
+                    word,
+                    State::Open,
+                    reason,
+                    snap,
+                    now,
+                    OpenWait::RULES,
+                );
             }
         }
         drop(core);
         cold.hub.dispatch();
         Ok(())
+    }
+
+    /// The shared part, for the other modules of the crate.
+    pub(crate) fn inner(&self) -> &Inner<C> {
+        &self.inner
+    }
+
+    /// Makes `gauges` follow every transition of this breaker from now on, showing the state
+    /// now; `false` (and nothing changed) if other gauges already follow it.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn attach_state_gauges(&self, gauges: &crate::observe::StateGauges) -> bool {
+        let inner = &*self.inner;
+        if inner.state_gauges.set(Box::new(gauges.clone())).is_err() {
+            return false;
+        }
+        crate::sync::fence(Ordering::SeqCst);
+        // A transition that missed the gauges published its word before looking: show the
+        // state until it reads the same after showing it.
+        loop {
+            let s = self.state();
+            gauges.show(s);
+            if self.state() == s {
+                return true;
+            }
+        }
     }
 
     /// Whether handles other than the caller's `holders` exist (a call in flight, a caller
@@ -1076,6 +1422,7 @@ impl<C: Clock> CircuitBreaker<C> {
 
 impl Cold {
     fn new(config: Arc<BreakerConfig>, created: u64) -> Self {
+        let lump_nanos = config.lumping_interval.map_or(0, nanos);
         Self {
             core: Mutex::new(Core {
                 // Probe leases are made on entering HalfOpen.
@@ -1093,6 +1440,11 @@ impl Cold {
             hub: Hub::new(),
             stale: AtomicU64::new(0),
             expired_probes: AtomicU64::new(0),
+            kind_failures: std::array::from_fn(|_| AtomicU64::new(0)),
+            lumped: AtomicU64::new(0),
+            half_open_rejected: AtomicU64::new(0),
+            lump: AtomicU128::new(0),
+            lump_nanos: AtomicU64::new(lump_nanos),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         }
@@ -1152,34 +1504,51 @@ impl<C: Clock> Inner<C> {
         self.cold.get().filter(|c| c.hub.wants_call_events())
     }
 
-    /// Records a permit's result.
-    fn settle(&self, t: Ticket, c: Classification) -> Recorded {
+    /// Records a permit's result; `elapsed` is the caller's own measure of the call, if given.
+    fn settle(&self, t: Ticket, c: Classification, elapsed: Option<u64>) -> Recorded {
         let (recorded, now) = match t.kind {
             Kind::Passthrough => return Recorded::Disabled,
             Kind::Window { cohort, lane } => {
                 self.lane_at(lane).inflight.exit(cohort, t.generation);
                 let now = self.clock.now();
-                let r = self.record_window(t.generation, now.saturating_sub(t.started), now, c);
-                (r, now)
+                let took = elapsed.unwrap_or_else(|| now.saturating_sub(t.started));
+                (self.record_window(t.generation, took, now, c), now)
             }
             Kind::Probe { slot, token } => {
                 let now = self.clock.now();
                 (
-                    self.record_probe(t.generation, slot, token, t.started, now, c),
+                    self.record_probe(
+                        t.generation,
+                        slot,
+                        token,
+                        now,
+                        elapsed.unwrap_or_else(|| now.saturating_sub(t.started)),
+                        c,
+                    ),
                     now,
                 )
             }
         };
         // One atomic load when no listener wants outcomes (none can before the cold part).
         if let Some(cold) = self.cold.get().filter(|c| c.hub.wants_outcome_events()) {
-            self.outcome_event(cold, t, now, c.outcome, recorded);
+            self.outcome_event(cold, t, now, elapsed, c.outcome, recorded);
         }
         recorded
     }
 
     #[cold]
-    fn outcome_event(&self, cold: &Cold, t: Ticket, now: u64, outcome: Outcome, r: Recorded) {
-        let elapsed = now.saturating_sub(t.started);
+    fn outcome_event(
+        &self,
+        cold: &Cold,
+        t: Ticket,
+        now: u64,
+        took: Option<u64>,
+        outcome: Outcome,
+        r: Recorded,
+    ) {
+        // The caller's own measure of the call when it gave one. The failure's kind is in the
+        // classification (`c.kind`) at the call site, for an event that carries it.
+        let elapsed = took.unwrap_or_else(|| now.saturating_sub(t.started));
         cold.hub.outcome_event(
             now,
             &self.name,
@@ -1192,6 +1561,106 @@ impl<C: Clock> Inner<C> {
                 counted: r == Recorded::Counted,
             },
         );
+    }
+
+    /// Counts a failure of `kind` in the metrics.
+    #[cold]
+    fn count_kind(&self, kind: FailureKind) {
+        self.cold().kind_failures[kind.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a failure of `generation` at `now` falls within the lumping interval of the last
+    /// counted one (and so counts only in the metrics); if not, it becomes the last counted one.
+    #[cold]
+    fn lumped(&self, generation: u64, now: u64) -> bool {
+        let cold = self.cold();
+        let interval = cold.lump_nanos.load(Ordering::Relaxed);
+        let lump = &cold.lump;
+        let mut cur = lump.load(Ordering::Relaxed);
+        loop {
+            // `at` is the time plus one (saturating), so 0 says "none counted yet".
+            let (g, at) = ((cur >> 64) as u64, cur as u64);
+            if g == generation && at != 0 && now >= at - 1 && now - (at - 1) < interval {
+                return true;
+            }
+            // A newer generation's interval is not this failure's to move: its result is stale
+            // and the window will say so.
+            if g > generation {
+                return false;
+            }
+            let new = u128::from(generation) << 64 | u128::from(now.saturating_add(1));
+            match lump.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return false,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// What a failure weighs, or how it was recorded instead of counting in the window (its
+    /// kind weighs 0, or it is lumped into an earlier one).
+    #[inline(never)]
+    fn admit_failure(
+        &self,
+        generation: u64,
+        now: u64,
+        kind: Option<FailureKind>,
+        slow: bool,
+    ) -> Result<u32, Recorded> {
+        let mut weight = 1;
+        if let Some(kind) = kind {
+            weight = self.hot.weight(kind);
+            if weight == 0 {
+                self.count_kind(kind);
+                self.lane().1.count(Outcome::Ignored, slow);
+                return Err(Recorded::Ignored);
+            }
+        }
+        if self.hot.failure_rules.load(Ordering::Relaxed) & LUMPING != 0
+            && self.lumped(generation, now)
+        {
+            if let Some(kind) = kind {
+                self.count_kind(kind);
+            }
+            self.cold().lumped.fetch_add(1, Ordering::Relaxed);
+            self.lane().1.count(Outcome::Failure, slow);
+            return Err(Recorded::Lumped);
+        }
+        Ok(weight)
+    }
+
+    /// After a failure landed in the window: its further outcomes if it weighs more than one
+    /// (a reset meanwhile ends them), its kind, the run of failures. Returns the run if the
+    /// consecutive rule fires.
+    #[inline(never)]
+    fn counted_failure(
+        &self,
+        generation: u64,
+        now: u64,
+        sample: Sample,
+        weight: u32,
+        kind: Option<FailureKind>,
+    ) -> Option<u64> {
+        for _ in 1..weight {
+            if self.window.record(generation, now, sample).is_none() {
+                break;
+            }
+        }
+        if let Some(kind) = kind {
+            self.count_kind(kind);
+        }
+        let n = self.hot.consecutive_failure(generation, weight);
+        self.hot
+            .success_mark
+            .store(self.successes(), Ordering::Relaxed);
+        let limit = self.hot.consecutive_limit.load(Ordering::Relaxed);
+        (limit != 0 && n >= limit).then_some(u64::from(n))
+    }
+
+    /// Successes counted so far (every lane).
+    fn successes(&self) -> u64 {
+        self.lanes()
+            .map(|l| l.successes.load(Ordering::Relaxed))
+            .sum()
     }
 
     #[inline]
@@ -1223,7 +1692,7 @@ impl<C: Clock> Inner<C> {
                     let now = self.clock.recent();
                     let until = self.open_until.load(Ordering::Acquire);
                     if now < until {
-                        return Err(self.reject(State::Open, Some(until - now), now));
+                        return Err(self.reject::<0>(Some(until - now), now));
                     }
                     self.open_to_half_open(word, self.clock.now());
                 }
@@ -1240,7 +1709,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(self.reject(State::ForcedOpen, None, self.clock.recent()));
+                    return Err(self.reject::<2>(None, self.clock.recent()));
                 }
             }
         }
@@ -1266,19 +1735,52 @@ impl<C: Clock> Inner<C> {
         snap
     }
 
+    /// A refusal by the state of slot `SLOT` of `Lane::rejected` (Open 0, HalfOpen 1,
+    /// ForcedOpen 2); the slot is a constant, so the counter, the state and the reason cost
+    /// nothing to find.
     #[cold]
-    fn reject(&self, state: State, retry_after: Option<u64>, now: u64) -> Rejected {
-        self.lane().1.rejected.fetch_add(1, Ordering::Relaxed);
+    fn reject<const SLOT: usize>(&self, retry_after: Option<u64>, now: u64) -> Rejected {
+        const STATES: [State; 3] = [State::Open, State::HalfOpen, State::ForcedOpen];
+        let state = STATES[SLOT];
+        let reason = RejectReason::of_state(state);
+        match SLOT {
+            1 => self
+                .cold()
+                .half_open_rejected
+                .fetch_add(1, Ordering::Relaxed),
+            _ => self.lane().1.rejected[SLOT / 2].fetch_add(1, Ordering::Relaxed),
+        };
         let retry_after = retry_after.map(Duration::from_nanos);
         if let Some(cold) = self.call_events() {
-            cold.hub
-                .call_event(now, &self.name, EventKind::Rejected { state, retry_after });
+            Self::rejection_event(cold, &self.name, state, reason, retry_after, now);
         }
         Rejected {
             breaker: self.name.clone(),
             state,
+            reason,
             retry_after,
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rejection_event(
+        cold: &Cold,
+        name: &BreakerName,
+        state: State,
+        reason: RejectReason,
+        retry_after: Option<Duration>,
+        now: u64,
+    ) {
+        cold.hub.call_event(
+            now,
+            name,
+            EventKind::Rejected {
+                state,
+                reason,
+                retry_after,
+            },
+        );
     }
 
     fn stale(&self, permit_generation: u64, now: u64) -> Recorded {
@@ -1373,34 +1875,40 @@ impl<C: Clock> Inner<C> {
         }
         let r = Ordering::Relaxed;
         let slow = elapsed > self.hot.slow_nanos.load(r);
+        let mut weight = 1;
         let failure = match c.outcome {
             Outcome::Ignored => {
                 self.lane().1.count(c.outcome, slow);
                 return Recorded::Ignored;
             }
-            o => o == Outcome::Failure,
+            Outcome::Success => false,
+            Outcome::Failure => {
+                match self.admit_failure(generation, now, c.kind, slow) {
+                    Ok(w) => weight = w,
+                    Err(recorded) => return recorded,
+                }
+                true
+            }
         };
         // The window decides whether the result is this generation's: a reset that ran since
         // the check above leaves the result nowhere.
-        let Some(filling) = self
-            .window
-            .record(generation, now, Sample { failure, slow })
-        else {
+        let sample = Sample {
+            failure,
+            slow,
+            nanos: elapsed,
+        };
+        let Some(filling) = self.window.record(generation, now, sample) else {
             return self.stale(generation, now);
         };
         self.lane().1.count(c.outcome, slow);
-        let mut consecutive = None;
-        let limit = self.hot.consecutive_limit.load(r);
-        if limit != 0 {
-            if failure {
-                let n = self.hot.consecutive_failure(generation);
-                if n >= limit {
-                    consecutive = Some(u64::from(n));
-                }
-            } else {
-                self.hot.consecutive_success(generation);
-            }
-        }
+        // Failure kinds in outcome events: `EventKind::CallOutcome` (sent from `settle`) does
+        // not carry the failure's kind yet; `c.kind` and its `weight` are known here.
+        let consecutive = if failure {
+            self.counted_failure(generation, now, sample, weight, c.kind)
+        } else {
+            self.hot.consecutive_success(generation);
+            None
+        };
         if word.state() == State::MetricsOnly {
             self.shadow_evaluate(word, now, consecutive);
         } else if failure
@@ -1484,7 +1992,15 @@ impl<C: Clock> Inner<C> {
         let mut core = lock(&cold.core);
         let done = Word(self.word.load(Ordering::Acquire)) == word;
         if done {
-            self.transition(&mut core, word, State::Open, reason, snap, now, retry_after);
+            self.transition(
+                &mut core,
+                word,
+                State::Open,
+                reason,
+                snap,
+                now,
+                OpenWait::Rules(retry_after),
+            );
         }
         drop(core);
         cold.hub.dispatch();
@@ -1506,7 +2022,7 @@ impl<C: Clock> Inner<C> {
                 Reason::OpenElapsed,
                 snap,
                 now,
-                None,
+                OpenWait::RULES,
             );
         }
         drop(core);
@@ -1523,15 +2039,16 @@ impl<C: Clock> Inner<C> {
         }
         if let Some(max) = core.config.half_open_max_wait {
             if now >= core.half_open_since.saturating_add(nanos(max)) {
+                let to = after_max_wait(&core.config);
                 let snap = self.snapshot(now);
                 self.transition(
                     &mut core,
                     word,
-                    State::Open,
+                    to,
                     Reason::HalfOpenTimeout,
                     snap,
                     now,
-                    None,
+                    OpenWait::RULES,
                 );
                 drop(core);
                 cold.hub.dispatch();
@@ -1557,6 +2074,7 @@ impl<C: Clock> Inner<C> {
                 core.next_token += 1;
                 let deadline = now.saturating_add(nanos(core.config.probe_lease));
                 core.round.leases[slot] = Some(Lease { token, deadline });
+                core.round.admitted += 1;
                 return Some(Ok(Ticket {
                     generation: word.generation(),
                     started: now,
@@ -1575,7 +2093,7 @@ impl<C: Clock> Inner<C> {
             .map(|l| l.deadline.saturating_sub(now))
             .min();
         drop(core);
-        Some(Err(self.reject(State::HalfOpen, retry, now)))
+        Some(Err(self.reject::<1>(retry, now)))
     }
 
     fn record_probe(
@@ -1583,8 +2101,8 @@ impl<C: Clock> Inner<C> {
         generation: u64,
         slot: u32,
         token: u64,
-        started: u64,
         now: u64,
+        elapsed: u64,
         c: Classification,
     ) -> Recorded {
         let cold = self.cold();
@@ -1602,10 +2120,28 @@ impl<C: Clock> Inner<C> {
             return self.stale(generation, now);
         }
         core.round.leases[slot as usize] = None;
-        let slow = now.saturating_sub(started) > self.hot.slow_nanos.load(Ordering::Relaxed);
-        let Some(failure) = self.lane().1.count(c.outcome, slow) else {
+        let slow = elapsed > self.hot.slow_nanos.load(Ordering::Relaxed);
+        let mut outcome = c.outcome;
+        if outcome == Outcome::Failure {
+            if let Some(kind) = c.kind {
+                cold.kind_failures[kind.index()].fetch_add(1, Ordering::Relaxed);
+                if self.hot.weight(kind) == 0 {
+                    outcome = Outcome::Ignored;
+                }
+            }
+        }
+        let Some(failure) = self.lane().1.count(outcome, slow) else {
             return Recorded::Ignored;
         };
+        // A probe is one sample of the round, whatever its kind's weight.
+        if failure {
+            self.hot.consecutive_failure(generation, 1);
+            self.hot
+                .success_mark
+                .store(self.successes(), Ordering::Relaxed);
+        } else {
+            self.hot.consecutive_success(generation);
+        }
         let k = core.config.half_open_calls;
         let round = &mut core.round;
         round.results += 1;
@@ -1651,7 +2187,15 @@ impl<C: Clock> Inner<C> {
                 }
             };
             let snap = self.snapshot(now);
-            self.transition(&mut core, word, to, reason, snap, now, c.retry_after);
+            self.transition(
+                &mut core,
+                word,
+                to,
+                reason,
+                snap,
+                now,
+                OpenWait::Rules(c.retry_after),
+            );
         }
         drop(core);
         cold.hub.dispatch();
@@ -1692,10 +2236,43 @@ impl<C: Clock> Inner<C> {
         let word = Word(self.word.load(Ordering::Acquire));
         if word.state() != to || to == State::Closed {
             let snap = self.snapshot(now);
-            self.transition(&mut core, word, to, Reason::Operator, snap, now, None);
+            self.transition(
+                &mut core,
+                word,
+                to,
+                Reason::Operator,
+                snap,
+                now,
+                OpenWait::RULES,
+            );
         }
         drop(core);
         cold.hub.dispatch();
+    }
+
+    /// An operator transition to `to` along an edge of [`State::operator_targets`]; `open`
+    /// says how long an Open target waits. Asking for the current state does nothing, except
+    /// that Closed starts a fresh window and Open a new wait.
+    pub(crate) fn operator_transition(
+        &self,
+        to: State,
+        open: OpenWait,
+    ) -> Result<(), crate::TransitionError> {
+        let now = self.clock.now();
+        let cold = self.cold();
+        let mut core = lock(&cold.core);
+        let word = Word(self.word.load(Ordering::Acquire));
+        let from = word.state();
+        if !from.operator_targets().contains(&to) {
+            return Err(crate::TransitionError::NoSuchEdge { from, to });
+        }
+        if from != to || matches!(to, State::Closed | State::Open) {
+            let snap = self.snapshot(now);
+            self.transition(&mut core, word, to, Reason::Operator, snap, now, open);
+        }
+        drop(core);
+        cold.hub.dispatch();
+        Ok(())
     }
 
     /// The open wait for the next open period, at the current backoff level.
@@ -1743,7 +2320,7 @@ impl<C: Clock> Inner<C> {
         reason: Reason,
         window: WindowSnapshot,
         now: u64,
-        retry_after: Option<Duration>,
+        open: OpenWait,
     ) {
         let new = from.next(to);
         core.time_in[from.state() as usize] += now.saturating_sub(core.entered_at);
@@ -1751,7 +2328,13 @@ impl<C: Clock> Inner<C> {
         let mut open_for = None;
         match to {
             State::Open => {
+                let hint = match open {
+                    OpenWait::Rules(hint) => hint,
+                    OpenWait::Exactly(_) => None,
+                };
                 match from.state() {
+                    // An operator's explicit wait leaves the backoff level alone.
+                    _ if matches!(open, OpenWait::Exactly(_)) => {}
                     State::HalfOpen => core.level = core.level.saturating_add(1),
                     _ => {
                         let healthy_after = core
@@ -1767,7 +2350,10 @@ impl<C: Clock> Inner<C> {
                         }
                     }
                 }
-                let wait = self.open_wait(core, retry_after);
+                let wait = match open {
+                    OpenWait::Exactly(w) => w,
+                    OpenWait::Rules(_) => self.open_wait(core, hint),
+                };
                 self.open_until
                     .store(now.saturating_add(wait), Ordering::Release);
                 core.ever_opened = true;
@@ -1781,9 +2367,6 @@ impl<C: Clock> Inner<C> {
                 // the word announcing the generation is published.
                 let g = new.generation();
                 self.window.begin(g);
-                self.hot
-                    .consecutive
-                    .store(tag32(g) << 32, Ordering::Relaxed);
                 self.hot.would_trip.store(tag32(g) << 32, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
                 self.closed_generation.store(g, Ordering::Release);
@@ -1799,7 +2382,23 @@ impl<C: Clock> Inner<C> {
         } else if from.state() == State::HalfOpen {
             core.round = Round::new(0);
         }
+        // Runs of consecutive outcomes start over with every state (gobreaker's counts do).
+        self.hot
+            .consecutive
+            .store(tag32(new.generation()) << 32, Ordering::Relaxed);
+        self.hot
+            .success_mark
+            .store(self.successes(), Ordering::Relaxed);
         self.word.store(new.0, Ordering::Release);
+        #[cfg(feature = "metrics")]
+        {
+            // Pairs with the fence of `attach_state_gauges`: either it sees the new word, or
+            // this sees its gauges.
+            crate::sync::fence(Ordering::SeqCst);
+            if let Some(g) = self.state_gauges.get() {
+                g.show(to);
+            }
+        }
         core.transitions += 1;
         let cold = self.cold();
         cold.hub.queue(

@@ -19,6 +19,10 @@
 //! | `half_open.policy` | all-probes | resilience4j: one unlucky probe does not reopen |
 //! | `half_open.max_wait` | none | resilience4j waits forever; the probe lease already reclaims hung probes |
 //! | `half_open.probe_lease` | 60 s | longer than the slowest probe: set it to your timeout |
+//! | `half_open.after_max_wait` | open | resilience4j's default; `closed` is resilience4j 2.4's other choice |
+//! | `failure_kinds` | every kind weighs 1 | a failure is a failure until you say otherwise |
+//! | `lumping_interval` | off | Semian's error lumping, for bursty clients that report one outage many times |
+//! | `call_durations` | off | the window's total and mean call duration cost a few atomics per call |
 //!
 //! These defaults suit a slow internal RPC, as the resilience4j ones they follow do. For a
 //! checkout path, tune them from data (the `tripline` simulator replays traces).
@@ -26,6 +30,7 @@
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::outcome::FailureKind;
 
 /// What the breaker measures over.
 ///
@@ -69,6 +74,76 @@ pub enum HalfOpenPolicy {
     /// Close after `permitted_calls` consecutive good probes; the first failed or slow probe
     /// reopens (the classic pattern, Azure, seed 002).
     Consecutive,
+}
+
+/// Where a half-open breaker goes when `half_open.max_wait` passes without a verdict.
+///
+/// ```
+/// use tripline::AfterMaxWait;
+/// assert_eq!(AfterMaxWait::default(), AfterMaxWait::Open);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum AfterMaxWait {
+    /// Back to Open with a fresh open wait: no verdict is no proof of recovery
+    /// (resilience4j's default).
+    #[default]
+    Open,
+    /// On to Closed with a fresh window: the probes did not fail within the wait, so let traffic
+    /// decide (resilience4j 2.4's `transitionToStateAfterWaitDuration = CLOSED`).
+    Closed,
+}
+
+/// How much a failure of each [`FailureKind`] counts: 0 ignores it (as if the classifier had
+/// said [`Outcome::Ignored`](crate::Outcome::Ignored)), 1 counts it once (the default), `n`
+/// counts it as `n` failed calls (`n` outcomes in the window, `n` in the run of consecutive
+/// failures). A half-open probe of a weighted kind is one failed probe; of a kind weighing 0,
+/// an ignored one.
+///
+/// ```
+/// use tripline::{FailureKind, FailureKindWeights};
+/// let w = FailureKindWeights::default().with(FailureKind::RateLimited, 0);
+/// assert_eq!(w.get(FailureKind::RateLimited), 0);
+/// assert_eq!(w.get(FailureKind::Timeout), 1);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FailureKindWeights([u8; 7]);
+
+impl Default for FailureKindWeights {
+    fn default() -> Self {
+        Self([1; 7])
+    }
+}
+
+impl FailureKindWeights {
+    /// The most a failure may weigh.
+    pub const MAX: u8 = 10;
+
+    /// The weight of `kind`.
+    pub fn get(&self, kind: FailureKind) -> u8 {
+        self.0[kind.index()]
+    }
+
+    /// The same weights with `kind` weighing `weight` (checked by the configuration's
+    /// validation: at most [`FailureKindWeights::MAX`]).
+    pub fn with(mut self, kind: FailureKind, weight: u8) -> Self {
+        self.0[kind.index()] = weight;
+        self
+    }
+
+    /// Whether every kind weighs 1.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The weights as nibbles, kind `i` at bits `4i..4i+4` (what the hot path reads).
+    pub(crate) fn packed(&self) -> u32 {
+        self.0
+            .iter()
+            .enumerate()
+            .fold(0, |acc, (i, w)| acc | u32::from(*w & 0xF) << (4 * i))
+    }
 }
 
 /// Growth of the open wait on repeated trips.
@@ -135,10 +210,14 @@ pub struct BreakerConfig {
     pub(crate) half_open_calls: u32,
     pub(crate) half_open_policy: HalfOpenPolicy,
     pub(crate) half_open_max_wait: Option<Duration>,
+    pub(crate) after_max_wait: AfterMaxWait,
     pub(crate) probe_lease: Duration,
     pub(crate) automatic_transition: bool,
     pub(crate) stripes: u32,
     pub(crate) seed: Option<u64>,
+    pub(crate) failure_kinds: FailureKindWeights,
+    pub(crate) lumping_interval: Option<Duration>,
+    pub(crate) call_durations: bool,
 }
 
 impl Default for BreakerConfig {
@@ -158,10 +237,14 @@ impl Default for BreakerConfig {
             half_open_calls: 10,
             half_open_policy: HalfOpenPolicy::AllProbes,
             half_open_max_wait: None,
+            after_max_wait: AfterMaxWait::Open,
             probe_lease: Duration::from_secs(60),
             automatic_transition: false,
             stripes: 1,
             seed: None,
+            failure_kinds: FailureKindWeights::default(),
+            lumping_interval: None,
+            call_durations: false,
         }
     }
 }
@@ -222,8 +305,10 @@ impl BreakerConfig {
         half_open_calls: u32;
         /// How probes decide.
         half_open_policy: HalfOpenPolicy;
-        /// HalfOpen without a verdict for this long goes back to Open.
+        /// HalfOpen without a verdict for this long goes to [`after_max_wait`](Self::after_max_wait).
         half_open_max_wait: Option<Duration>;
+        /// Where HalfOpen goes when `half_open_max_wait` passes without a verdict.
+        after_max_wait: AfterMaxWait;
         /// How long a probe holds its slot before the slot may be reclaimed.
         probe_lease: Duration;
         /// Whether a timer (see `CircuitBreaker::tick`) moves Open to HalfOpen, rather than the next acquire.
@@ -231,10 +316,40 @@ impl BreakerConfig {
         /// Writer stripes: each thread writes its stripe's outcome counters, in-flight cohorts and
         /// (time window) buckets, on cache lines of their own, so concurrent callers do not
         /// contend. A count window's ring stays shared (it orders outcomes). Each stripe costs
-        /// 128 bytes, plus, for a time window, its own buckets (8 bytes each, rounded up to 16).
+        /// 256 bytes (its counters and cohorts on a pair of cache lines of their own), plus, for
+        /// a time window, its own buckets (16 bytes each, rounded up to 8 buckets).
         stripes: u32;
         /// Seed of the jitter generator; random when `None`.
         seed: Option<u64>;
+        /// How much a failure of each kind counts.
+        failure_kinds: FailureKindWeights;
+        /// Failures within this interval of the last counted one count once (error lumping).
+        lumping_interval: Option<Duration>;
+        /// Whether the window keeps its calls' durations (total and mean in the metrics). Part of
+        /// the window's shape: fixed for a breaker's life.
+        call_durations: bool;
+    }
+
+    /// Whether `other` has this configuration's window shape (kind, size, length, bucket,
+    /// stripes, call durations), which is fixed for a breaker's life.
+    pub(crate) fn same_shape(&self, other: &BreakerConfig) -> bool {
+        self.window == other.window
+            && self.stripes == other.stripes
+            && self.call_durations == other.call_durations
+    }
+
+    /// The window shape, in words.
+    pub(crate) fn shape(&self) -> String {
+        format!(
+            "{:?} with {} stripe(s){}",
+            self.window,
+            self.stripes,
+            if self.call_durations {
+                " and call durations"
+            } else {
+                ""
+            }
+        )
     }
 
     /// Checks every field; the error names the first bad one.
@@ -327,9 +442,28 @@ impl BreakerConfig {
         range("half_open.permitted_calls", self.half_open_calls, 1, 1000)?;
         if let Some(w) = self.half_open_max_wait {
             dur("half_open.max_wait", w, MS, WEEK)?;
+        } else if self.after_max_wait != AfterMaxWait::Open {
+            return Err(ConfigError::new(
+                "half_open.after_max_wait",
+                "closed",
+                "\"open\" unless half_open.max_wait is set (without a maximum wait there is nothing to go to Closed after)",
+            ));
         }
         dur("half_open.probe_lease", self.probe_lease, MS, WEEK)?;
         range("stripes", self.stripes, 1, 64)?;
+        for kind in FailureKind::ALL {
+            let w = self.failure_kinds.get(kind);
+            if w > FailureKindWeights::MAX {
+                return Err(ConfigError::new(
+                    format!("failure_kinds.{}", kind.as_str().replace('_', "-")),
+                    w,
+                    format!("in [0, {}]", FailureKindWeights::MAX),
+                ));
+            }
+        }
+        if let Some(l) = self.lumping_interval {
+            dur("lumping_interval", l, MS, Duration::from_secs(3600))?;
+        }
         Ok(())
     }
 
@@ -483,9 +617,80 @@ impl BreakerConfigBuilder {
         self
     }
 
-    /// HalfOpen without a verdict for `wait` goes back to Open.
+    /// HalfOpen without a verdict for `wait` goes back to Open (or on to Closed, see
+    /// [`half_open_after_max_wait`](Self::half_open_after_max_wait)).
     pub fn half_open_max_wait(mut self, wait: Duration) -> Self {
         self.config.half_open_max_wait = Some(wait);
+        self
+    }
+
+    /// Where HalfOpen goes when its maximum wait passes without a verdict (needs
+    /// [`half_open_max_wait`](Self::half_open_max_wait)).
+    ///
+    /// ```
+    /// use tripline::{AfterMaxWait, BreakerConfig};
+    /// use std::time::Duration;
+    /// let c = BreakerConfig::builder()
+    ///     .half_open_max_wait(Duration::from_secs(30))
+    ///     .half_open_after_max_wait(AfterMaxWait::Closed)
+    ///     .build()?;
+    /// assert_eq!(c.after_max_wait(), AfterMaxWait::Closed);
+    /// let bad = BreakerConfig::builder().half_open_after_max_wait(AfterMaxWait::Closed).build();
+    /// assert_eq!(bad.unwrap_err().field(), "half_open.after_max_wait");
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn half_open_after_max_wait(mut self, to: AfterMaxWait) -> Self {
+        self.config.after_max_wait = to;
+        self
+    }
+
+    /// How much a failure of `kind` counts: 0 ignores it, `n` in [1, 10] counts it as `n`
+    /// failed calls (see [`FailureKindWeights`]).
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, FailureKind};
+    /// // A 429 asks the caller to slow down; it says nothing about the dependency's health.
+    /// let c = BreakerConfig::builder().failure_kind_weight(FailureKind::RateLimited, 0).build()?;
+    /// assert_eq!(c.failure_kinds().get(FailureKind::RateLimited), 0);
+    /// let err = BreakerConfig::builder().failure_kind_weight(FailureKind::Timeout, 11).build();
+    /// assert_eq!(err.unwrap_err().to_string(), "failure_kinds.timeout must be in [0, 10], got 11");
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn failure_kind_weight(mut self, kind: FailureKind, weight: u8) -> Self {
+        self.config.failure_kinds = self.config.failure_kinds.with(kind, weight);
+        self
+    }
+
+    /// Failures within `interval` of the last counted failure count once, as Shopify Semian's
+    /// `lumping_interval` does: a bursty client that sees one outage as forty errors in a
+    /// second then reports it as one. In [1ms, 1h].
+    ///
+    /// ```
+    /// use tripline::BreakerConfig;
+    /// use std::time::Duration;
+    /// let c = BreakerConfig::builder().lumping_interval(Duration::from_secs(1)).build()?;
+    /// assert_eq!(c.lumping_interval(), Some(Duration::from_secs(1)));
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn lumping_interval(mut self, interval: Duration) -> Self {
+        self.config.lumping_interval = Some(interval);
+        self
+    }
+
+    /// Keep each window call's duration, so the metrics show the window's total and mean call
+    /// duration (off by default: it costs a few atomic operations per call).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline::{BreakerConfig, CircuitBreaker, Outcome};
+    /// let breaker = CircuitBreaker::new("db", BreakerConfig::builder().call_durations(true).build()?);
+    /// let permit = breaker.try_acquire().unwrap();
+    /// permit.record_with_duration(Outcome::Success, Duration::from_millis(40));
+    /// assert_eq!(breaker.metrics().mean_duration, Some(Duration::from_millis(40)));
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn call_durations(mut self, on: bool) -> Self {
+        self.config.call_durations = on;
         self
     }
 
@@ -507,6 +712,7 @@ mod raw {
     //! The serialized form: every field optional, unknown fields rejected.
     use super::*;
     use serde::{Deserialize, Serialize};
+    use std::collections::BTreeMap;
 
     #[derive(Serialize, Deserialize)]
     #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
@@ -582,6 +788,8 @@ mod raw {
         probe_lease: Option<Duration>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         automatic_transition: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_max_wait: Option<AfterMaxWait>,
     }
 
     #[derive(Serialize, Deserialize, Default)]
@@ -609,6 +817,16 @@ mod raw {
         stripes: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         seed: Option<u64>,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        failure_kinds: BTreeMap<FailureKind, u8>,
+        #[serde(
+            with = "humantime_serde::option",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        lumping_interval: Option<Duration>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_durations: Option<bool>,
         #[serde(default)]
         open: RawOpen,
         #[serde(default)]
@@ -650,6 +868,7 @@ mod raw {
                 half_open_calls: r.half_open.permitted_calls.unwrap_or(d.half_open_calls),
                 half_open_policy: r.half_open.policy.unwrap_or(d.half_open_policy),
                 half_open_max_wait: r.half_open.max_wait,
+                after_max_wait: r.half_open.after_max_wait.unwrap_or(d.after_max_wait),
                 probe_lease: r.half_open.probe_lease.unwrap_or(d.probe_lease),
                 automatic_transition: r
                     .half_open
@@ -657,6 +876,12 @@ mod raw {
                     .unwrap_or(d.automatic_transition),
                 stripes: r.stripes.unwrap_or(d.stripes),
                 seed: r.seed,
+                failure_kinds: r
+                    .failure_kinds
+                    .iter()
+                    .fold(d.failure_kinds, |w, (k, v)| w.with(*k, *v)),
+                lumping_interval: r.lumping_interval,
+                call_durations: r.call_durations.unwrap_or(d.call_durations),
             };
             c.validate()?;
             Ok(c)
@@ -678,6 +903,13 @@ mod raw {
                 count_in_flight_as_slow: Some(c.count_in_flight_as_slow),
                 stripes: Some(c.stripes),
                 seed: c.seed,
+                failure_kinds: FailureKind::ALL
+                    .into_iter()
+                    .filter(|k| c.failure_kinds.get(*k) != 1)
+                    .map(|k| (k, c.failure_kinds.get(k)))
+                    .collect(),
+                lumping_interval: c.lumping_interval,
+                call_durations: Some(c.call_durations),
                 open: RawOpen {
                     duration: Some(c.open_duration),
                     jitter: Some(c.open_jitter),
@@ -694,6 +926,7 @@ mod raw {
                     max_wait: c.half_open_max_wait,
                     probe_lease: Some(c.probe_lease),
                     automatic_transition: Some(c.automatic_transition),
+                    after_max_wait: Some(c.after_max_wait),
                 },
             }
         }

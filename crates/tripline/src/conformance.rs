@@ -506,15 +506,39 @@ impl Subject for LocalSubject {
 }
 
 impl Rejected {
-    /// A rejection, for stores other than the in-process breaker.
+    /// A rejection, for stores other than the in-process breaker; its reason is the state's
+    /// ([`RejectReason::of_state`](crate::RejectReason::of_state)).
     pub fn new(
         breaker: impl Into<crate::BreakerName>,
         state: State,
         retry_after: Option<Duration>,
     ) -> Self {
+        Self::with_reason(
+            breaker,
+            state,
+            crate::RejectReason::of_state(state),
+            retry_after,
+        )
+    }
+
+    /// A rejection with an explicit reason, for stores other than the in-process breaker.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline::{RejectReason, Rejected, State};
+    /// let r = Rejected::with_reason("fleet", State::HalfOpen, RejectReason::ProbesBusy, Some(Duration::from_secs(3)));
+    /// assert_eq!(r.to_string(), "circuit breaker 'fleet' is half-open with every probe slot taken; a probe slot frees in 3s");
+    /// ```
+    pub fn with_reason(
+        breaker: impl Into<crate::BreakerName>,
+        state: State,
+        reason: crate::RejectReason,
+        retry_after: Option<Duration>,
+    ) -> Self {
         Self {
             breaker: breaker.into(),
             state,
+            reason,
             retry_after,
         }
     }

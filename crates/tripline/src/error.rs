@@ -131,24 +131,80 @@ impl From<Arc<str>> for BreakerName {
     }
 }
 
-/// A call the breaker refused: which breaker, in which state, and how long until a probe may
-/// be admitted (`None` when no automatic change is scheduled: forced open, or every probe slot
-/// busy without a deadline). Never confused with the dependency's own error.
+/// Why a call was refused, and what its [`Rejected::retry_after`] means.
+///
+/// | reason | state | `retry_after` |
+/// |---|---|---|
+/// | [`Open`](Self::Open) | Open | the rest of the open wait: then the next acquire is a probe (if a slot is free) |
+/// | [`ProbesBusy`](Self::ProbesBusy) | HalfOpen | until the earliest probe lease expires: the latest a slot comes free while the breaker stays half-open (a verdict or the maximum half-open wait may change the state sooner) |
+/// | [`ForcedOpen`](Self::ForcedOpen) | ForcedOpen | `None`: only an operator lifts a kill switch |
+/// | [`RampingUp`](Self::RampingUp) | — | reserved for a gradual-recovery policy that admits a growing share of calls after closing; no breaker refuses with it yet |
 ///
 /// ```
-/// use tripline::{BreakerConfig, CircuitBreaker, State};
+/// use tripline::{BreakerConfig, CircuitBreaker, RejectReason};
+/// let breaker = CircuitBreaker::new("catalog", BreakerConfig::default());
+/// breaker.force_open();
+/// assert_eq!(breaker.try_acquire().unwrap_err().reason(), RejectReason::ForcedOpen);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The breaker is Open and its wait has not elapsed.
+    Open,
+    /// The breaker is HalfOpen and every probe slot is taken (or its probes are settled and
+    /// the verdict is pending on the ones in flight).
+    ProbesBusy,
+    /// An operator forced the breaker open (kill switch).
+    ForcedOpen,
+    /// Reserved: a breaker ramping traffic back up after closing refused this call.
+    RampingUp,
+}
+
+impl RejectReason {
+    /// A stable snake_case name, as used in metric labels (`probes_busy`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Open => "open",
+            RejectReason::ProbesBusy => "probes_busy",
+            RejectReason::ForcedOpen => "forced_open",
+            RejectReason::RampingUp => "ramping_up",
+        }
+    }
+
+    /// The reason a refusal in `state` has (Open for any state that is not HalfOpen or
+    /// ForcedOpen).
+    pub const fn of_state(state: State) -> Self {
+        match state {
+            State::HalfOpen => RejectReason::ProbesBusy,
+            State::ForcedOpen => RejectReason::ForcedOpen,
+            _ => RejectReason::Open,
+        }
+    }
+}
+
+/// A call the breaker refused: which breaker, in which state, why, and how long until a probe
+/// may be admitted (`None` when no automatic change is scheduled: forced open). Never confused
+/// with the dependency's own error. See [`RejectReason`] for what each `retry_after` means.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, RejectReason, State};
 ///
 /// let breaker = CircuitBreaker::new("catalog", BreakerConfig::default());
 /// breaker.force_open();
 /// let rejected = breaker.try_acquire().unwrap_err();
 /// assert_eq!(rejected.breaker(), "catalog");
 /// assert_eq!(rejected.state(), State::ForcedOpen);
+/// assert_eq!(rejected.reason(), RejectReason::ForcedOpen);
 /// assert_eq!(rejected.retry_after(), None);
+/// assert_eq!(rejected.to_string(), "circuit breaker 'catalog' is forced open");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejected {
     pub(crate) breaker: BreakerName,
     pub(crate) state: State,
+    pub(crate) reason: RejectReason,
     pub(crate) retry_after: Option<Duration>,
 }
 
@@ -163,7 +219,12 @@ impl Rejected {
         self.state
     }
 
-    /// How long until a probe may be admitted, if known.
+    /// Why the call was refused.
+    pub fn reason(&self) -> RejectReason {
+        self.reason
+    }
+
+    /// How long until a probe may be admitted, if known (see [`RejectReason`]).
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
@@ -171,12 +232,67 @@ impl Rejected {
 
 impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "circuit breaker '{}' is {}", self.breaker, self.state)?;
+        let b = &self.breaker;
+        match self.reason {
+            RejectReason::Open => write!(f, "circuit breaker '{b}' is open")?,
+            RejectReason::ProbesBusy => write!(
+                f,
+                "circuit breaker '{b}' is half-open with every probe slot taken"
+            )?,
+            RejectReason::ForcedOpen => write!(f, "circuit breaker '{b}' is forced open")?,
+            RejectReason::RampingUp => write!(f, "circuit breaker '{b}' is ramping up")?,
+        }
         if let Some(d) = self.retry_after {
-            write!(f, "; next probe in {}", crate::config::fmt_d(d))?;
+            let what = match self.reason {
+                RejectReason::ProbesBusy => "a probe slot frees",
+                _ => "next probe",
+            };
+            // To the millisecond, rounded up: a probe is never sooner than said.
+            let shown = if d >= Duration::from_millis(1) {
+                Duration::from_millis(
+                    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+                )
+            } else {
+                d
+            };
+            write!(f, "; {what} in {}", crate::config::fmt_d(shown))?;
         }
         Ok(())
     }
+}
+
+/// An operator transition that was refused: an edge that does not exist, or a wait out of
+/// range.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, State, TransitionError};
+/// let breaker = CircuitBreaker::new("db", BreakerConfig::default());
+/// breaker.transition_to_disabled().unwrap();
+/// let err = breaker.transition_to_half_open().unwrap_err();
+/// assert_eq!(err, TransitionError::NoSuchEdge { from: State::Disabled, to: State::HalfOpen });
+/// assert_eq!(
+///     err.to_string(),
+///     "no operator transition from disabled to half-open; from disabled an operator may go to \
+///      closed, open, disabled, metrics-only, forced-open",
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransitionError {
+    /// The operator edge `from -> to` does not exist (see [`State::operator_targets`]).
+    #[error(
+        "no operator transition from {from} to {to}; from {from} an operator may go to {}",
+        from.operator_targets().iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+    )]
+    NoSuchEdge {
+        /// The state the breaker was in.
+        from: State,
+        /// The state asked for.
+        to: State,
+    },
+    /// The open wait asked for is out of range.
+    #[error(transparent)]
+    Wait(#[from] ConfigError),
 }
 
 impl std::error::Error for Rejected {}

@@ -79,7 +79,9 @@ pub enum EventKind {
     Rejected {
         /// The refusing state.
         state: State,
-        /// Time until a probe may be admitted.
+        /// Why.
+        reason: crate::RejectReason,
+        /// Time until a probe may be admitted (see [`crate::RejectReason`]).
         retry_after: Option<Duration>,
     },
     /// A result arrived for an older generation (or an expired probe lease) and was discarded.
@@ -105,7 +107,8 @@ pub enum EventKind {
     CallOutcome {
         /// The caller's verdict.
         outcome: Outcome,
-        /// From the permit's grant to the result, on the breaker's clock.
+        /// From the permit's grant to the result, on the breaker's clock; or the caller's own
+        /// measure of the call, if it recorded one (`Permit::record_with_duration`).
         duration: Duration,
         /// Whether the call was slower than the slow-call duration in force.
         slow: bool,

@@ -55,6 +55,14 @@
 //!   Redis store follows the same rule).
 //! * Calls still in flight past the slow-call duration count as slow (see the rule in
 //!   [`WindowSnapshot::in_flight_slow`] and the `inflight` notes in the README).
+//! * Operators move a breaker with [`CircuitBreaker::transition_to`] and its `transition_to_*`
+//!   siblings along the edges of [`State::operator_targets`]; a missing edge (HalfOpen from
+//!   Disabled, say) is a [`TransitionError`] that lists the edges there are.
+//! * A refusal says why ([`RejectReason`]) and what its `retry_after` means; a classifier may
+//!   label a failure with a [`FailureKind`] that the breaker counts, ignores or weighs.
+//!
+//! Coming from resilience4j, gobreaker, Polly or failsafe-go: `docs/porting.md` in the
+//! repository maps their settings and calls to these, with the deliberate differences.
 //!
 //! ## Features
 //! * `serde` (default): configurations from TOML or JSON, durations written like `"250ms"`.
@@ -87,6 +95,7 @@ mod event;
 pub mod inflight;
 mod lifecycle;
 pub mod observe;
+mod operator;
 mod outcome;
 pub mod registry;
 pub mod shadow;
@@ -96,13 +105,18 @@ mod sync;
 pub mod trace;
 mod window;
 
-pub use breaker::{CircuitBreaker, Metrics, OwnedPermit, Permit, Recorded};
+pub use breaker::{
+    CircuitBreaker, KindCounts, Metrics, OwnedPermit, Permit, ProbeCounts, Recorded, Rejections,
+};
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use config::{Backoff, BreakerConfig, BreakerConfigBuilder, HalfOpenPolicy, WindowConfig};
-pub use error::{BreakerName, CallError, ConfigError, Rejected};
+pub use config::{
+    AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureKindWeights, HalfOpenPolicy,
+    WindowConfig,
+};
+pub use error::{BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError};
 pub use event::{Event, EventKind, EventLog, Listener, Reason};
-pub use outcome::{Classification, Classify, Outcome, ResultClassifier};
+pub use outcome::{Classification, Classify, FailureKind, Outcome, ResultClassifier};
 pub use state::State;
 pub use window::WindowSnapshot;

@@ -3,6 +3,8 @@
 
 #[cfg(feature = "metrics")]
 pub use self::metrics_export::BreakerMetrics;
+#[cfg(feature = "metrics")]
+pub(crate) use self::metrics_export::{DependencyGauges, StateGauges};
 #[cfg(feature = "tracing")]
 pub use self::tracing_events::TracingListener;
 
@@ -10,10 +12,41 @@ pub use self::tracing_events::TracingListener;
 mod metrics_export {
     use metrics::{Counter, Gauge, Label};
 
-    use crate::{CircuitBreaker, Clock, State};
+    use crate::{CircuitBreaker, Clock, FailureKind, State};
 
-    /// The metric handles of one breaker, created once, updated from
-    /// [`CircuitBreaker::metrics`] snapshots (never per call, so the hot path pays nothing).
+    /// One gauge per state, 1 for the current state and 0 for the others; the breaker it is
+    /// attached to sets them at every transition.
+    #[derive(Clone, Debug)]
+    pub(crate) struct StateGauges([Gauge; 6]);
+
+    impl StateGauges {
+        fn new(labels: &[Label]) -> Self {
+            Self(State::ALL.map(|s| {
+                let mut l = labels.to_vec();
+                l.push(Label::new("state", s.as_str()));
+                metrics::gauge!("tripline_breaker_state", l)
+            }))
+        }
+
+        /// Shows `state` as the current one.
+        pub(crate) fn show(&self, state: State) {
+            for (g, s) in self.0.iter().zip(State::ALL) {
+                g.set(if s == state { 1.0 } else { 0.0 });
+            }
+        }
+
+        /// Shows no state at all (the breaker is gone).
+        pub(crate) fn clear(&self) {
+            for g in &self.0 {
+                g.set(0.0);
+            }
+        }
+    }
+
+    /// The metric handles of one breaker, created once. The state gauges follow every
+    /// transition as it happens (a failed probe's HalfOpen -> Open too); everything else is
+    /// published from a [`CircuitBreaker::metrics`] snapshot by [`update`](Self::update), on
+    /// each scrape, never per call, so the hot path pays nothing.
     ///
     /// Names follow Prometheus conventions; every series carries the label `breaker`, plus any
     /// extra labels given (a registry adds `dependency`, `scope_kind` and `scope`):
@@ -21,15 +54,21 @@ mod metrics_export {
     /// | name | type | meaning |
     /// |---|---|---|
     /// | `tripline_breaker_calls_total{outcome}` | counter | recorded calls, `outcome` = success, failure, ignored |
-    /// | `tripline_breaker_slow_calls_total` | counter | calls slower than the slow-call duration |
-    /// | `tripline_breaker_rejected_calls_total` | counter | calls refused |
+    /// | `tripline_breaker_slow_calls_total{outcome}` | counter | calls slower than the slow-call duration, `outcome` = success, failure |
+    /// | `tripline_breaker_failures_by_kind_total{kind}` | counter | failures by the kind their classifier gave (timeout, connection, server_error, unavailable, rate_limited, quota_exhausted, other) |
+    /// | `tripline_breaker_lumped_failures_total` | counter | failures lumped into an earlier one |
+    /// | `tripline_breaker_rejected_calls_total{state}` | counter | calls refused, `state` = open, half-open, forced-open |
     /// | `tripline_breaker_stale_results_total` | counter | results discarded as from an old generation |
     /// | `tripline_breaker_abandoned_permits_total` | counter | permits dropped without a result |
     /// | `tripline_breaker_transitions_total` | counter | state changes |
-    /// | `tripline_breaker_state{state}` | gauge | 1 for the current state, 0 for the others |
-    /// | `tripline_breaker_failure_rate` | gauge | failure ratio of the window, 0 to 1 |
-    /// | `tripline_breaker_slow_call_rate` | gauge | slow-call ratio of the window, 0 to 1 |
+    /// | `tripline_breaker_state{state}` | gauge | 1 for the current state, 0 for the others; all 0 once a registry evicted the key |
+    /// | `tripline_breaker_failure_rate` | gauge | failure ratio of the window, 0 to 1; NaN below the minimum calls (not yet evaluated) |
+    /// | `tripline_breaker_slow_call_rate` | gauge | slow-call ratio of the window, 0 to 1; NaN below the minimum calls |
     /// | `tripline_breaker_window_calls` | gauge | calls in the window |
+    /// | `tripline_breaker_window_call_duration_seconds` | gauge | total duration of the window's calls; NaN unless `call_durations` |
+    /// | `tripline_breaker_window_mean_call_duration_seconds` | gauge | mean duration of the window's calls; NaN unless `call_durations` and the window holds a call |
+    /// | `tripline_breaker_probes{status}` | gauge | the half-open round: `status` = admitted, in_flight, succeeded, failed |
+    /// | `tripline_breaker_consecutive_calls{outcome}` | gauge | the current run of successes or failures |
     /// | `tripline_breaker_open_duration_seconds` | gauge | cumulative seconds spent Open or ForcedOpen |
     ///
     /// ```
@@ -43,85 +82,146 @@ mod metrics_export {
     /// ```
     #[derive(Debug)]
     pub struct BreakerMetrics {
-        success: Counter,
-        failure: Counter,
-        ignored: Counter,
-        slow: Counter,
-        rejected: Counter,
+        calls: [Counter; 3],
+        slow: [Counter; 2],
+        kinds: [Counter; 7],
+        lumped: Counter,
+        rejected: [Counter; 3],
         stale: Counter,
         abandoned: Counter,
         transitions: Counter,
-        state: [Gauge; 6],
+        state: StateGauges,
+        /// Whether the breaker keeps `state` current itself (the first handles made for it).
+        state_attached: bool,
         failure_rate: Gauge,
         slow_rate: Gauge,
         window_calls: Gauge,
+        window_duration: Gauge,
+        mean_duration: Gauge,
+        probes: [Gauge; 4],
+        consecutive: [Gauge; 2],
         open_seconds: Gauge,
     }
 
+    fn with(labels: &[Label], k: &'static str, v: &'static str) -> Vec<Label> {
+        let mut l = labels.to_vec();
+        l.push(Label::new(k, v));
+        l
+    }
+
     impl BreakerMetrics {
-        /// Registers the handles for `breaker`, with `extra` labels beside `breaker`.
+        /// Registers the handles for `breaker`, with `extra` labels beside `breaker`, and shows
+        /// its state now. The first `BreakerMetrics` made for a breaker is kept current by its
+        /// transitions; a second one shows the state as of its last [`update`](Self::update).
         pub fn new<C: Clock>(breaker: &CircuitBreaker<C>, extra: Vec<Label>) -> Self {
             let mut labels = vec![Label::new("breaker", breaker.name().to_string())];
             labels.extend(extra);
-            let with = |k: &'static str, v: &'static str| {
-                let mut l = labels.clone();
-                l.push(Label::new(k, v));
-                l
-            };
+            let l = &labels[..];
+            let outcome = |v| with(l, "outcome", v);
+            let state = StateGauges::new(l);
+            let state_attached = breaker.attach_state_gauges(&state);
+            if !state_attached {
+                state.show(breaker.state());
+            }
             Self {
-                success: metrics::counter!(
-                    "tripline_breaker_calls_total",
-                    with("outcome", "success")
-                ),
-                failure: metrics::counter!(
-                    "tripline_breaker_calls_total",
-                    with("outcome", "failure")
-                ),
-                ignored: metrics::counter!(
-                    "tripline_breaker_calls_total",
-                    with("outcome", "ignored")
-                ),
-                slow: metrics::counter!("tripline_breaker_slow_calls_total", labels.clone()),
-                rejected: metrics::counter!(
-                    "tripline_breaker_rejected_calls_total",
-                    labels.clone()
-                ),
-                stale: metrics::counter!("tripline_breaker_stale_results_total", labels.clone()),
+                calls: ["success", "failure", "ignored"]
+                    .map(|o| metrics::counter!("tripline_breaker_calls_total", outcome(o))),
+                slow: ["success", "failure"]
+                    .map(|o| metrics::counter!("tripline_breaker_slow_calls_total", outcome(o))),
+                kinds: FailureKind::ALL.map(|k| {
+                    metrics::counter!(
+                        "tripline_breaker_failures_by_kind_total",
+                        with(l, "kind", k.as_str())
+                    )
+                }),
+                lumped: metrics::counter!("tripline_breaker_lumped_failures_total", l.to_vec()),
+                rejected: [State::Open, State::HalfOpen, State::ForcedOpen].map(|s| {
+                    metrics::counter!(
+                        "tripline_breaker_rejected_calls_total",
+                        with(l, "state", s.as_str())
+                    )
+                }),
+                stale: metrics::counter!("tripline_breaker_stale_results_total", l.to_vec()),
                 abandoned: metrics::counter!(
                     "tripline_breaker_abandoned_permits_total",
-                    labels.clone()
+                    l.to_vec()
                 ),
-                transitions: metrics::counter!(
-                    "tripline_breaker_transitions_total",
-                    labels.clone()
+                transitions: metrics::counter!("tripline_breaker_transitions_total", l.to_vec()),
+                state,
+                state_attached,
+                failure_rate: metrics::gauge!("tripline_breaker_failure_rate", l.to_vec()),
+                slow_rate: metrics::gauge!("tripline_breaker_slow_call_rate", l.to_vec()),
+                window_calls: metrics::gauge!("tripline_breaker_window_calls", l.to_vec()),
+                window_duration: metrics::gauge!(
+                    "tripline_breaker_window_call_duration_seconds",
+                    l.to_vec()
                 ),
-                state: State::ALL
-                    .map(|s| metrics::gauge!("tripline_breaker_state", with("state", s.as_str()))),
-                failure_rate: metrics::gauge!("tripline_breaker_failure_rate", labels.clone()),
-                slow_rate: metrics::gauge!("tripline_breaker_slow_call_rate", labels.clone()),
-                window_calls: metrics::gauge!("tripline_breaker_window_calls", labels.clone()),
-                open_seconds: metrics::gauge!("tripline_breaker_open_duration_seconds", labels),
+                mean_duration: metrics::gauge!(
+                    "tripline_breaker_window_mean_call_duration_seconds",
+                    l.to_vec()
+                ),
+                probes: ["admitted", "in_flight", "succeeded", "failed"]
+                    .map(|s| metrics::gauge!("tripline_breaker_probes", with(l, "status", s))),
+                consecutive: ["success", "failure"]
+                    .map(|o| metrics::gauge!("tripline_breaker_consecutive_calls", outcome(o))),
+                open_seconds: metrics::gauge!("tripline_breaker_open_duration_seconds", l.to_vec()),
             }
         }
 
         /// Publishes the breaker's current figures.
         pub fn update<C: Clock>(&self, breaker: &CircuitBreaker<C>) {
             let m = breaker.metrics();
-            self.success.absolute(m.successful_calls);
-            self.failure.absolute(m.failed_calls);
-            self.ignored.absolute(m.ignored_calls);
-            self.slow.absolute(m.slow_calls);
-            self.rejected.absolute(m.rejected_calls);
+            for (c, v) in
+                self.calls
+                    .iter()
+                    .zip([m.successful_calls, m.failed_calls, m.ignored_calls])
+            {
+                c.absolute(v);
+            }
+            self.slow[0].absolute(m.slow_successful_calls);
+            self.slow[1].absolute(m.slow_failed_calls);
+            for (c, (_, n)) in self.kinds.iter().zip(m.failures_by_kind.iter()) {
+                c.absolute(n);
+            }
+            self.lumped.absolute(m.lumped_failures);
+            let r = m.rejections;
+            for (c, v) in self
+                .rejected
+                .iter()
+                .zip([r.open, r.half_open, r.forced_open])
+            {
+                c.absolute(v);
+            }
             self.stale.absolute(m.stale_results);
             self.abandoned.absolute(m.abandoned_permits);
             self.transitions.absolute(m.transitions);
-            for (g, s) in self.state.iter().zip(State::ALL) {
-                g.set(if s == m.state { 1.0 } else { 0.0 });
+            if !self.state_attached {
+                self.state.show(m.state);
             }
-            self.failure_rate.set(m.window.failure_rate() / 100.0);
-            self.slow_rate.set(m.window.slow_rate() / 100.0);
+            let ratio = |r: Option<f64>| r.map_or(f64::NAN, |p| p / 100.0);
+            self.failure_rate.set(ratio(m.failure_rate));
+            self.slow_rate.set(ratio(m.slow_call_rate));
             self.window_calls.set(m.window.calls as f64);
+            let secs = |d: Option<std::time::Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64());
+            self.window_duration.set(secs(m.total_duration));
+            self.mean_duration.set(secs(m.mean_duration));
+            let p = m.probes;
+            for (g, v) in self
+                .probes
+                .iter()
+                .zip([p.admitted, p.in_flight, p.succeeded, p.failed])
+            {
+                g.set(f64::from(v));
+            }
+            self.consecutive[0].set(m.consecutive_successes as f64);
+            self.consecutive[1].set(m.consecutive_failures as f64);
             self.open_seconds.set(m.time_open.as_secs_f64());
+        }
+
+        /// The breaker is gone (a registry evicted its key): its state gauges read 0, so a sum
+        /// over keys counts only live breakers until the exporter drops the idle series.
+        pub(crate) fn retire(&self) {
+            self.state.clear();
         }
     }
 
@@ -136,6 +236,44 @@ mod metrics_export {
                 extra.push(Label::new("scope", v.to_string()));
             }
             Self::new(breaker, extra)
+        }
+    }
+
+    /// A registry's summary series, one set per dependency (bounded by the dependencies, not
+    /// the keys): `tripline_registry_breakers{dependency, state}`, how many of the
+    /// dependency's breakers are in each state.
+    #[derive(Debug, Default)]
+    pub(crate) struct DependencyGauges(std::collections::BTreeMap<String, [Gauge; 6]>);
+
+    impl DependencyGauges {
+        /// Publishes `summary`; a dependency that has no breaker left reads 0 everywhere.
+        pub(crate) fn update(
+            &mut self,
+            summary: &std::collections::BTreeMap<String, crate::registry::DependencySummary>,
+        ) {
+            for (dep, s) in summary {
+                let gauges = self.0.entry(dep.clone()).or_insert_with(|| {
+                    State::ALL.map(|st| {
+                        metrics::gauge!(
+                            "tripline_registry_breakers",
+                            vec![
+                                Label::new("dependency", dep.clone()),
+                                Label::new("state", st.as_str()),
+                            ]
+                        )
+                    })
+                });
+                for (g, st) in gauges.iter().zip(State::ALL) {
+                    g.set(s.in_state(st) as f64);
+                }
+            }
+            for (dep, gauges) in &self.0 {
+                if !summary.contains_key(dep) {
+                    for g in gauges {
+                        g.set(0.0);
+                    }
+                }
+            }
         }
     }
 }

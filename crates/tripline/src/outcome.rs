@@ -52,17 +52,108 @@ impl Outcome {
     }
 }
 
-/// An outcome plus an optional hint for how long the dependency asked not to be called
-/// (a `Retry-After`). When this result trips the breaker, the open wait is at least the hint
-/// (capped by the configuration's `open.max_retry_after`).
+/// What kind of failure a call had, as a classifier labels it: metrics count failures by
+/// kind, and a breaker may ignore or weight chosen kinds
+/// ([`BreakerConfigBuilder::failure_kind_weight`](crate::BreakerConfigBuilder::failure_kind_weight)),
+/// so that, say, a 429 that only asks the caller to slow down does not count like a crash.
 ///
 /// ```
-/// use tripline::{Classification, Outcome};
+/// use tripline::FailureKind;
+/// assert_eq!(FailureKind::RateLimited.as_str(), "rate_limited");
+/// assert_eq!(FailureKind::ALL.len(), 7);
+/// assert_eq!("quota-exhausted".parse::<FailureKind>(), Ok(FailureKind::QuotaExhausted));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum FailureKind {
+    /// The call did not finish in time (a client timeout, gRPC `DEADLINE_EXCEEDED`).
+    Timeout = 0,
+    /// No answer: connection refused, reset, DNS, TLS.
+    Connection = 1,
+    /// The dependency answered that it failed (a 5xx other than 503, gRPC `INTERNAL`,
+    /// `UNKNOWN`).
+    ServerError = 2,
+    /// The dependency answered that it cannot serve now (a 503, gRPC `UNAVAILABLE`).
+    Unavailable = 3,
+    /// The dependency asked the caller to slow down (a 429; gRPC `RESOURCE_EXHAUSTED`, which
+    /// covers rate limits and quotas alike).
+    RateLimited = 4,
+    /// The caller used up a quota that will not come back soon (a daily limit).
+    QuotaExhausted = 5,
+    /// Any other failure a classifier wants to tell apart.
+    Other = 6,
+}
+
+impl FailureKind {
+    /// Every kind, in declaration order (the order of [`FailureKind::index`]).
+    pub const ALL: [FailureKind; 7] = [
+        FailureKind::Timeout,
+        FailureKind::Connection,
+        FailureKind::ServerError,
+        FailureKind::Unavailable,
+        FailureKind::RateLimited,
+        FailureKind::QuotaExhausted,
+        FailureKind::Other,
+    ];
+
+    /// A stable snake_case name, as used in metric labels (`rate_limited`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Timeout => "timeout",
+            FailureKind::Connection => "connection",
+            FailureKind::ServerError => "server_error",
+            FailureKind::Unavailable => "unavailable",
+            FailureKind::RateLimited => "rate_limited",
+            FailureKind::QuotaExhausted => "quota_exhausted",
+            FailureKind::Other => "other",
+        }
+    }
+
+    /// The kind's position in [`FailureKind::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for FailureKind {
+    type Err = crate::ConfigError;
+
+    /// Reads a kind's name, with `-` or `_` between words (`rate-limited`, `rate_limited`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let norm = s.replace('-', "_");
+        FailureKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == norm)
+            .ok_or_else(|| {
+                crate::ConfigError::new(
+                    "failure kind",
+                    format!("{s:?}"),
+                    "one of timeout, connection, server-error, unavailable, rate-limited, quota-exhausted, other",
+                )
+            })
+    }
+}
+
+/// An outcome plus an optional hint for how long the dependency asked not to be called
+/// (a `Retry-After`) and, for a failure, its [`FailureKind`]. When this result trips the
+/// breaker, the open wait is at least the hint (capped by the configuration's
+/// `open.max_retry_after`).
+///
+/// ```
+/// use tripline::{Classification, FailureKind, Outcome};
 /// use std::time::Duration;
 ///
 /// let c = Classification::http(503, Some("120"));
 /// assert_eq!(c.outcome, Outcome::Failure);
 /// assert_eq!(c.retry_after, Some(Duration::from_secs(120)));
+/// assert_eq!(c.kind, Some(FailureKind::Unavailable));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Classification {
@@ -70,21 +161,69 @@ pub struct Classification {
     pub outcome: Outcome,
     /// How long the dependency asked callers to stay away, if it said.
     pub retry_after: Option<Duration>,
+    /// What kind of failure it was, if the classifier said (only read for failures).
+    pub kind: Option<FailureKind>,
 }
 
 impl Classification {
-    /// A classification with no retry-after hint.
+    /// A classification with no retry-after hint and no kind.
     pub const fn new(outcome: Outcome) -> Self {
         Self {
             outcome,
             retry_after: None,
+            kind: None,
+        }
+    }
+
+    /// A failure of `kind`.
+    ///
+    /// ```
+    /// use tripline::{Classification, FailureKind, Outcome};
+    /// let c = Classification::failure(FailureKind::Timeout);
+    /// assert_eq!((c.outcome, c.kind), (Outcome::Failure, Some(FailureKind::Timeout)));
+    /// ```
+    pub const fn failure(kind: FailureKind) -> Self {
+        Self {
+            outcome: Outcome::Failure,
+            retry_after: None,
+            kind: Some(kind),
+        }
+    }
+
+    /// The same classification labelled with `kind`.
+    pub const fn with_kind(mut self, kind: FailureKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// The same classification with a retry-after hint.
+    pub const fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// The kind of an HTTP status that [`Outcome::from_http_status`] calls a failure: 429
+    /// rate-limited, 503 unavailable, other 5xx server errors.
+    ///
+    /// ```
+    /// use tripline::{Classification, FailureKind};
+    /// assert_eq!(Classification::http_kind(429), Some(FailureKind::RateLimited));
+    /// assert_eq!(Classification::http_kind(500), Some(FailureKind::ServerError));
+    /// assert_eq!(Classification::http_kind(404), None);
+    /// ```
+    pub const fn http_kind(status: u16) -> Option<FailureKind> {
+        match status {
+            429 => Some(FailureKind::RateLimited),
+            503 => Some(FailureKind::Unavailable),
+            500..=599 => Some(FailureKind::ServerError),
+            _ => None,
         }
     }
 
     /// Classifies an HTTP status with the value of its `Retry-After` header, read as
     /// delta-seconds (an unparseable value, or the HTTP-date form, is no hint: the core has no
     /// wall clock to compare a date with; `tripline_policies::http` reads both forms). The hint
-    /// is kept only on failures.
+    /// is kept only on failures, which are labelled with [`Classification::http_kind`].
     pub fn http(status: u16, retry_after: Option<&str>) -> Self {
         let outcome = Outcome::from_http_status(status);
         let retry_after = match outcome {
@@ -96,6 +235,7 @@ impl Classification {
         Self {
             outcome,
             retry_after,
+            kind: Self::http_kind(status),
         }
     }
 }

@@ -12,10 +12,10 @@
 //!   the registry holds a handle to it: a missing breaker reads as a fresh Closed one, so
 //!   evicting an Open breaker would admit everything.
 //! * Keys are cheap: every breaker of a named configuration shares one `Arc` of it, and a
-//!   breaker holds only its closed-path part (about 370 bytes with a count window of 100) until
+//!   breaker holds only its closed-path part (about 460 bytes with a count window of 100) until
 //!   it first transitions, is reconfigured by a reload, or gets a listener
 //!   ([`Registry::subscribe`], or the `tracing` feature's listener on every key); then it also
-//!   allocates the part transitions need (about 380 bytes).
+//!   allocates the part transitions need (about 470 bytes).
 //! * Operators steer breakers per key or per dependency, from code or from the configuration;
 //!   a dependency-wide override also applies to breakers created later. Every change is an
 //!   event on the breakers' listeners.
@@ -629,6 +629,8 @@ pub struct Registry<C: Clock + Clone = MonotonicClock> {
     listener_count: AtomicUsize,
     maintenance: Mutex<()>,
     clock: C,
+    #[cfg(feature = "metrics")]
+    dependency_gauges: Mutex<crate::observe::DependencyGauges>,
 }
 
 impl<C: Clock + Clone> fmt::Debug for Registry<C> {
@@ -677,6 +679,8 @@ impl<C: Clock + Clone> Registry<C> {
             listener_count: AtomicUsize::new(0),
             maintenance: Mutex::new(()),
             clock,
+            #[cfg(feature = "metrics")]
+            dependency_gauges: Mutex::new(Default::default()),
         })
     }
 
@@ -858,6 +862,10 @@ impl<C: Clock + Clone> Registry<C> {
 
     /// Removes a retired entry from the map (if it is still the one stored for `key`).
     fn remove_retired(&self, key: &Key, e: &Arc<Entry<C>>) -> bool {
+        // While the entry is retiring a lookup of its key waits for it to go, so a breaker made
+        // for the key afterwards shows its state after this.
+        #[cfg(feature = "metrics")]
+        e.metrics.retire();
         let removed = matches!(
             self.map.pin().remove_if(key, |_, v| Arc::ptr_eq(v, e)),
             Ok(Some(_))
@@ -1125,7 +1133,7 @@ impl<C: Clock + Clone> Registry<C> {
             if Arc::ptr_eq(&want, &current) || want == *current {
                 continue;
             }
-            if want.window == current.window && want.stripes == current.stripes {
+            if want.same_shape(&current) {
                 // Same shape and validated above, so this cannot fail.
                 if e.breaker.reconfigure(want.clone()).is_ok() {
                     *current = want;
@@ -1147,14 +1155,27 @@ impl<C: Clock + Clone> Registry<C> {
         Ok(report)
     }
 
-    /// Pushes every breaker's current figures to the `metrics` recorder (feature `metrics`).
-    /// The metric handles were created once per breaker; call this on each scrape or on a
-    /// timer.
+    /// Pushes every breaker's current figures to the `metrics` recorder (feature `metrics`),
+    /// and per dependency how many breakers are in each state
+    /// (`tripline_registry_breakers{dependency, state}`). The metric handles were created once
+    /// per breaker; call this on each scrape or on a timer. The state gauges need no call: each
+    /// breaker's follow its transitions.
+    ///
+    /// # Cardinality
+    /// Each key has its own series (37), so keys that come and go (tenants, hosts) would
+    /// grow a recorder without end. The registry bounds what is live: at most `max_breakers`
+    /// keys; an evicted key's state gauges drop to 0 and none of its series is touched again,
+    /// so an exporter that forgets idle series keeps the series to the live keys (for
+    /// `metrics-exporter-prometheus`, `PrometheusBuilder::idle_timeout` longer than the export
+    /// interval). The per-dependency summary is bounded by the dependencies alone; dashboards
+    /// over many tenants should prefer it.
     #[cfg(feature = "metrics")]
     pub fn export_metrics(&self) {
         for (_, e) in self.map.pin().iter() {
             e.metrics.update(&e.breaker);
         }
+        let summary = self.summary();
+        lock(&self.dependency_gauges).update(&summary);
     }
 }
 

@@ -59,6 +59,29 @@ impl State {
         )
     }
 
+    /// The states an operator may move a breaker in `self` to
+    /// ([`CircuitBreaker::transition_to`](crate::CircuitBreaker::transition_to)). Every state
+    /// may go to Closed (a reset, also from Closed: a fresh window), Open (from Open: a new
+    /// wait), Disabled, MetricsOnly and ForcedOpen; only Open, HalfOpen and ForcedOpen may go to
+    /// HalfOpen, since half-open means "recovering from open": Closed, Disabled and MetricsOnly
+    /// have nothing to recover from. Asking for the state a breaker is already in is allowed and
+    /// does nothing, except for Closed and Open as said.
+    ///
+    /// ```
+    /// use tripline::State;
+    /// assert!(State::ForcedOpen.operator_targets().contains(&State::HalfOpen));
+    /// assert!(!State::Closed.operator_targets().contains(&State::HalfOpen));
+    /// ```
+    pub const fn operator_targets(self) -> &'static [State] {
+        use State::*;
+        match self {
+            Open | HalfOpen | ForcedOpen => {
+                &[Closed, Open, HalfOpen, Disabled, MetricsOnly, ForcedOpen]
+            }
+            Closed | Disabled | MetricsOnly => &[Closed, Open, Disabled, MetricsOnly, ForcedOpen],
+        }
+    }
+
     /// A stable lowercase name (`"half-open"`), as used in configuration and events.
     pub fn as_str(self) -> &'static str {
         match self {

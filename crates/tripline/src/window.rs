@@ -38,6 +38,16 @@
 //! stays all-failing. Writers may be spread over `stripes` cache-line-separated rings (per
 //! thread) so concurrent writers do not contend; a snapshot sums all stripes.
 //!
+//! # Call durations
+//! With `call_durations` on, the window also keeps what its calls took, for the metrics' total
+//! and mean (nothing decides on them). A count window keeps each slot's duration in
+//! microseconds beside its bits (8 bytes a slot) with a running total, changed by the same
+//! registered writer that changes the slot, so a reset never tears it. A time window keeps, per
+//! bucket, a second 128-bit cell with the same generation tag and bucket number as the counts'
+//! cell and a 21-bit count beside a 43-bit sum of microseconds (101 days per bucket); when
+//! either would overflow, both are halved, which keeps the mean. Each duration counts at most a
+//! week.
+//!
 //! A result lands in the bucket of the time it is **recorded** (when the call ended), not when
 //! the call started: the window describes what was learned in the last `length`, and a call
 //! that hung for longer than the window would otherwise land in an expired bucket and never be
@@ -96,6 +106,23 @@ fn pct(n: u64, d: u64) -> f64 {
 pub(crate) struct Sample {
     pub(crate) failure: bool,
     pub(crate) slow: bool,
+    /// What the call took, in nanoseconds (kept only with `call_durations`).
+    pub(crate) nanos: u64,
+}
+
+/// The most a call's duration counts in a window's totals: a week, in microseconds.
+const MAX_MICROS: u64 = 7 * 24 * 3600 * 1_000_000;
+
+#[inline]
+fn micros(nanos: u64) -> u64 {
+    (nanos / 1000).min(MAX_MICROS)
+}
+
+/// The durations a window holds: how many calls they cover and their sum in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Durations {
+    pub(crate) calls: u64,
+    pub(crate) micros: u64,
 }
 
 #[derive(Debug)]
@@ -124,6 +151,14 @@ impl Window {
         }
     }
 
+    /// `generation`'s call durations at `now`; `None` when the window does not keep them.
+    pub(crate) fn durations(&self, generation: u64, now: u64) -> Option<Durations> {
+        match self {
+            Window::Count(w) => w.durations(generation),
+            Window::Time(w) => w.durations(generation, now),
+        }
+    }
+
     /// Starts `generation`'s empty window. Called under the transition lock, before the state
     /// word announcing `generation` is published.
     pub(crate) fn begin(&self, generation: u64) {
@@ -136,8 +171,18 @@ impl Window {
     /// Heap bytes held (for the memory figures).
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
-            Window::Count(w) => w.bits.len() * 8,
-            Window::Time(w) => w.cells.len() * 16,
+            Window::Count(w) => {
+                w.bits.len() * 8
+                    + w.durations.as_ref().map_or(0, |d| {
+                        std::mem::size_of::<SlotDurations>() + d.slots.len() * 8
+                    })
+            }
+            Window::Time(w) => {
+                w.cells.len() * 16
+                    + w.duration_cells
+                        .as_ref()
+                        .map_or(0, |d| std::mem::size_of::<DurationCells>() + d.0.len() * 16)
+            }
         }
     }
 }
@@ -166,11 +211,25 @@ pub(crate) struct CountWindow {
     size: u32,
     failures: AtomicI32,
     slow: AtomicI32,
+    /// With `call_durations`: each slot's duration in microseconds, and their running sum.
+    durations: Option<Box<SlotDurations>>,
+}
+
+/// A time window's duration cells (behind one thin pointer, so a window without them costs
+/// 8 bytes).
+#[derive(Debug)]
+struct DurationCells(Box<[AtomicU128]>);
+
+/// A count window's call durations.
+#[derive(Debug)]
+struct SlotDurations {
+    total_micros: AtomicU64,
+    slots: Box<[AtomicU64]>,
 }
 
 impl CountWindow {
     /// An empty window of generation 0.
-    pub(crate) fn new(size: u32) -> Self {
+    pub(crate) fn new(size: u32, durations: bool) -> Self {
         let words = (size as usize).div_ceil(64);
         Self {
             head: AtomicU64::new(head_tag(0)),
@@ -178,6 +237,12 @@ impl CountWindow {
             size: size.max(1),
             failures: AtomicI32::new(0),
             slow: AtomicI32::new(0),
+            durations: durations.then(|| {
+                Box::new(SlotDurations {
+                    total_micros: AtomicU64::new(0),
+                    slots: (0..size.max(1)).map(|_| AtomicU64::new(0)).collect(),
+                })
+            }),
         }
     }
 
@@ -211,7 +276,10 @@ impl CountWindow {
         let mask = 1u64 << (idx % 64);
         let (failed, slow) = self.bits.split_at(self.bits.len() / 2);
         let differs = |w: &AtomicU64, v: bool| (w.load(Ordering::Relaxed) & mask != 0) != v;
-        if !differs(&failed[word], s.failure) && !differs(&slow[word], s.slow) {
+        if !differs(&failed[word], s.failure)
+            && !differs(&slow[word], s.slow)
+            && self.durations.is_none()
+        {
             return Some(filling);
         }
         // A bit and its running total change together: register, so a reset waits for this
@@ -238,8 +306,27 @@ impl CountWindow {
         }
         set_bit(&failed[word], mask, s.failure, &self.failures);
         set_bit(&slow[word], mask, s.slow, &self.slow);
+        if let Some(d) = &self.durations {
+            let new = micros(s.nanos);
+            let old = d.slots[idx as usize].swap(new, Ordering::Relaxed);
+            // Wrapping: the sum is exact once every writer is done (a week per slot and at
+            // most 2^20 slots stay far below 2^63).
+            d.total_micros
+                .fetch_add(new.wrapping_sub(old), Ordering::Relaxed);
+        }
         self.head.fetch_sub(WRITER, Ordering::Release);
         Some(filling)
+    }
+
+    fn durations(&self, generation: u64) -> Option<Durations> {
+        let d = self.durations.as_ref()?;
+        let calls = self.snapshot(generation).calls;
+        // A reader racing two writers of one slot may see the sum briefly below zero.
+        let total = (d.total_micros.load(Ordering::Relaxed) as i64).max(0) as u64;
+        Some(Durations {
+            calls,
+            micros: if calls == 0 { 0 } else { total },
+        })
     }
 
     fn snapshot(&self, generation: u64) -> WindowSnapshot {
@@ -273,6 +360,12 @@ impl CountWindow {
         }
         self.failures.store(0, Ordering::Relaxed);
         self.slow.store(0, Ordering::Relaxed);
+        if let Some(d) = &self.durations {
+            for slot in d.slots.iter() {
+                slot.store(0, Ordering::Relaxed);
+            }
+            d.total_micros.store(0, Ordering::Relaxed);
+        }
         self.head.store(head_tag(generation), Ordering::Release);
     }
 }
@@ -360,6 +453,9 @@ pub(crate) struct TimeWindow {
     /// window to the minimum is not missed).
     below_minimum: AtomicU64,
     cells: Box<[AtomicU128]>,
+    /// With `call_durations`: per cell, the same tag and bucket number beside a count and a sum
+    /// of microseconds (see the module docs).
+    duration_cells: Option<Box<DurationCells>>,
     /// At most 4,096 (validated).
     buckets: u32,
     stripes: u32,
@@ -368,7 +464,13 @@ pub(crate) struct TimeWindow {
 }
 
 impl TimeWindow {
-    pub(crate) fn new(bucket_nanos: u64, buckets: u32, stripes: u32, origin: u64) -> Self {
+    pub(crate) fn new(
+        bucket_nanos: u64,
+        buckets: u32,
+        stripes: u32,
+        origin: u64,
+        durations: bool,
+    ) -> Self {
         let stripes = stripes.max(1);
         let buckets = buckets.max(1);
         // One stripe: packed. Several: each stripe starts on its own pair of cache lines.
@@ -385,6 +487,13 @@ impl TimeWindow {
             cells: (0..stride as usize * stripes as usize)
                 .map(|_| AtomicU128::new(0))
                 .collect(),
+            duration_cells: durations.then(|| {
+                Box::new(DurationCells(
+                    (0..stride as usize * stripes as usize)
+                        .map(|_| AtomicU128::new(0))
+                        .collect(),
+                ))
+            }),
             buckets,
             stripes,
             stride,
@@ -440,7 +549,8 @@ impl TimeWindow {
             crate::sync::stripe_index() % self.stripes as usize
         };
         let slot = (epoch % u64::from(self.buckets)) as usize;
-        let c = &self.cells[stripe * self.stride as usize + slot];
+        let at = stripe * self.stride as usize + slot;
+        let c = &self.cells[at];
         let mut cur = c.load(Ordering::Relaxed);
         loop {
             let (ctag, cepoch, mut calls, mut failures, mut slow) = uncell(cur);
@@ -465,10 +575,39 @@ impl TimeWindow {
                 slow + u64::from(s.slow),
             );
             match c.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    if let Some(d) = &self.duration_cells {
+                        record_duration(&d.0[at], tag, epoch, micros(s.nanos));
+                    }
+                    return true;
+                }
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    fn durations(&self, generation: u64, now: u64) -> Option<Durations> {
+        let cells = self.duration_cells.as_ref()?;
+        let tag = cell_tag(generation);
+        let epoch = self.epoch(now);
+        let buckets = u64::from(self.buckets);
+        let mut out = Durations::default();
+        for stripe in 0..self.stripes as usize {
+            for i in 0..buckets {
+                let back = (epoch % buckets + buckets - i) % buckets;
+                let Some(expected) = epoch.checked_sub(back) else {
+                    continue;
+                };
+                let (ctag, cepoch, calls, sum) = unduration(
+                    cells.0[stripe * self.stride as usize + i as usize].load(Ordering::Relaxed),
+                );
+                if calls != 0 && ctag == tag && cepoch == expected {
+                    out.calls += calls;
+                    out.micros += sum;
+                }
+            }
+        }
+        Some(out)
     }
 
     fn snapshot(&self, generation: u64, now: u64) -> WindowSnapshot {
@@ -503,6 +642,57 @@ impl TimeWindow {
     }
 }
 
+/// Duration cell: high word as the counts' cell, low word a 21-bit count and a 43-bit sum of
+/// microseconds.
+const DURATION_SUM_BITS: u32 = 43;
+const DURATION_SUM_MAX: u64 = (1 << DURATION_SUM_BITS) - 1;
+
+#[inline]
+fn duration_cell(tag: u64, epoch: u64, calls: u64, sum: u64) -> u128 {
+    u128::from(tag << EPOCH_BITS | epoch) << 64 | u128::from(calls << DURATION_SUM_BITS | sum)
+}
+
+/// `(tag, epoch, calls, sum)`.
+#[inline]
+fn unduration(c: u128) -> (u64, u64, u64, u64) {
+    let hi = (c >> 64) as u64;
+    let lo = c as u64;
+    (
+        hi >> EPOCH_BITS,
+        hi & EPOCH_MAX,
+        lo >> DURATION_SUM_BITS,
+        lo & DURATION_SUM_MAX,
+    )
+}
+
+/// Adds one call of `micros` to a duration cell, with the counts' cell's rules for stale and
+/// newer cells; halves count and sum together when either would overflow, keeping the mean.
+#[cold]
+fn record_duration(c: &AtomicU128, tag: u64, epoch: u64, micros: u64) {
+    let mut cur = c.load(Ordering::Relaxed);
+    loop {
+        let (ctag, cepoch, mut calls, mut sum) = unduration(cur);
+        if calls == 0 || ctag != tag || cepoch != epoch {
+            if calls != 0
+                && (tag::newer(ctag, tag, CELL_TAG_BITS) || (ctag == tag && cepoch > epoch))
+            {
+                return;
+            }
+            (calls, sum) = (0, 0);
+        }
+        if calls >= COUNT_MAX || sum + micros > DURATION_SUM_MAX {
+            // A duration is at most a week (under 2^40 microseconds), so one halving of a sum
+            // below 2^43 leaves room for it.
+            (calls, sum) = (calls.div_ceil(2), sum / 2);
+        }
+        let new = duration_cell(tag, epoch, calls + 1, sum + micros);
+        match c.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -510,20 +700,23 @@ mod tests {
     const F: Sample = Sample {
         failure: true,
         slow: false,
+        nanos: 0,
     };
     const S: Sample = Sample {
         failure: false,
         slow: false,
+        nanos: 0,
     };
     const SLOW: Sample = Sample {
         failure: false,
         slow: true,
+        nanos: 0,
     };
     const SEC: u64 = 1_000_000_000;
 
     #[test]
     fn count_window_slides() {
-        let w = CountWindow::new(3);
+        let w = CountWindow::new(3, false);
         assert_eq!(w.record(0, F), Some(true));
         w.record(0, F);
         w.record(0, S);
@@ -540,7 +733,7 @@ mod tests {
 
     #[test]
     fn a_count_window_belongs_to_one_generation() {
-        let w = CountWindow::new(4);
+        let w = CountWindow::new(4, false);
         w.record(0, F);
         w.begin(1);
         // A writer of generation 0 (it read the state word before the reset) lands nowhere.
@@ -556,7 +749,7 @@ mod tests {
     #[test]
     fn count_window_positions_wrap_at_the_size() {
         for size in [1u32, 2, 3, 7, 64, 100, 130, 1000] {
-            let w = CountWindow::new(size);
+            let w = CountWindow::new(size, false);
             for i in 0..(3 * size + 5) {
                 w.record(0, if i % 3 == 0 { F } else { S });
             }
@@ -570,7 +763,7 @@ mod tests {
 
     #[test]
     fn count_window_crosses_word_boundaries() {
-        let w = CountWindow::new(130);
+        let w = CountWindow::new(130, false);
         for i in 0..400u32 {
             w.record(0, if i % 4 == 0 { F } else { S });
         }
@@ -582,7 +775,7 @@ mod tests {
 
     #[test]
     fn time_window_expires_old_buckets() {
-        let w = TimeWindow::new(SEC, 10, 1, 0);
+        let w = TimeWindow::new(SEC, 10, 1, 0, false);
         w.record(0, 0, F);
         w.record(0, 5 * SEC, S);
         assert_eq!(w.snapshot(0, 9 * SEC).calls, 2);
@@ -600,7 +793,7 @@ mod tests {
     /// stale buckets read as current.
     #[test]
     fn no_quiet_period_blinds_the_time_window_or_revives_old_buckets() {
-        let w = TimeWindow::new(SEC, 10, 1, 0);
+        let w = TimeWindow::new(SEC, 10, 1, 0, false);
         for t in 0..10 {
             w.record(0, t * SEC, S);
         }
@@ -610,14 +803,14 @@ mod tests {
         let s = w.snapshot(0, 40_009 * SEC);
         assert_eq!((s.calls, s.failures), (10, 10));
 
-        let w = TimeWindow::new(SEC, 10, 1, 0);
+        let w = TimeWindow::new(SEC, 10, 1, 0, false);
         for t in 0..10 {
             w.record(0, t * SEC, F);
         }
         assert_eq!(w.snapshot(0, 327_689 * SEC), WindowSnapshot::default());
         // And at every gap from a second to ten years.
         for gap in [1u64, 11, 32_768, 65_536, 327_680, 1 << 20, 315_360_000] {
-            let w = TimeWindow::new(SEC, 10, 1, 0);
+            let w = TimeWindow::new(SEC, 10, 1, 0, false);
             w.record(0, 0, F);
             let later = (gap + 9) * SEC;
             assert_eq!(w.snapshot(0, later).calls, 0, "gap {gap}");
@@ -630,7 +823,7 @@ mod tests {
     fn time_window_counts_from_its_own_origin() {
         // Clocks whose origin is a UNIX-epoch reading or close to u64::MAX.
         for origin in [1_700_000_000 * SEC, u64::MAX - 100 * SEC] {
-            let w = TimeWindow::new(1_000_000, 10, 1, origin);
+            let w = TimeWindow::new(1_000_000, 10, 1, origin, false);
             w.record(0, origin, F);
             w.record(0, origin + 5_000_000, S);
             let s = w.snapshot(0, origin + 9_000_000);
@@ -641,7 +834,7 @@ mod tests {
 
     #[test]
     fn a_time_window_belongs_to_one_generation() {
-        let w = TimeWindow::new(SEC, 10, 1, 0);
+        let w = TimeWindow::new(SEC, 10, 1, 0, false);
         w.record(0, 0, F);
         w.begin();
         assert_eq!(w.snapshot(1, 0), WindowSnapshot::default());
@@ -655,7 +848,7 @@ mod tests {
 
     #[test]
     fn time_window_halves_on_overflow_keeping_rates() {
-        let w = TimeWindow::new(SEC, 1, 1, 0);
+        let w = TimeWindow::new(SEC, 1, 1, 0, false);
         for i in 0..5_000_000u32 {
             w.record(0, 0, if i % 2 == 0 { F } else { S });
         }
@@ -685,7 +878,7 @@ mod tests {
             assert!((f as f64 / c as f64 - failures as f64 / calls as f64).abs() < 1e-5);
         }
         // Through the window: one success, then failures until the bucket halves.
-        let w = TimeWindow::new(SEC, 1, 1, 0);
+        let w = TimeWindow::new(SEC, 1, 1, 0, false);
         w.record(0, 0, S);
         for _ in 0..COUNT_MAX + 10 {
             w.record(0, 0, F);
@@ -696,7 +889,7 @@ mod tests {
 
     #[test]
     fn time_window_drops_samples_older_than_the_window() {
-        let w = TimeWindow::new(SEC, 2, 1, 0);
+        let w = TimeWindow::new(SEC, 2, 1, 0, false);
         w.record(0, 4 * SEC, S); // slot 0, bucket 4
         w.record(0, 2 * SEC, F); // bucket 2 also maps to slot 0 but is older: dropped
         let s = w.snapshot(0, 4 * SEC);
@@ -705,7 +898,7 @@ mod tests {
 
     #[test]
     fn the_success_gate_opens_below_the_minimum_and_at_each_boundary() {
-        let w = TimeWindow::new(SEC, 10, 1, 0);
+        let w = TimeWindow::new(SEC, 10, 1, 0, false);
         // No evaluation yet in this generation: due.
         assert!(w.success_evaluation_due(0, 0));
         w.evaluated(0, true);
@@ -723,7 +916,7 @@ mod tests {
 
     #[test]
     fn striped_time_window_sums_stripes() {
-        let w = std::sync::Arc::new(TimeWindow::new(SEC, 4, 4, 0));
+        let w = std::sync::Arc::new(TimeWindow::new(SEC, 4, 4, 0, false));
         let hs: Vec<_> = (0..4)
             .map(|_| {
                 let w = w.clone();
@@ -746,7 +939,7 @@ mod tests {
     fn count_window_resets_racing_writers_never_tear_the_totals() {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, AtomicU64};
-        let w = Arc::new(CountWindow::new(64));
+        let w = Arc::new(CountWindow::new(64, false));
         let generation = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..2)

@@ -214,3 +214,38 @@ fn a_result_racing_a_reset_lands_in_its_generation_or_nowhere() {
         });
     }
 }
+
+/// Two failures at the same instant with lumping on: exactly one counts in the window, the
+/// other is lumped, whichever wins the race for the interval.
+#[test]
+fn failures_racing_for_the_lumping_interval_count_once() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let config = BreakerConfig::builder()
+            .count_window(4)
+            .minimum_calls(4)
+            .count_in_flight_as_slow(false)
+            .lumping_interval(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let b = CircuitBreaker::with_clock("loom", config, ManualClock::new());
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let b = b.clone();
+                thread::spawn(move || b.try_acquire().unwrap().record(Outcome::Failure))
+            })
+            .collect();
+        let mut got: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        got.sort_by_key(|r| format!("{r:?}"));
+        assert_eq!(
+            got,
+            vec![tripline::Recorded::Counted, tripline::Recorded::Lumped]
+        );
+        let m = b.metrics();
+        assert_eq!(
+            (m.window.failures, m.lumped_failures, m.failed_calls),
+            (1, 1, 2)
+        );
+    });
+}

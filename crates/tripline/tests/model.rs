@@ -1,5 +1,6 @@
-//! Model-based property test: random sequences of acquire / record / abandon / advance /
-//! operator / reconfigure actions against a small sequential reference model of the rules,
+//! Model-based property test: random sequences of acquire / record (with or without the
+//! caller's own duration) / abandon / advance / operator (every edge, and the refused ones,
+//! explicit open waits too) / reconfigure actions against a small sequential reference model of the rules,
 //! over count and time windows, with time jumps from a nanosecond to ten years and clocks that
 //! start at zero, at a UNIX-epoch reading or near `u64::MAX`. After every step the breaker and
 //! the model must agree on the decision, the recorded verdict, the state, the generation and
@@ -233,7 +234,8 @@ impl Model {
         }
     }
 
-    fn record(&mut self, grant: Grant, outcome: Outcome) -> Recorded {
+    /// Records `outcome`; `took` is the caller's own measure of the call, if given.
+    fn record(&mut self, grant: Grant, outcome: Outcome, took: Option<u64>) -> Recorded {
         match grant {
             Grant::Passthrough => Recorded::Disabled,
             Grant::Window {
@@ -247,7 +249,7 @@ impl Model {
                     Outcome::Ignored => return Recorded::Ignored,
                     o => o == Outcome::Failure,
                 };
-                let slow = self.now.saturating_sub(started) > self.slow;
+                let slow = took.unwrap_or(self.now.saturating_sub(started)) > self.slow;
                 let good_evaluates = self.window.push(self.now, failure, slow);
                 let mut consecutive = false;
                 if let Some(limit) = self.consecutive_limit {
@@ -288,7 +290,7 @@ impl Model {
                     Outcome::Ignored => return Recorded::Ignored,
                     o => o == Outcome::Failure,
                 };
-                let slow = self.now.saturating_sub(started) > self.slow;
+                let slow = took.unwrap_or(self.now.saturating_sub(started)) > self.slow;
                 self.results += 1;
                 self.failures += u32::from(failure);
                 self.slow_probes += u32::from(slow);
@@ -352,10 +354,22 @@ impl Model {
         }
     }
 
-    fn operator(&mut self, to: State) {
-        if self.state != to || to == State::Closed {
-            self.transition(to);
+    /// An operator transition along the edge table; `wait` is an explicit open wait. Whether
+    /// the edge exists.
+    fn operator(&mut self, to: State, wait: Option<u64>) -> bool {
+        let from = self.state;
+        if to == State::HalfOpen
+            && matches!(from, State::Closed | State::Disabled | State::MetricsOnly)
+        {
+            return false;
         }
+        if from != to || matches!(to, State::Closed | State::Open) {
+            self.transition(to);
+            if let Some(w) = wait {
+                self.open_until = self.now.saturating_add(w);
+            }
+        }
+        true
     }
 }
 
@@ -363,6 +377,10 @@ impl Model {
 enum Op {
     Acquire,
     Record(usize, Outcome),
+    /// With the caller's own measure of the call, in nanoseconds.
+    RecordTimed(usize, Outcome, u64),
+    /// An operator's Open for exactly this many nanoseconds.
+    OpenFor(u64),
     Abandon(usize),
     /// Nanoseconds.
     Advance(u64),
@@ -378,6 +396,10 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (any::<usize>(), prop_oneof![
             3 => Just(Outcome::Failure), 3 => Just(Outcome::Success), 1 => Just(Outcome::Ignored)
         ]).prop_map(|(i, o)| Op::Record(i, o)),
+        2 => (any::<usize>(), prop_oneof![
+            3 => Just(Outcome::Failure), 3 => Just(Outcome::Success), 1 => Just(Outcome::Ignored)
+        ], prop_oneof![Just(0u64), 0u64..40_000_000_000]).prop_map(|(i, o, d)| Op::RecordTimed(i, o, d)),
+        1 => (0u64..40_000).prop_map(|ms| Op::OpenFor(ms * 1_000_000)),
         1 => any::<usize>().prop_map(Op::Abandon),
         3 => (0u64..20_000).prop_map(|ms| Op::Advance(ms * 1_000_000)),
         1 => prop_oneof![
@@ -385,7 +407,8 @@ fn op() -> impl Strategy<Value = Op> {
             Just(40_000 * 1_000_000_000), 1u64..(10 * 365 * 86_400 * 1_000_000_000)
         ].prop_map(Op::Advance),
         1 => prop_oneof![
-            Just(State::ForcedOpen), Just(State::Disabled), Just(State::MetricsOnly), Just(State::Closed)
+            Just(State::ForcedOpen), Just(State::Disabled), Just(State::MetricsOnly), Just(State::Closed),
+            Just(State::Open), Just(State::HalfOpen)
         ].prop_map(Op::Operator),
         1 => Just(Op::Tick),
         1 => prop_oneof![Just(50.0), Just(100.0), 1.0f64..100.0].prop_map(Op::Reconfigure),
@@ -497,11 +520,18 @@ proptest! {
                         (got, want) => prop_assert!(false, "acquire: breaker {:?}, model {:?}", got.map(|p| p.is_probe()), want),
                     }
                 }
-                Op::Record(i, outcome) if !held.is_empty() => {
+                Op::Record(i, outcome) | Op::RecordTimed(i, outcome, _) if !held.is_empty() => {
                     let (p, g) = held.swap_remove(i % held.len());
                     let before = breaker.metrics();
-                    let got = p.record(outcome);
-                    let want = model.record(g, outcome);
+                    let took = match op {
+                        Op::RecordTimed(_, _, d) => Some(d),
+                        _ => None,
+                    };
+                    let got = match took {
+                        Some(d) => p.record_with_duration(outcome, Duration::from_nanos(d)),
+                        None => p.record(outcome),
+                    };
+                    let want = model.record(g, outcome, took);
                     prop_assert_eq!(got, want);
                     if got == Recorded::Stale {
                         let after = breaker.metrics();
@@ -523,13 +553,18 @@ proptest! {
                     model.now = model.now.saturating_add(by);
                 }
                 Op::Operator(to) => {
-                    match to {
-                        State::ForcedOpen => breaker.force_open(),
-                        State::Disabled => breaker.disable(),
-                        State::MetricsOnly => breaker.metrics_only(),
-                        _ => breaker.reset(),
-                    }
-                    model.operator(to);
+                    let allowed = match to {
+                        State::ForcedOpen => { breaker.force_open(); true }
+                        State::Disabled => { breaker.disable(); true }
+                        State::MetricsOnly => { breaker.metrics_only(); true }
+                        State::Closed => { breaker.reset(); true }
+                        _ => breaker.transition_to(to).is_ok(),
+                    };
+                    prop_assert_eq!(allowed, model.operator(to, None), "operator {}", to);
+                }
+                Op::OpenFor(wait) => {
+                    breaker.transition_to_open_for(Duration::from_nanos(wait)).unwrap();
+                    prop_assert!(model.operator(State::Open, Some(wait)));
                 }
                 Op::Tick => {
                     breaker.tick();

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use tripline::{BreakerConfig, CircuitBreaker, MonotonicClock, Outcome};
+use tripline::{
+    BreakerConfig, CircuitBreaker, Classification, FailureKind, MonotonicClock, Outcome,
+};
 
 fn allocations(f: impl FnOnce()) -> u64 {
     allocation_counter::measure(f).count_total
@@ -51,6 +53,58 @@ fn hot_paths_do_not_allocate() {
             }
         });
         assert_eq!(n, 0, "open rejection allocated");
+    }
+}
+
+/// The new ways to record allocate nothing either: an explicit duration, a failure kind with a
+/// weight, lumping, and windows that keep call durations. (The first kinded or lumped failure
+/// allocates the part transitions need, once, like the first transition; the warm-up makes it.)
+#[test]
+fn recording_with_durations_kinds_and_lumping_does_not_allocate() {
+    for config in [
+        BreakerConfig::builder()
+            .count_window(100)
+            .call_durations(true)
+            .lumping_interval(Duration::from_millis(1))
+            .failure_kind_weight(FailureKind::Timeout, 2)
+            .failure_kind_weight(FailureKind::RateLimited, 0)
+            .build()
+            .unwrap(),
+        BreakerConfig::builder()
+            .time_window(Duration::from_secs(10), Duration::from_secs(1))
+            .stripes(4)
+            .call_durations(true)
+            .build()
+            .unwrap(),
+    ] {
+        let breaker = CircuitBreaker::with_clock("dep", config, MonotonicClock::new());
+        let kinds = [
+            Classification::failure(FailureKind::Timeout),
+            Classification::failure(FailureKind::RateLimited),
+            Classification::new(Outcome::Failure),
+        ];
+        for c in kinds {
+            let _ = breaker.try_acquire().unwrap().record_classified(c);
+        }
+        for _ in 0..10 {
+            let _ = breaker.try_acquire().unwrap().record(Outcome::Success);
+        }
+        let n = allocations(|| {
+            for i in 0..10_000u64 {
+                let p = breaker.try_acquire().unwrap();
+                let d = Duration::from_micros(i % 1000);
+                let _ = if i % 50 == 0 {
+                    p.record_with_duration(kinds[(i / 50 % 3) as usize], d)
+                } else {
+                    p.record_with_duration(Outcome::Success, d)
+                };
+            }
+            let _ = breaker.metrics();
+        });
+        assert_eq!(
+            n, 0,
+            "recording with durations, kinds and lumping allocated"
+        );
     }
 }
 

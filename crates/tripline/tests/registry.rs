@@ -398,7 +398,10 @@ fn metrics_reach_the_recorder_with_prometheus_names() {
         &DebugValue::Counter(2)
     );
     assert_eq!(
-        find("tripline_breaker_rejected_calls_total", None),
+        find(
+            "tripline_breaker_rejected_calls_total",
+            Some(("state", "open"))
+        ),
         &DebugValue::Counter(3)
     );
     assert_eq!(

@@ -47,7 +47,8 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 use tripline::{
-    CircuitBreaker, Classification, Classify, Clock, MonotonicClock, Outcome, ResultClassifier,
+    CircuitBreaker, Classification, Classify, Clock, FailureKind, MonotonicClock, Outcome,
+    ResultClassifier,
 };
 
 pub use error::Rejected;
@@ -106,14 +107,22 @@ impl<S, C: Clock, K> Breaker<S, C, K> {
 }
 
 /// The classification of a result for a breaker: local rejections from further in are
-/// ignored, anything else goes to `classifier`.
+/// ignored, anything else goes to `classifier`; a failure the classifier left without a kind
+/// is a [`FailureKind::Timeout`] when a timeout further in expired.
 pub(crate) fn classify<T, K: Classify<T, BoxError>>(
     classifier: &K,
     result: &Result<T, BoxError>,
 ) -> Classification {
     match result {
         Err(e) if crate::is_local_rejection(&**e) => Classification::new(Outcome::Ignored),
-        _ => classifier.classify(result),
+        Err(e) => {
+            let mut c = classifier.classify(result);
+            if c.outcome == Outcome::Failure && c.kind.is_none() && crate::is_timeout(&**e) {
+                c.kind = Some(FailureKind::Timeout);
+            }
+            c
+        }
+        Ok(_) => classifier.classify(result),
     }
 }
 
