@@ -217,3 +217,108 @@ mod tower_service {
         assert!(order.lock().unwrap().is_empty());
     }
 }
+
+/// The bulkhead driven without a runtime, as an event loop or a simulator on virtual time
+/// drives it ([`Bulkhead::enter`]): the same slots, the same first-come first-served queue,
+/// the same counters.
+mod own_time {
+    use super::bulkhead;
+    use tripline_policies::bulkhead::{BulkheadWaiter, Entry};
+
+    fn queued(e: Entry) -> BulkheadWaiter {
+        match e {
+            Entry::Queued(w) => w,
+            Entry::Admitted(_) => panic!("admitted, expected a place in the queue"),
+        }
+    }
+
+    #[test]
+    fn freed_slots_go_to_the_queue_in_order() {
+        let b = bulkhead(2, 3, 1000);
+        let Ok(Entry::Admitted(a)) = b.enter() else {
+            panic!("a slot was free")
+        };
+        let Ok(Entry::Admitted(c)) = b.enter() else {
+            panic!("a slot was free")
+        };
+        let mut w1 = queued(b.enter().unwrap());
+        let mut w2 = queued(b.enter().unwrap());
+        let mut w3 = queued(b.enter().unwrap());
+        assert_eq!((b.in_flight(), b.waiting()), (2, 3));
+        assert!(b.enter().is_err(), "the queue holds three");
+        assert_eq!(b.rejections().queue_full, 1);
+        assert!(w1.try_slot().is_none() && w2.try_slot().is_none());
+        // A slot freed goes to the first in the queue, not to whoever asks first.
+        drop(c);
+        assert!(w3.try_slot().is_none());
+        assert!(w2.try_slot().is_none());
+        let s1 = w1.try_slot().expect("first in the queue");
+        assert_eq!(b.waiting(), 2);
+        assert!(w1.try_slot().is_none(), "collected once");
+        // A newcomer queues behind the waiters even when a slot frees.
+        drop(a);
+        let mut w4 = queued(b.enter().unwrap());
+        assert!(w4.try_slot().is_none());
+        let s2 = w2.try_slot().expect("second in the queue");
+        drop((s1, s2));
+        assert!(w3.try_slot().is_some());
+        assert!(w4.try_slot().is_some());
+        assert_eq!(b.waiting(), 0);
+        assert_eq!(b.rejections().timed_out, 0);
+    }
+
+    #[test]
+    fn a_waiter_that_times_out_leaves_its_slot_to_the_next() {
+        let b = bulkhead(1, 2, 250);
+        let Ok(Entry::Admitted(held)) = b.enter() else {
+            panic!("a slot was free")
+        };
+        let w1 = queued(b.enter().unwrap());
+        let mut w2 = queued(b.enter().unwrap());
+        // The slot is handed to w1 as it frees; w1 gives up before collecting it.
+        drop(held);
+        let refused = w1.time_out();
+        assert!(refused.timed_out());
+        assert_eq!(
+            refused.waited(),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(b.rejections().timed_out, 1);
+        assert!(
+            w2.try_slot().is_some(),
+            "the slot went on to the next waiter"
+        );
+        assert_eq!(b.waiting(), 0);
+    }
+
+    #[test]
+    fn a_dropped_waiter_leaves_the_queue_uncounted() {
+        let b = bulkhead(1, 1, 250);
+        let Ok(Entry::Admitted(_held)) = b.enter() else {
+            panic!("a slot was free")
+        };
+        let w = queued(b.enter().unwrap());
+        assert!(b.enter().is_err());
+        drop(w);
+        assert_eq!(b.waiting(), 0);
+        let _again = queued(b.enter().unwrap());
+        assert_eq!(b.rejections().queue_full, 1);
+        assert_eq!(b.rejections().timed_out, 0);
+    }
+
+    #[test]
+    fn a_waiter_that_got_its_slot_cannot_time_out() {
+        let b = bulkhead(1, 1, 250);
+        let Ok(Entry::Admitted(held)) = b.enter() else {
+            panic!("a slot was free")
+        };
+        let mut w = queued(b.enter().unwrap());
+        drop(held);
+        let slot = w.try_slot().unwrap();
+        let _ = w.time_out();
+        assert_eq!(b.rejections().timed_out, 0, "it was served, not refused");
+        assert_eq!(b.in_flight(), 1);
+        drop(slot);
+        assert_eq!(b.in_flight(), 0);
+    }
+}

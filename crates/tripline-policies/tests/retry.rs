@@ -522,3 +522,155 @@ mod tower_layer {
         assert_eq!((s.requests, s.retries, s.attempts_exhausted), (1, 2, 1));
     }
 }
+
+/// The retry loop driven step by step ([`RetryPolicy::begin_request`]), as an event loop or a
+/// simulator on virtual time drives it: the same delays as the async loop for the same seed,
+/// and the same budget charges, refunds and counters as the pipeline.
+mod own_time {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tripline::ManualClock;
+    use tripline_policies::retry::budget::{RetryCause, TokenBucketBudget, TpsBudget};
+    use tripline_policies::retry::{AttemptResult, Jitter, RetryPolicy};
+
+    fn policy(jitter: Jitter, seed: u64) -> RetryPolicy {
+        RetryPolicy::builder()
+            .max_attempts(6)
+            .base_delay(Duration::from_millis(10))
+            .max_delay(Duration::from_secs(1))
+            .jitter(jitter)
+            .seed(seed)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_delays_are_those_of_the_async_loop() {
+        for jitter in [
+            Jitter::None,
+            Jitter::Full,
+            Jitter::Equal,
+            Jitter::Decorrelated,
+        ] {
+            // The async loop, on paused time: the gaps between its attempts.
+            let looped = policy(jitter, 11);
+            let starts = std::sync::Mutex::new(Vec::new());
+            let _ = looped
+                .call(|| {
+                    starts.lock().unwrap().push(tokio::time::Instant::now());
+                    async { Err::<(), _>("busy") }
+                })
+                .await;
+            let starts = starts.into_inner().unwrap();
+            let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+            // The same policy driven by hand.
+            let driven = policy(jitter, 11);
+            let mut state = driven.begin_request();
+            let mut delays = Vec::new();
+            while let Some(d) = state.next(AttemptResult::Failure(RetryCause::Error)) {
+                delays.push(d);
+                state.send();
+            }
+            // tokio's timer wakes on whole milliseconds: each gap is its delay rounded up.
+            let rounded: Vec<Duration> = delays
+                .iter()
+                .map(|d| Duration::from_millis(d.as_nanos().div_ceil(1_000_000) as u64))
+                .collect();
+            assert_eq!(rounded, gaps, "{jitter:?}");
+            assert_eq!(delays.len(), 5);
+            assert_eq!(state.attempts(), 6);
+            assert_eq!(looped.stats(), driven.stats());
+        }
+    }
+
+    #[test]
+    fn a_refused_retry_was_never_made() {
+        let bucket = Arc::new(TokenBucketBudget::builder().capacity(10).build().unwrap());
+        let policy = RetryPolicy::builder()
+            .budget(bucket.clone())
+            .seed(1)
+            .build()
+            .unwrap();
+        let mut s = policy.begin_request();
+        assert!(s.next(AttemptResult::Failure(RetryCause::Error)).is_some());
+        assert_eq!(bucket.tokens(), 5);
+        s.send();
+        // An open breaker refuses the retry's attempt: the withdrawal comes back.
+        assert_eq!(s.next(AttemptResult::Refused), None);
+        assert_eq!(bucket.tokens(), 10);
+        let stats = policy.stats();
+        assert_eq!((stats.retries, stats.local_rejections), (0, 1));
+        // A gate's retry limit refuses a granted retry before it is sent.
+        let mut s = policy.begin_request();
+        assert!(
+            s.next(AttemptResult::Failure(RetryCause::Timeout))
+                .is_some()
+        );
+        assert_eq!(bucket.tokens(), 0);
+        s.cancel();
+        assert_eq!(bucket.tokens(), 10);
+        assert_eq!(policy.stats().gate_overflows, 1);
+        // A request dropped during its backoff gives its retry back too.
+        let mut s = policy.begin_request();
+        assert!(s.next(AttemptResult::Failure(RetryCause::Error)).is_some());
+        drop(s);
+        assert_eq!(bucket.tokens(), 10);
+        assert_eq!(policy.stats().retries, 0);
+    }
+
+    #[test]
+    fn successes_and_final_results_end_the_request() {
+        let policy = policy(Jitter::Full, 3);
+        let mut s = policy.begin_request();
+        assert_eq!(s.next(AttemptResult::Success), None);
+        let mut s = policy.begin_request();
+        assert_eq!(s.next(AttemptResult::Final), None);
+        assert_eq!(policy.stats().retries, 0);
+    }
+
+    #[test]
+    fn timeouts_are_retried_only_when_the_policy_says_so() {
+        let no = RetryPolicy::builder()
+            .retry_timeouts(false)
+            .seed(2)
+            .build()
+            .unwrap();
+        let mut s = no.begin_request();
+        assert_eq!(s.next(AttemptResult::Failure(RetryCause::Timeout)), None);
+        let mut s = no.begin_request();
+        assert!(s.next(AttemptResult::Failure(RetryCause::Error)).is_some());
+    }
+
+    #[test]
+    fn a_ratio_budget_on_virtual_time_caps_retries_as_a_share_of_requests() {
+        let clock = ManualClock::new();
+        let budget = Arc::new(
+            TpsBudget::builder()
+                .min_per_sec(0)
+                .retry_ratio(0.1)
+                .build_with_clock(clock.clone())
+                .unwrap(),
+        );
+        let policy = RetryPolicy::builder()
+            .budget(budget)
+            .max_attempts(3)
+            .seed(4)
+            .build()
+            .unwrap();
+        // 100 requests, all failing: 10 % of them may be retried, once each.
+        let mut states: Vec<_> = (0..100).map(|_| policy.begin_request()).collect();
+        let granted = states
+            .iter_mut()
+            .map(|s| s.next(AttemptResult::Failure(RetryCause::Error)))
+            .filter(Option::is_some)
+            .count();
+        assert_eq!(granted, 10);
+        assert_eq!(policy.stats().budget_exhausted, 90);
+        // The deposits expire with the ttl: 11 s later the budget is empty.
+        clock.advance(Duration::from_secs(11));
+        let mut late = policy.begin_request();
+        clock.advance(Duration::from_secs(11));
+        assert_eq!(late.next(AttemptResult::Failure(RetryCause::Error)), None);
+    }
+}

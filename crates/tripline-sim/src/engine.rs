@@ -2,45 +2,59 @@
 //!
 //! Events wait in a binary heap ordered by (time, sequence number), so two events at the same
 //! instant run in the order they were scheduled and every run is reproducible. Before each
-//! event the engine sets the run's [`ManualClock`] to the event's time; the breakers read that
-//! clock, so open waits, half-open leases and the slow-call rule all run on virtual time.
+//! event the engine sets the run's [`ManualClock`] to the event's time; every policy reads
+//! that clock (the breakers' open waits, probe leases and slow-call rule, the budgets' and the
+//! throttle's windows, the outlier detector's sweeps), so they all run on virtual time.
 //!
 //! # A request's life
-//! 1. It **arrives** at a replica chosen by the load balancer. If a worker is free it starts;
-//!    otherwise it waits in the replica's FIFO queue (bounded by `queue_limit`; one more is
-//!    shed at once) and is shed if it waits longer than `queue_timeout`.
-//! 2. An endpoint that does not use the dependency does its local **work** and answers.
-//! 3. An endpoint that uses it makes up to `attempts` **attempts**. With a breaker, each
-//!    attempt first asks the breaker for a permit. A rejection is never retried: the request
-//!    is answered at once, with the fallback if the variant has one, else with an error. An
-//!    admitted attempt takes the dependency's latency (drawn from the phase in force when it
-//!    starts, slowed past the dependency's capacity), or the timeout if that is shorter, in
-//!    which case it fails. Its outcome is recorded on the permit when it ends. A failed attempt
-//!    is retried after `backoff`, holding its worker meanwhile.
-//! 4. A successful call (or a fallback) is followed by the endpoint's local work; then the
-//!    request is **answered** and frees its worker, which takes the next queued request.
+//! 1. It **arrives** at a replica of the first tier (the first `[[tiers]]`, or `[service]`)
+//!    chosen by that tier's load balancer. If a worker is free it starts; otherwise it waits
+//!    in the replica's FIFO queue (bounded by `queue_limit`; one more is shed at once) and is
+//!    shed if it waits longer than `queue_timeout`.
+//! 2. At `[service]`, an endpoint that does not use the dependency does its local **work** and
+//!    answers.
+//! 3. Every other request **calls** the tier below (or, at `[service]`, the dependency)
+//!    through its tier's client: the real policies, in the pipeline's order
+//!    ([`crate::layers`]). The retry loop is the real [`RetryState`]: each attempt's result is
+//!    told to it, and a retry waits the delay it returns (holding the worker). A local
+//!    refusal is never retried: the request is answered at once, with the fallback if the
+//!    variant has one, else with an error. An attempt to the dependency takes its latency
+//!    (drawn from the phase in force when it starts, slowed or refused past the dependency's
+//!    capacity), or the timeout if that is shorter, in which case it fails. An attempt to a
+//!    tier below is a request there (step 1): it succeeds when that request is answered with
+//!    real data or a fallback, and fails when it is answered with an error, is shed, or is
+//!    still running when the timeout passes (it keeps running below, holding what it holds).
+//! 4. A successful call (or a fallback) is followed by the local work; then the request is
+//!    **answered** and frees its worker, which takes the next queued request.
 //!
 //! # Randomness
-//! Arrival times, endpoints, shards and (random) load-balancer picks come from one generator
-//! seeded from the run seed, so every variant of a scenario sees the same arrival sequence.
-//! Each request has its own generator, seeded from the run seed and the request's number, for
-//! its local work and its attempts' outcomes, so the same request meets the same dependency
-//! behaviour in every variant (as long as its attempts start in the same phase).
-//! All generators are `Pcg64Mcg`, whose output for a seed does not change between versions.
+//! Arrival times, endpoints, shards and (random) load-balancer picks of the first tier come
+//! from one generator seeded from the run seed, so every variant of a scenario sees the same
+//! arrival sequence. Each request has its own generator, seeded from the run seed and the
+//! request's number, for its local work and its attempts' outcomes, so the same request meets
+//! the same dependency behaviour in every variant (as long as its attempts start in the same
+//! phase); a request sent to a tier below draws its generator's seed from its caller's. The
+//! retry policies' jitter, the throttles' draws and the breakers' open jitter have seeds of
+//! their own, derived from the run seed. All generators are `Pcg64Mcg`, whose output for a
+//! seed does not change between versions.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
-use tripline::{BreakerConfig, CircuitBreaker, EventKind, ManualClock, Outcome, Permit, State};
+use tripline::{CircuitBreaker, ManualClock, Outcome, State};
+use tripline_policies::retry::budget::RetryCause;
+use tripline_policies::retry::{AttemptResult, RetryPolicy, RetryState};
 
 use crate::dist::{Dist, Rate, nanos};
-use crate::scenario::{Balancer, Process, Protection, Scenario, Scope, Sharing};
+use crate::layers::{Cx, POLICIES, Policy, PolicyReport, TierPolicies, Woken};
+use crate::scenario::{Balancer, Overload, Process, Protection, Scenario};
 
 const SEC: u64 = 1_000_000_000;
+/// No request (a parent or child link that is not set).
+const NONE: u32 = u32::MAX;
 
 /// splitmix64's finalizer: spreads `a` and `b` over 64 bits.
 pub(crate) fn mix(a: u64, b: u64) -> u64 {
@@ -58,6 +72,7 @@ struct Phase {
     error_rate: Rate,
     latency: Dist,
     error_latency: Dist,
+    capacity: Option<u32>,
     /// Affected shards (sorted), or all.
     shards: Option<Vec<u32>>,
 }
@@ -73,7 +88,7 @@ pub(crate) enum Out {
     Shed = 4,
 }
 
-/// One second of a run.
+/// One second of a run, at one tier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bin {
     /// Most workers busy at once, all replicas together.
@@ -82,7 +97,8 @@ pub struct Bin {
     pub queued_peak: u32,
     /// Whether some replica had every worker busy during the second.
     pub pool_full: bool,
-    /// Calls that reached the dependency (attempts admitted).
+    /// Calls that reached the dependency (attempts admitted); at a tier in front of the
+    /// service, the calls it made to the tier below.
     pub dependency_calls: u32,
     /// Most calls in progress at the dependency at once, as seen when calls start (tracked
     /// with a capacity only).
@@ -91,12 +107,14 @@ pub struct Bin {
     pub succeeded: u32,
     /// Requests answered with an error after their attempts.
     pub failed: u32,
-    /// Requests whose call the breaker rejected (fallbacks included).
+    /// Requests a local policy refused (fallbacks included).
     pub rejected: u32,
     /// Rejected requests answered with the fallback.
     pub fallback: u32,
     /// Requests shed by a full queue or the queue timeout.
     pub shed: u32,
+    /// Retries granted by the retry policy (made after their backoff, unless refused then).
+    pub retries: u32,
 }
 
 /// A breaker transition seen during a run.
@@ -109,15 +127,19 @@ pub(crate) struct Tr {
     pub(crate) reason: &'static str,
 }
 
-/// The variant being run: the unprotected service or one protection.
+/// The variant being run: the unprotected service (`index` `None`) or one protection.
 pub(crate) struct Variant<'a> {
+    pub(crate) index: Option<usize>,
     pub(crate) protection: Option<&'a Protection>,
-    /// Called with each breaker's index once it exists (a trace recorder subscribes here).
+    /// Called with each of `[service]`'s breakers and its index once it exists (a trace
+    /// recorder subscribes here).
     pub(crate) observe: Option<&'a Observe<'a>>,
 }
 
 /// What [`Variant::observe`] calls.
 pub(crate) type Observe<'a> = dyn Fn(u32, &CircuitBreaker<ManualClock>) + Sync + 'a;
+
+pub(crate) use crate::layers::{reason_str, seeded};
 
 /// A latency sample: the latency as a [`LatencyKey`], and the bin and endpoint packed as
 /// `bin << 7 | endpoint`.
@@ -171,6 +193,21 @@ impl LatencyKey {
     }
 }
 
+/// What one tier did in one run.
+pub(crate) struct TierOutput {
+    pub(crate) counts: [u64; 5],
+    pub(crate) refused: [u64; POLICIES],
+    pub(crate) rejected_healthy: u64,
+    pub(crate) rejected_on_retry: u64,
+    pub(crate) calls_below: u64,
+    pub(crate) pool_peak: u32,
+    pub(crate) queue_peak: u32,
+    pub(crate) bins: Vec<Bin>,
+    pub(crate) transitions: Vec<Tr>,
+    pub(crate) breakers: u32,
+    pub(crate) policies: PolicyReport,
+}
+
 /// What one run produced, for the report.
 pub(crate) struct RunOutput {
     pub(crate) requests: u64,
@@ -187,6 +224,10 @@ pub(crate) struct RunOutput {
     pub(crate) transitions: Vec<Tr>,
     pub(crate) breakers: u32,
     pub(crate) hosts: Option<crate::hosts::HostsOutput>,
+    /// Every tier, from the first to `[service]`.
+    pub(crate) tiers: Vec<TierOutput>,
+    /// When the last request of the first tier was answered.
+    pub(crate) last_answer: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,15 +237,20 @@ enum Kind {
     AttemptDone = 1,
     Retry = 2,
     WorkDone = 3,
+    /// A call to the tier below reached its timeout.
+    Timeout = 4,
+    /// A wait for a bulkhead's slot reached `max_wait`.
+    Expire = 5,
 }
 
 /// A scheduled event, packed in one `u128` so the heap compares and moves 16 bytes: the time
-/// in the high 64 bits, then the sequence number (36 bits), the kind (2 bits) and the request
+/// in the high 64 bits, then the sequence number (35 bits), the kind (3 bits) and the request
 /// slot (26 bits). Ordering by the packed value is ordering by (time, sequence).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Ev(u128);
 
 const SLOT_BITS: u32 = 26;
+const KIND_BITS: u32 = 3;
 /// The most request slots a run may use (requests in the service at once).
 pub(crate) const MAX_SLOTS: u64 = 1 << SLOT_BITS;
 // Every request held at once (plus one being shed) must fit in a slot number.
@@ -212,18 +258,20 @@ const _: () = assert!(crate::scenario::MAX_HELD < MAX_SLOTS);
 
 impl Ev {
     fn new(at: u64, seq: u64, kind: Kind, slot: u32) -> Self {
-        let low = (seq << (SLOT_BITS + 2)) | ((kind as u64) << SLOT_BITS) | u64::from(slot);
+        let low = (seq << (SLOT_BITS + KIND_BITS)) | ((kind as u64) << SLOT_BITS) | u64::from(slot);
         Ev((u128::from(at) << 64) | u128::from(low))
     }
     fn at(self) -> u64 {
         (self.0 >> 64) as u64
     }
     fn kind(self) -> Kind {
-        match (self.0 as u64 >> SLOT_BITS) & 3 {
+        match (self.0 as u64 >> SLOT_BITS) & ((1 << KIND_BITS) - 1) {
             0 => Kind::Arrival,
             1 => Kind::AttemptDone,
             2 => Kind::Retry,
-            _ => Kind::WorkDone,
+            3 => Kind::WorkDone,
+            4 => Kind::Timeout,
+            _ => Kind::Expire,
         }
     }
     fn slot(self) -> u32 {
@@ -243,6 +291,17 @@ impl PartialOrd for Ev {
     }
 }
 
+/// Where a request stands between events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Queued, working, or waiting its backoff.
+    Idle,
+    /// Waiting in layer `wait_layer` (a bulkhead's queue) until `deadline`.
+    Waiting,
+    /// Its attempt is out: at the dependency, or at the tier below until `deadline`.
+    InCall,
+}
+
 #[derive(Clone, Debug)]
 struct Req {
     arrived: u64,
@@ -251,11 +310,54 @@ struct Req {
     replica: u32,
     shard: u32,
     endpoint: u16,
+    tier: u8,
+    /// Attempts made before the current one.
     attempt: u8,
+    wait_layer: u8,
     ok: bool,
+    timed_out: bool,
     /// Waiting in its replica's queue.
     queued: bool,
+    stage: Stage,
     outcome: Out,
+    deadline: u64,
+    /// The request (at the tier above) whose attempt this is, or [`NONE`].
+    parent: u32,
+    /// This request's attempt at the tier below, while it is out, or [`NONE`].
+    child: u32,
+}
+
+impl Req {
+    /// A request arriving at `tier` at `arrived`, on (replica, shard, endpoint), sent by
+    /// `parent` (or [`NONE`]).
+    fn new(
+        arrived: u64,
+        work: u64,
+        rng: Pcg64Mcg,
+        (replica, shard, endpoint): (u32, u32, u16),
+        tier: u8,
+        parent: u32,
+    ) -> Self {
+        Req {
+            arrived,
+            work,
+            rng,
+            replica,
+            shard,
+            endpoint,
+            tier,
+            attempt: 0,
+            wait_layer: 0,
+            ok: false,
+            timed_out: false,
+            queued: false,
+            stage: Stage::Idle,
+            outcome: Out::Succeeded,
+            deadline: 0,
+            parent,
+            child: NONE,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -264,13 +366,14 @@ struct Replica {
     queue: VecDeque<u32>,
 }
 
-/// What a replica last heard from a shared store about one breaker.
-#[derive(Clone, Copy, Default)]
-struct View {
-    valid: bool,
-    closed: bool,
-    generation: u64,
-    at: u64,
+/// A tier in engine units.
+pub(crate) struct TierModel {
+    replicas: u32,
+    balancer: Balancer,
+    workers: u32,
+    queue_limit: usize,
+    queue_timeout: Option<u64>,
+    work: Dist,
 }
 
 /// The scenario in engine units (nanoseconds, cumulative weights).
@@ -278,20 +381,17 @@ pub(crate) struct Model {
     duration: u64,
     rate: f64,
     process: Process,
-    replicas: u32,
-    balancer: Balancer,
-    workers: u32,
-    queue_limit: usize,
-    queue_timeout: Option<u64>,
+    count: u64,
+    tiers: Vec<TierModel>,
     uses: Vec<bool>,
     work: Vec<Dist>,
     cum_weights: Vec<f64>,
-    timeout: Option<u64>,
-    attempts: u32,
-    backoff: u64,
     base: Phase,
     phases: Vec<Phase>,
-    capacity: Option<u32>,
+    /// Whether calls in progress at the dependency are tracked (some capacity is set).
+    track: bool,
+    overload: Overload,
+    occ: bool,
     shards: u32,
     hosts: Option<crate::hosts::HostModel>,
 }
@@ -305,6 +405,7 @@ impl Model {
             error_rate: dep.error_rate,
             latency: dep.latency,
             error_latency: dep.error_latency.unwrap_or(dep.latency),
+            capacity: dep.capacity,
             shards: None,
         };
         // Faults on some hosts only act through the hosts (`crate::hosts`).
@@ -318,6 +419,7 @@ impl Model {
                 error_rate: f.error_rate.unwrap_or(dep.error_rate),
                 latency: f.latency.unwrap_or(dep.latency),
                 error_latency: f.error_latency.or(f.latency).unwrap_or(base.error_latency),
+                capacity: f.capacity.or(dep.capacity),
                 shards: f.shards.as_ref().map(|v| {
                     let mut v = v.clone();
                     v.sort_unstable();
@@ -335,24 +437,41 @@ impl Model {
                 acc
             })
             .collect();
+        let mut tiers: Vec<TierModel> = s
+            .tiers
+            .iter()
+            .map(|t| TierModel {
+                replicas: t.replicas,
+                balancer: t.load_balancer,
+                workers: t.workers,
+                queue_limit: t.queue_limit as usize,
+                queue_timeout: t.queue_timeout.map(nanos),
+                work: t.work,
+            })
+            .collect();
+        let sv = &s.service;
+        tiers.push(TierModel {
+            replicas: sv.replicas,
+            balancer: sv.load_balancer,
+            workers: sv.workers,
+            queue_limit: sv.queue_limit as usize,
+            queue_timeout: sv.queue_timeout.map(nanos),
+            work: Dist::Fixed(Duration::ZERO),
+        });
         Model {
             duration: nanos(s.duration),
-            rate: s.arrivals.rate,
+            rate: s.arrivals.rate.unwrap_or(1.0),
             process: s.arrivals.process,
-            replicas: s.service.replicas,
-            balancer: s.service.load_balancer,
-            workers: s.service.workers,
-            queue_limit: s.service.queue_limit as usize,
-            queue_timeout: s.service.queue_timeout.map(nanos),
+            count: u64::from(s.arrivals.count.unwrap_or(0)),
+            tiers,
             uses: s.endpoints.iter().map(|e| e.uses_dependency).collect(),
             work: s.endpoints.iter().map(|e| e.work).collect(),
             cum_weights,
-            timeout: s.client.timeout.map(nanos),
-            attempts: s.client.attempts,
-            backoff: nanos(s.client.backoff),
             base,
             phases,
-            capacity: s.dependency.capacity,
+            track: dep.capacity.is_some() || dep.faults.iter().any(|f| f.capacity.is_some()),
+            overload: dep.overload,
+            occ: dep.optimistic_writes,
             shards: s.shards.map_or(1, |x| x.count),
             hosts: crate::hosts::HostModel::new(s),
         }
@@ -367,23 +486,9 @@ impl Model {
                     .is_none_or(|s| s.binary_search(&shard).is_ok())
         })
     }
-}
 
-pub(crate) fn reason_str(kind: &EventKind) -> &'static str {
-    use tripline::Reason as R;
-    match kind {
-        EventKind::Transition { reason, .. } => match reason {
-            R::FailureRate => "failure-rate",
-            R::SlowCallRate => "slow-call-rate",
-            R::ConsecutiveFailures { .. } => "consecutive-failures",
-            R::OpenElapsed => "open-elapsed",
-            R::ProbesSucceeded { .. } => "probes-succeeded",
-            R::ProbesFailed { .. } => "probes-failed",
-            R::HalfOpenTimeout => "half-open-timeout",
-            R::Operator => "operator",
-            _ => "other",
-        },
-        _ => "other",
+    fn last(&self) -> usize {
+        self.tiers.len() - 1
     }
 }
 
@@ -396,41 +501,30 @@ pub(crate) fn run(
     progress: &(dyn Fn(u64) + Sync),
 ) -> RunOutput {
     let clock = ManualClock::new();
-    let log: Arc<Mutex<Vec<Tr>>> = Arc::new(Mutex::new(Vec::new()));
-    let breakers: Vec<CircuitBreaker<ManualClock>> = match variant.protection {
-        None => Vec::new(),
-        Some(p) => {
-            let n = scenario.breaker_count(p);
-            (0..n)
-                .map(|i| {
-                    let config = seeded(&p.breaker, seed, i);
-                    let b = CircuitBreaker::with_clock(
-                        scenario.dependency.name.clone(),
-                        config,
-                        clock.clone(),
-                    );
-                    let log = log.clone();
-                    let idx = i as u32;
-                    b.subscribe(move |e: &tripline::Event| {
-                        if let EventKind::Transition { from, to, .. } = &e.kind {
-                            let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
-                            l.push(Tr {
-                                at: nanos(e.at),
-                                breaker: idx,
-                                from: *from,
-                                to: *to,
-                                reason: reason_str(&e.kind),
-                            });
-                        }
-                    });
-                    if let Some(observe) = variant.observe {
-                        observe(idx, &b);
-                    }
-                    b
-                })
-                .collect()
-        }
-    };
+    let n = model.tiers.len();
+    let policies: Vec<TierPolicies> = (0..n)
+        .map(|k| {
+            // Checked when the scenario was read.
+            let spec = scenario
+                .client_spec(variant.index, k)
+                .unwrap_or_else(|(f, v, a)| panic!("validated client {f}: {a}, got {v}"));
+            let below = if k + 1 < n {
+                scenario.tier_name(k + 1).to_string()
+            } else {
+                scenario.dependency.name.clone()
+            };
+            TierPolicies::new(
+                spec,
+                k,
+                k + 1 == n,
+                model.tiers[k].replicas,
+                if k + 1 == n { model.shards } else { 1 },
+                &below,
+                &clock,
+                seed,
+            )
+        })
+        .collect();
     let mut out = {
         let hosts = model.hosts.as_ref().map(|h| {
             crate::hosts::Pool::new(
@@ -440,129 +534,174 @@ pub(crate) fn run(
                 crate::hosts::seed(seed),
             )
         });
-        let mut engine = Engine::new(model, variant, seed, &breakers, clock);
+        if let (Some(observe), Some(service)) = (variant.observe, policies.last()) {
+            for (i, b) in service.breakers.iter().enumerate() {
+                observe(i as u32, b);
+            }
+        }
+        let clients = policies.iter().map(Client::new).collect();
+        let mut engine = Engine::new(model, clients, seed, clock);
         engine.hosts = hosts;
         engine.run(progress);
         engine.finish_run()
     };
-    out.breakers = breakers.len() as u32;
-    drop(breakers);
-    out.transitions = std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));
+    for (k, p) in policies.iter().enumerate() {
+        let t = &mut out.tiers[k];
+        p.report(&mut t.policies);
+        t.breakers = p.breakers.len() as u32;
+    }
+    let logs: Vec<_> = policies.iter().map(|p| p.log.clone()).collect();
+    drop(policies);
+    for (k, log) in logs.iter().enumerate() {
+        out.tiers[k].transitions =
+            std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    let service = &out.tiers[n - 1];
+    out.transitions = service.transitions.clone();
+    out.breakers = service.breakers;
+    out.stale_view_calls = service
+        .policies
+        .breaker
+        .as_ref()
+        .map_or(0, |b| b.stale_view_calls);
     out
 }
 
-/// A breaker configuration with its own jitter seed, so replicas do not probe in lockstep and
-/// runs stay reproducible.
-pub(crate) fn seeded(config: &BreakerConfig, seed: u64, index: u64) -> BreakerConfig {
-    let base = mix(seed ^ config.seed().unwrap_or(0), 0xB4EA_4E45);
-    config
-        .to_builder()
-        .seed(mix(base, index))
-        .build()
-        .unwrap_or_else(|_| config.clone())
+/// A tier's client in a run: its layers and its retry policies.
+struct Client<'p> {
+    outer: crate::layers::Layers<'p>,
+    inner: crate::layers::Layers<'p>,
+    retries: &'p [RetryPolicy],
+    timeout: Option<u64>,
+    fallback: bool,
 }
 
-struct Engine<'b> {
-    m: &'b Model,
+impl<'p> Client<'p> {
+    fn new(p: &'p TierPolicies) -> Self {
+        let (outer, inner) = p.layers();
+        Self {
+            outer,
+            inner,
+            retries: &p.retries,
+            timeout: p.spec.timeout.map(nanos),
+            fallback: p.spec.fallback,
+        }
+    }
+}
+
+/// A tier while a run goes: its replicas and the figures it keeps.
+struct TierRt {
+    replicas: Vec<Replica>,
+    total_busy: u32,
+    total_queued: u32,
+    full_replicas: u32,
+    /// (deadline, slot) of every request queued with a queue timeout, in arrival order, which
+    /// is deadline order (every request of the tier has the same timeout). Entries of requests
+    /// that left the queue since are skipped, and swept out once they outnumber the queued
+    /// requests.
+    expiry: VecDeque<(u64, u32)>,
+    bins: Vec<Bin>,
+    counts: [u64; 5],
+    refused: [u64; POLICIES],
+    rejected_healthy: u64,
+    rejected_on_retry: u64,
+    calls_below: u64,
+    pool_peak: u32,
+    queue_peak: u32,
+    /// The next replica of a round-robin balancer (below the first tier).
+    rr: u64,
+    /// The balancer's draws (below the first tier).
+    route_rng: Pcg64Mcg,
+}
+
+struct Engine<'p> {
+    m: &'p Model,
     clock: ManualClock,
-    breakers: &'b [CircuitBreaker<ManualClock>],
-    scope_shard: bool,
-    shared: bool,
-    /// The shared store's view TTL (0: every decision sees the shared state).
-    view_ttl: u64,
-    /// Per breaker index × replica: what the replica last heard from the store.
-    views: Vec<View>,
-    stale_view_calls: u64,
-    fallback: bool,
-    timeout: Option<u64>,
-    attempts: u32,
+    clients: Vec<Client<'p>>,
     seed: u64,
 
     heap: BinaryHeap<Ev>,
     seq: u64,
     reqs: Vec<Req>,
-    permits: Vec<Option<Permit<'b, ManualClock>>>,
+    retry: Vec<Option<RetryState>>,
     free: Vec<u32>,
-    replicas: Vec<Replica>,
-    /// (deadline, slot) of every request queued with a queue timeout, in arrival order, which
-    /// is deadline order (every request has the same timeout). Entries of requests that left
-    /// the queue since are skipped, and swept out once they outnumber the queued requests.
-    expiry: VecDeque<(u64, u32)>,
+    tiers: Vec<TierRt>,
     dep_done: BinaryHeap<std::cmp::Reverse<u64>>,
+    /// Writes on their way to an optimistically written row: (arrival, read's time, slot,
+    /// return leg), the slot [`NONE`] for a call whose caller will have given up.
+    writes: BinaryHeap<std::cmp::Reverse<(u64, u64, u32, u64)>>,
+    /// When the row's last successful write landed.
+    last_commit: Option<u64>,
+    woken: Vec<Woken>,
+    /// The replicas (tier, replica) the current instant's events touched.
+    touched: Vec<(u8, u32)>,
+    /// Workers freed by the current event, to hand to queued requests after it.
+    freed: Vec<(u8, u32)>,
 
     arrival_rng: Pcg64Mcg,
     next_req: u64,
     now: u64,
+    last_answer: Option<u64>,
 
-    total_busy: u32,
-    total_queued: u32,
-    full_replicas: u32,
-    bins: Vec<Bin>,
     samples: Vec<Sample>,
-    counts: [u64; 5],
     per_endpoint: Vec<[u64; 5]>,
-    rejected_healthy: u64,
-    rejected_on_retry: u64,
     dependency_calls: u64,
-    pool_peak: u32,
-    queue_peak: u32,
     /// The dependency's hosts and their balancer, with `[dependency.hosts]`.
-    hosts: Option<crate::hosts::Pool<'b>>,
+    hosts: Option<crate::hosts::Pool<'p>>,
 }
 
-impl<'b> Engine<'b> {
-    fn new(
-        m: &'b Model,
-        variant: &Variant<'_>,
-        seed: u64,
-        breakers: &'b [CircuitBreaker<ManualClock>],
-        clock: ManualClock,
-    ) -> Self {
-        let p = variant.protection;
+impl<'p> Engine<'p> {
+    fn new(m: &'p Model, clients: Vec<Client<'p>>, seed: u64, clock: ManualClock) -> Self {
+        let expected = match m.process {
+            Process::Burst => m.count as f64,
+            _ => m.rate * m.duration as f64 / 1e9,
+        };
+        let tiers = m
+            .tiers
+            .iter()
+            .enumerate()
+            .map(|(k, t)| TierRt {
+                replicas: (0..t.replicas).map(|_| Replica::default()).collect(),
+                total_busy: 0,
+                total_queued: 0,
+                full_replicas: 0,
+                expiry: VecDeque::new(),
+                bins: Vec::with_capacity((m.duration / SEC + 2) as usize),
+                counts: [0; 5],
+                refused: [0; POLICIES],
+                rejected_healthy: 0,
+                rejected_on_retry: 0,
+                calls_below: 0,
+                pool_peak: 0,
+                queue_peak: 0,
+                rr: 0,
+                route_rng: Pcg64Mcg::seed_from_u64(mix(seed, 0x2007_0000 + k as u64)),
+            })
+            .collect();
         Engine {
             m,
             clock,
-            breakers,
-            scope_shard: p.is_some_and(|p| p.scope == Scope::Shard),
-            shared: p.is_some_and(|p| p.sharing == Sharing::Shared),
-            view_ttl: p
-                .filter(|p| p.sharing == Sharing::Shared)
-                .map_or(0, |p| nanos(p.view_ttl)),
-            // A view per breaker and replica, kept only when replicas decide from views.
-            views: match p {
-                Some(p) if p.sharing == Sharing::Shared && !p.view_ttl.is_zero() => {
-                    vec![View::default(); (m.replicas * breakers.len() as u32) as usize]
-                }
-                _ => Vec::new(),
-            },
-            stale_view_calls: 0,
-            fallback: p.is_some_and(|p| p.fallback),
-            timeout: p.and_then(|p| p.timeout).map(nanos).or(m.timeout),
-            attempts: p.and_then(|p| p.attempts).unwrap_or(m.attempts),
+            clients,
             seed,
             heap: BinaryHeap::with_capacity(1024),
             seq: 0,
             reqs: Vec::with_capacity(1024),
-            permits: Vec::with_capacity(1024),
+            retry: Vec::with_capacity(1024),
             free: Vec::with_capacity(1024),
-            replicas: (0..m.replicas).map(|_| Replica::default()).collect(),
-            expiry: VecDeque::new(),
+            tiers,
             dep_done: BinaryHeap::new(),
+            writes: BinaryHeap::new(),
+            last_commit: None,
+            woken: Vec::new(),
+            touched: Vec::new(),
+            freed: Vec::new(),
             arrival_rng: Pcg64Mcg::seed_from_u64(mix(seed, 0xA441_7A15)),
             next_req: 0,
             now: 0,
-            total_busy: 0,
-            total_queued: 0,
-            full_replicas: 0,
-            bins: Vec::with_capacity((m.duration / SEC + 2) as usize),
-            samples: Vec::with_capacity(((m.rate * m.duration as f64 / 1e9) as usize).min(1 << 24)),
-            counts: [0; 5],
+            last_answer: None,
+            samples: Vec::with_capacity((expected as usize).min(1 << 24)),
             per_endpoint: vec![[0; 5]; m.uses.len()],
-            rejected_healthy: 0,
-            rejected_on_retry: 0,
             dependency_calls: 0,
-            pool_peak: 0,
-            queue_peak: 0,
             hosts: None,
         }
     }
@@ -572,30 +711,37 @@ impl<'b> Engine<'b> {
         self.heap.push(Ev::new(at, self.seq, kind, slot));
     }
 
-    /// The bin of time `t`, creating the bins up to it. Call it before changing a level at
-    /// `t`: a bin that starts before `t` opens with the levels in force until `t` (nothing
-    /// happened in between), and one that starts at `t` exactly opens empty (the levels
-    /// before `t` ended as it began; [`record_levels`](Self::record_levels) adds the levels
-    /// after the events at `t`).
+    /// The bin of time `t`, creating the bins up to it in every tier. Call it before changing
+    /// a level at `t`: a bin that starts before `t` opens with the levels in force until `t`
+    /// (nothing happened in between), and one that starts at `t` exactly opens empty (the
+    /// levels before `t` ended as it began; [`record_levels`](Self::record_levels) adds the
+    /// levels after the events at `t`).
     fn bin(&mut self, t: u64) -> usize {
         let b = (t / SEC) as usize;
-        while self.bins.len() <= b {
-            let start = self.bins.len() as u64 * SEC;
-            if start == t {
-                self.bins.push(Bin::default());
-                continue;
+        let last = self.m.last();
+        for (k, tier) in self.tiers.iter_mut().enumerate() {
+            while tier.bins.len() <= b {
+                let start = tier.bins.len() as u64 * SEC;
+                if start == t {
+                    tier.bins.push(Bin::default());
+                    continue;
+                }
+                let mut in_flight = 0;
+                if k == last {
+                    // Calls that ended by the start of this bin are no longer in progress in it.
+                    while self.dep_done.peek().is_some_and(|d| d.0 <= start) {
+                        self.dep_done.pop();
+                    }
+                    in_flight = self.dep_done.len() as u32;
+                }
+                tier.bins.push(Bin {
+                    busy_peak: tier.total_busy,
+                    queued_peak: tier.total_queued,
+                    pool_full: tier.full_replicas > 0,
+                    dependency_in_flight_peak: in_flight,
+                    ..Bin::default()
+                });
             }
-            // Calls that ended by the start of this bin are no longer in progress in it.
-            while self.dep_done.peek().is_some_and(|d| d.0 <= start) {
-                self.dep_done.pop();
-            }
-            self.bins.push(Bin {
-                busy_peak: self.total_busy,
-                queued_peak: self.total_queued,
-                pool_full: self.full_replicas > 0,
-                dependency_in_flight_peak: self.dep_done.len() as u32,
-                ..Bin::default()
-            });
         }
         b
     }
@@ -603,17 +749,26 @@ impl<'b> Engine<'b> {
     /// Records the levels after every event at instant `t` (a level holds from one instant to
     /// the next, so the states an instant passes through between its events last no time and
     /// count nowhere): in `t`'s bin, and in the peaks of the replicas those events touched.
-    fn record_levels(&mut self, t: u64, touched: &[u32]) {
+    fn record_levels(&mut self, t: u64, touched: &[(u8, u32)]) {
         let b = self.bin(t);
-        let (busy, queued, full) = (self.total_busy, self.total_queued, self.full_replicas > 0);
-        let bin = &mut self.bins[b];
-        bin.busy_peak = bin.busy_peak.max(busy);
-        bin.queued_peak = bin.queued_peak.max(queued);
-        bin.pool_full |= full;
-        for &r in touched {
-            let rep = &self.replicas[r as usize];
-            self.pool_peak = self.pool_peak.max(rep.busy);
-            self.queue_peak = self.queue_peak.max(rep.queue.len() as u32);
+        for tier in &mut self.tiers {
+            let (busy, queued, full) = (tier.total_busy, tier.total_queued, tier.full_replicas > 0);
+            let bin = &mut tier.bins[b];
+            bin.busy_peak = bin.busy_peak.max(busy);
+            bin.queued_peak = bin.queued_peak.max(queued);
+            bin.pool_full |= full;
+        }
+        for &(k, r) in touched {
+            let tier = &mut self.tiers[k as usize];
+            let rep = &tier.replicas[r as usize];
+            tier.pool_peak = tier.pool_peak.max(rep.busy);
+            tier.queue_peak = tier.queue_peak.max(rep.queue.len() as u32);
+        }
+    }
+
+    fn touch(&mut self, tier: u8, replica: u32) {
+        if !self.touched.contains(&(tier, replica)) {
+            self.touched.push((tier, replica));
         }
     }
 
@@ -625,6 +780,13 @@ impl<'b> Engine<'b> {
                 let gap = -u.ln() / self.m.rate * 1e9;
                 prev.saturating_add(gap.min(1e18) as u64)
             }
+            Process::Burst => {
+                if k < self.m.count {
+                    0
+                } else {
+                    u64::MAX
+                }
+            }
         }
     }
 
@@ -635,39 +797,61 @@ impl<'b> Engine<'b> {
         }
         let mut events: u64 = 0;
         let mut reported_ms = 0u64;
-        // The instant being processed and the replicas its events touched.
+        // The instant being processed.
         let mut instant = None;
-        let mut touched: Vec<u32> = Vec::new();
-        while let Some(ev) = self.heap.pop() {
+        loop {
+            // Writes reaching an optimistically written row go first at their instant.
+            let next = self.heap.peek().map(|e| e.at());
+            if let Some(&std::cmp::Reverse((w, ..))) = self.writes.peek() {
+                if next.is_none_or(|e| w <= e) {
+                    self.land_writes(w);
+                    continue;
+                }
+            }
+            let Some(ev) = self.heap.pop() else {
+                break;
+            };
             let (at, slot) = (ev.at(), ev.slot());
             if instant.is_some_and(|i| i < at) {
                 if let Some(i) = instant {
+                    let touched = std::mem::take(&mut self.touched);
                     self.record_levels(i, &touched);
+                    self.touched = touched;
+                    self.touched.clear();
                 }
-                touched.clear();
             }
             instant = Some(at);
             self.now = at;
             self.clock.set(Duration::from_nanos(at));
-            self.expire(at);
-            let replica = match ev.kind() {
+            self.expire_queues(at);
+            match ev.kind() {
                 Kind::Arrival => self.on_arrival(at),
-                Kind::AttemptDone => self.on_attempt_done(slot, at),
+                Kind::AttemptDone => {
+                    let (ok, timed_out) = {
+                        let r = &self.reqs[slot as usize];
+                        (r.ok, r.timed_out)
+                    };
+                    if let Some(pool) = self.hosts.as_mut() {
+                        pool.done(slot, at);
+                    }
+                    self.attempt_done(slot, at, ok, timed_out);
+                }
                 Kind::Retry => {
-                    let r = self.reqs[slot as usize].replica;
-                    self.attempt(slot, at);
-                    r
+                    if let Some(rs) = self.retry[slot as usize].as_mut() {
+                        rs.send();
+                    }
+                    self.admit_from(slot, at, 0);
                 }
                 Kind::WorkDone => {
-                    let r = self.reqs[slot as usize].replica;
                     let out = self.reqs[slot as usize].outcome;
                     self.answer(slot, at, out, true);
-                    r
                 }
-            };
-            self.admit(replica, at);
-            if !touched.contains(&replica) {
-                touched.push(replica);
+                Kind::Timeout => self.on_timeout(slot, at),
+                Kind::Expire => self.on_expire(slot, at),
+            }
+            while !self.woken.is_empty() || !self.freed.is_empty() {
+                self.drain_woken(at);
+                self.hand_out_workers(at);
             }
             events += 1;
             if events & 0xFFFF == 0 {
@@ -679,6 +863,7 @@ impl<'b> Engine<'b> {
             }
         }
         if let Some(i) = instant {
+            let touched = std::mem::take(&mut self.touched);
             self.record_levels(i, &touched);
         }
         let total_ms = self.m.duration / 1_000_000;
@@ -687,7 +872,22 @@ impl<'b> Engine<'b> {
         }
     }
 
-    fn on_arrival(&mut self, t: u64) -> u32 {
+    /// A new request slot holding `req`.
+    fn slot_for(&mut self, req: Req) -> u32 {
+        match self.free.pop() {
+            Some(s) => {
+                self.reqs[s as usize] = req;
+                s
+            }
+            None => {
+                self.reqs.push(req);
+                self.retry.push(None);
+                (self.reqs.len() - 1) as u32
+            }
+        }
+    }
+
+    fn on_arrival(&mut self, t: u64) {
         let k = self.next_req;
         self.next_req += 1;
         // Draws in a fixed order: endpoint, shard, replica, next gap.
@@ -703,9 +903,10 @@ impl<'b> Engine<'b> {
         } else {
             0
         };
-        let replica = match self.m.balancer {
-            Balancer::RoundRobin => (k % u64::from(self.m.replicas)) as u32,
-            Balancer::Random => self.arrival_rng.random_range(0..self.m.replicas),
+        let first = &self.m.tiers[0];
+        let replica = match first.balancer {
+            Balancer::RoundRobin => (k % u64::from(first.replicas)) as u32,
+            Balancer::Random => self.arrival_rng.random_range(0..first.replicas),
         };
         let next = self.arrival_time(k + 1, t);
         if next < self.m.duration {
@@ -714,51 +915,53 @@ impl<'b> Engine<'b> {
         let mut rng = Pcg64Mcg::new(
             (u128::from(mix(self.seed, k)) << 64) | u128::from(mix(k, self.seed ^ 0x5EED)),
         );
-        let work = self.m.work[endpoint].sample(&mut rng);
-        let req = Req {
-            arrived: t,
-            work,
-            rng,
-            replica,
-            shard,
-            endpoint: endpoint as u16,
-            attempt: 0,
-            ok: false,
-            queued: false,
-            outcome: Out::Succeeded,
+        let work = self.work_of(0, endpoint, &mut rng);
+        let req = Req::new(t, work, rng, (replica, shard, endpoint as u16), 0, NONE);
+        let slot = self.slot_for(req);
+        self.enter(slot, t);
+    }
+
+    /// The local work of a request at `tier`: its endpoint's at `[service]`, the tier's own
+    /// in front of it.
+    fn work_of(&self, tier: usize, endpoint: usize, rng: &mut Pcg64Mcg) -> u64 {
+        if tier == self.m.last() {
+            self.m.work[endpoint].sample(rng)
+        } else {
+            self.m.tiers[tier].work.sample(rng)
+        }
+    }
+
+    /// A request arrives at its replica: it takes a free worker, or waits in the queue, or is
+    /// shed.
+    fn enter(&mut self, slot: u32, t: u64) {
+        let (k, replica) = {
+            let r = &self.reqs[slot as usize];
+            (r.tier as usize, r.replica)
         };
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.reqs[s as usize] = req;
-                s
-            }
-            None => {
-                self.reqs.push(req);
-                self.permits.push(None);
-                (self.reqs.len() - 1) as u32
-            }
-        };
-        let rep = &self.replicas[replica as usize];
-        if rep.busy < self.m.workers {
+        self.touch(k as u8, replica);
+        let tm = &self.m.tiers[k];
+        let rep = &self.tiers[k].replicas[replica as usize];
+        if rep.busy < tm.workers {
             self.start(slot, t);
-        } else if rep.queue.len() < self.m.queue_limit {
+        } else if rep.queue.len() < tm.queue_limit {
             // The seconds before `t` keep the queue as it was.
             self.bin(t);
-            self.replicas[replica as usize].queue.push_back(slot);
-            self.total_queued += 1;
+            let tier = &mut self.tiers[k];
+            tier.replicas[replica as usize].queue.push_back(slot);
+            tier.total_queued += 1;
             self.reqs[slot as usize].queued = true;
-            if let Some(limit) = self.m.queue_timeout {
-                self.expiry.push_back((t.saturating_add(limit), slot));
-                if self.expiry.len() > 2 * self.total_queued as usize + 1024 {
+            if let Some(limit) = tm.queue_timeout {
+                let tier = &mut self.tiers[k];
+                tier.expiry.push_back((t.saturating_add(limit), slot));
+                if tier.expiry.len() > 2 * tier.total_queued as usize + 1024 {
                     let reqs = &self.reqs;
-                    self.expiry
+                    tier.expiry
                         .retain(|&(d, s)| Self::still_queued(reqs, s, d, limit));
                 }
             }
         } else {
             self.answer(slot, t, Out::Shed, false);
         }
-        replica
     }
 
     /// Whether the expiry entry (`deadline`, `slot`) is still a request waiting in a queue.
@@ -767,246 +970,504 @@ impl<'b> Engine<'b> {
         r.queued && r.arrived.saturating_add(limit) == deadline
     }
 
-    /// Sheds every queued request that has waited longer than the queue timeout by `now`, at
-    /// the moment its wait reached the timeout: on every replica, so that the figures of the
-    /// seconds between see it gone. A request whose wait reaches the timeout at `now` exactly
-    /// may still get a worker at `now`.
-    fn expire(&mut self, now: u64) {
-        let Some(limit) = self.m.queue_timeout else {
-            return;
-        };
-        while let Some(&(deadline, slot)) = self.expiry.front() {
-            if deadline >= now {
-                break;
-            }
-            self.expiry.pop_front();
-            if !Self::still_queued(&self.reqs, slot, deadline, limit) {
+    /// Sheds every queued request that has waited longer than its tier's queue timeout by
+    /// `now`, at the moment its wait reached the timeout: on every replica, so that the figures
+    /// of the seconds between see it gone. A request whose wait reaches the timeout at `now`
+    /// exactly may still get a worker at `now`.
+    fn expire_queues(&mut self, now: u64) {
+        for k in 0..self.tiers.len() {
+            let Some(limit) = self.m.tiers[k].queue_timeout else {
                 continue;
-            }
-            // The oldest request of its replica's FIFO queue.
-            let replica = self.reqs[slot as usize].replica as usize;
-            let queue = &mut self.replicas[replica].queue;
-            match queue.iter().position(|&s| s == slot) {
-                Some(0) => {
-                    queue.pop_front();
+            };
+            while let Some(&(deadline, slot)) = self.tiers[k].expiry.front() {
+                if deadline >= now {
+                    break;
                 }
-                Some(i) => {
-                    queue.remove(i);
+                self.tiers[k].expiry.pop_front();
+                if !Self::still_queued(&self.reqs, slot, deadline, limit) {
+                    continue;
                 }
-                None => continue,
+                // The oldest request of its replica's FIFO queue.
+                let replica = self.reqs[slot as usize].replica as usize;
+                let queue = &mut self.tiers[k].replicas[replica].queue;
+                match queue.iter().position(|&s| s == slot) {
+                    Some(0) => {
+                        queue.pop_front();
+                    }
+                    Some(i) => {
+                        queue.remove(i);
+                    }
+                    None => continue,
+                }
+                self.reqs[slot as usize].queued = false;
+                // Answered before the queue level drops: the seconds up to the deadline saw it.
+                self.answer(slot, deadline, Out::Shed, false);
+                self.tiers[k].total_queued -= 1;
+                // The shed is the last thing to happen at its instant: the levels after it
+                // hold until `now` (in a second that starts at the deadline, too).
+                self.record_levels(deadline, &[(k as u8, replica as u32)]);
             }
-            self.reqs[slot as usize].queued = false;
-            // Answered before the queue level drops: the seconds up to the deadline saw it.
-            self.answer(slot, deadline, Out::Shed, false);
-            self.total_queued -= 1;
-            // The shed is the last thing to happen at its instant: the levels after it hold
-            // until `now` (in a second that starts at the deadline, too).
-            self.record_levels(deadline, &[replica as u32]);
         }
     }
 
-    /// Starts queued requests while workers are free.
-    fn admit(&mut self, replica: u32, t: u64) {
-        loop {
-            let rep = &mut self.replicas[replica as usize];
-            if rep.busy >= self.m.workers {
-                return;
+    /// Starts queued requests while workers are free, on the replicas whose workers the last
+    /// event freed.
+    fn hand_out_workers(&mut self, t: u64) {
+        while let Some((k, replica)) = self.freed.pop() {
+            loop {
+                let tier = &mut self.tiers[k as usize];
+                let rep = &mut tier.replicas[replica as usize];
+                if rep.busy >= self.m.tiers[k as usize].workers {
+                    break;
+                }
+                let Some(slot) = rep.queue.pop_front() else {
+                    break;
+                };
+                tier.total_queued -= 1;
+                self.reqs[slot as usize].queued = false;
+                self.start(slot, t);
             }
-            let Some(slot) = rep.queue.pop_front() else {
-                return;
-            };
-            self.reqs[slot as usize].queued = false;
-            self.total_queued -= 1;
-            self.start(slot, t);
         }
     }
 
     fn start(&mut self, slot: u32, t: u64) {
         // The seconds before `t` keep the levels before this start.
         self.bin(t);
-        let r = self.reqs[slot as usize].replica as usize;
-        let rep = &mut self.replicas[r];
+        let (k, r) = {
+            let req = &self.reqs[slot as usize];
+            (req.tier as usize, req.replica as usize)
+        };
+        let workers = self.m.tiers[k].workers;
+        let tier = &mut self.tiers[k];
+        let rep = &mut tier.replicas[r];
         rep.busy += 1;
-        self.total_busy += 1;
-        if rep.busy == self.m.workers {
-            self.full_replicas += 1;
+        tier.total_busy += 1;
+        if rep.busy == workers {
+            tier.full_replicas += 1;
         }
         let req = &self.reqs[slot as usize];
-        if self.m.uses[req.endpoint as usize] {
-            self.attempt(slot, t);
-        } else {
+        if k == self.m.last() && !self.m.uses[req.endpoint as usize] {
             let at = t.saturating_add(req.work);
             self.schedule(at, Kind::WorkDone, slot);
+        } else {
+            self.begin_call(slot, t);
         }
     }
 
-    /// Whether a replica admits a call from a fresh view that still says Closed although the
-    /// shared breaker has moved on (a shared store's `view_ttl`).
-    fn stale_view_admits(&self, idx: usize, replica: u32, t: u64) -> bool {
-        if self.view_ttl == 0 {
-            return false;
+    fn cx(&self, slot: u32, t: u64) -> Cx {
+        let r = &self.reqs[slot as usize];
+        Cx {
+            slot,
+            replica: r.replica,
+            shard: r.shard,
+            now: t,
         }
-        let v = self.views[self.view_index(idx, replica)];
-        v.valid
-            && v.closed
-            && t.saturating_sub(v.at) < self.view_ttl
-            && self.breakers[idx].generation() != v.generation
     }
 
-    /// The replica talked to the store at `t`: its view is the shared state now.
-    fn see(&mut self, idx: usize, replica: u32, t: u64) {
-        if self.view_ttl == 0 {
-            return;
-        }
-        let b = &self.breakers[idx];
-        let i = self.view_index(idx, replica);
-        self.views[i] = View {
-            valid: true,
-            closed: b.state() == State::Closed,
-            generation: b.generation(),
-            at: t,
+    /// A request starts calling the tier below (or the dependency): its retry loop begins,
+    /// and the layers around it admit it once.
+    fn begin_call(&mut self, slot: u32, t: u64) {
+        let (k, replica) = {
+            let r = &mut self.reqs[slot as usize];
+            r.attempt = 0;
+            (r.tier as usize, r.replica)
         };
+        let cx = self.cx(slot, t);
+        let client = &mut self.clients[k];
+        for i in 0..client.outer.len() {
+            // The layers around the retry loop never wait (the breaker).
+            if let crate::layers::Admit::Refused(p) = client.outer[i].admit(&cx, &mut self.woken) {
+                for j in (0..i).rev() {
+                    client.outer[j].settle(&cx, None, &mut self.woken);
+                }
+                self.refused(slot, t, p, false);
+                return;
+            }
+        }
+        // The retry loop starts inside the layers around it, as the pipeline's does.
+        if let Some(p) = self.clients[k].retries.get(replica as usize) {
+            self.retry[slot as usize] = Some(p.begin_request());
+        }
+        self.admit_from(slot, t, 0);
     }
 
-    fn view_index(&self, idx: usize, replica: u32) -> usize {
-        idx * self.m.replicas as usize + replica as usize
-    }
-
-    fn breaker_index(&self, replica: u32, shard: u32) -> usize {
-        let keys = if self.scope_shard { self.m.shards } else { 1 };
-        let key = if self.scope_shard { shard } else { 0 };
-        let rep = if self.shared { 0 } else { replica };
-        (rep * keys + key) as usize
-    }
-
-    /// Starts an attempt (or answers at once when the breaker rejects without a fallback).
-    fn attempt(&mut self, slot: u32, t: u64) {
-        let (replica, shard) = {
-            let r = &self.reqs[slot as usize];
-            (r.replica, r.shard)
-        };
-        if !self.breakers.is_empty() {
-            let breakers = self.breakers;
-            let idx = self.breaker_index(replica, shard);
-            let b = &breakers[idx];
-            let acquired = if self.stale_view_admits(idx, replica, t) {
-                // The replica's view still says Closed: the store is not asked, the call
-                // goes out, and its result will be discarded as stale.
-                self.stale_view_calls += 1;
-                Ok(None)
-            } else {
-                let r = b.try_acquire().map(Some);
-                self.see(idx, replica, t);
-                r
-            };
-            match acquired {
-                Ok(p) => self.permits[slot as usize] = p,
-                Err(_) => {
-                    if self.m.phase(t, shard).is_none() {
-                        self.rejected_healthy += 1;
-                    }
-                    if self.reqs[slot as usize].attempt > 0 {
-                        self.rejected_on_retry += 1;
-                    }
-                    if self.fallback {
-                        let req = &mut self.reqs[slot as usize];
-                        req.outcome = Out::Fallback;
-                        let at = t.saturating_add(req.work);
-                        self.schedule(at, Kind::WorkDone, slot);
-                    } else {
-                        self.answer(slot, t, Out::Rejected, true);
-                    }
+    /// Admits the current attempt through the inner layers from layer `from`, then sends it;
+    /// or parks it (a bulkhead's queue), or refuses it.
+    fn admit_from(&mut self, slot: u32, t: u64, from: usize) {
+        let k = self.reqs[slot as usize].tier as usize;
+        let cx = self.cx(slot, t);
+        let n = self.clients[k].inner.len();
+        for i in from..n {
+            let client = &mut self.clients[k];
+            match client.inner[i].admit(&cx, &mut self.woken) {
+                crate::layers::Admit::Go => {}
+                crate::layers::Admit::Wait(deadline) => {
+                    let r = &mut self.reqs[slot as usize];
+                    r.stage = Stage::Waiting;
+                    r.wait_layer = i as u8;
+                    r.deadline = deadline;
+                    self.schedule(deadline, Kind::Expire, slot);
+                    return;
+                }
+                crate::layers::Admit::Refused(p) => {
+                    self.unwind(k, &cx, i);
+                    self.refused(slot, t, p, true);
                     return;
                 }
             }
         }
-        self.dependency_calls += 1;
+        self.send(slot, t);
+    }
+
+    /// The attempt did not go: the inner layers before layer `upto` that admitted it give
+    /// their part back, innermost first.
+    fn unwind(&mut self, k: usize, cx: &Cx, upto: usize) {
+        let client = &mut self.clients[k];
+        for j in (0..upto).rev() {
+            client.inner[j].settle(cx, None, &mut self.woken);
+        }
+    }
+
+    /// Attempts whose wait ended while the last event ran: on through the layers, or refused.
+    fn drain_woken(&mut self, t: u64) {
+        let mut i = 0;
+        while i < self.woken.len() {
+            let (slot, refusal) = self.woken[i];
+            i += 1;
+            let r = &mut self.reqs[slot as usize];
+            if r.stage != Stage::Waiting {
+                continue;
+            }
+            r.stage = Stage::Idle;
+            let (k, layer) = (r.tier as usize, r.wait_layer as usize);
+            match refusal {
+                None => self.admit_from(slot, t, layer + 1),
+                Some(p) => {
+                    let cx = self.cx(slot, t);
+                    self.unwind(k, &cx, layer);
+                    self.refused(slot, t, p, true);
+                }
+            }
+        }
+        self.woken.clear();
+    }
+
+    /// The attempt goes out: to the dependency, or to the tier below.
+    fn send(&mut self, slot: u32, t: u64) {
+        let k = self.reqs[slot as usize].tier as usize;
+        self.reqs[slot as usize].stage = Stage::InCall;
         let b = self.bin(t);
-        self.bins[b].dependency_calls += 1;
+        self.tiers[k].calls_below += 1;
+        self.tiers[k].bins[b].dependency_calls += 1;
+        let timeout = self.clients[k].timeout;
+        if k < self.m.last() {
+            self.send_below(slot, t, timeout);
+            return;
+        }
+        self.dependency_calls += 1;
+        if self.m.occ {
+            self.send_write(slot, t, timeout);
+            return;
+        }
         if let Some(pool) = self.hosts.as_mut() {
             let req = &mut self.reqs[slot as usize];
-            let (took, ok) = pool.start(slot, t, req.shard, &mut req.rng, self.timeout);
+            let (took, ok, timed_out) = pool.start(slot, t, req.shard, &mut req.rng, timeout);
             req.ok = ok;
+            req.timed_out = timed_out;
             self.schedule(t.saturating_add(took), Kind::AttemptDone, slot);
             return;
         }
         let m = self.m;
+        let shard = self.reqs[slot as usize].shard;
         let phase = m.phase(t, shard).unwrap_or(&m.base);
         let req = &mut self.reqs[slot as usize];
-        let error = phase.error_rate.happens(&mut req.rng);
-        let dist = if error {
-            &phase.error_latency
+        let mut error = phase.error_rate.happens(&mut req.rng);
+        let mut lat = if error {
+            phase.error_latency.sample(&mut req.rng)
         } else {
-            &phase.latency
+            phase.latency.sample(&mut req.rng)
         };
-        let mut lat = dist.sample(&mut req.rng);
-        if let Some(cap) = m.capacity {
+        if m.track {
             while self.dep_done.peek().is_some_and(|d| d.0 <= t) {
                 self.dep_done.pop();
             }
             let n = self.dep_done.len() as u64 + 1;
-            if n > u64::from(cap) {
-                let scaled = lat as f64 * n as f64 / f64::from(cap);
-                lat = scaled.min(crate::dist::MAX_LATENCY.as_nanos() as f64) as u64;
+            match phase.capacity {
+                Some(cap) if n > u64::from(cap) && m.overload == Overload::Fail => {
+                    // Busy: refused at once (a conflict), holding nothing.
+                    error = true;
+                    lat = phase.error_latency.sample(&mut req.rng);
+                }
+                Some(cap) => {
+                    if n > u64::from(cap) {
+                        let scaled = lat as f64 * n as f64 / f64::from(cap);
+                        lat = scaled.min(crate::dist::MAX_LATENCY.as_nanos() as f64) as u64;
+                    }
+                    self.dep_done.push(std::cmp::Reverse(t.saturating_add(lat)));
+                }
+                None => self.dep_done.push(std::cmp::Reverse(t.saturating_add(lat))),
             }
-            self.dep_done.push(std::cmp::Reverse(t.saturating_add(lat)));
-            let bin = &mut self.bins[b];
+            let bin = &mut self.tiers[k].bins[b];
             bin.dependency_in_flight_peak = bin.dependency_in_flight_peak.max(n as u32);
         }
-        let (took, ok) = match self.timeout {
-            Some(to) if lat > to => (to, false),
-            _ => (lat, !error),
+        let (took, ok, timed_out) = match timeout {
+            Some(to) if lat > to => (to, false, true),
+            _ => (lat, !error, false),
         };
         req.ok = ok;
+        req.timed_out = timed_out;
         self.schedule(t.saturating_add(took), Kind::AttemptDone, slot);
     }
 
-    fn on_attempt_done(&mut self, slot: u32, t: u64) -> u32 {
-        let s = slot as usize;
-        let ok = self.reqs[s].ok;
-        if let Some(p) = self.permits[s].take() {
-            let _ = p.record(if ok {
+    /// The writes that reach the optimistically written row by `now`, in time order: each
+    /// lands if no other write landed since its read, and its answer heads back.
+    fn land_writes(&mut self, now: u64) {
+        while let Some(&std::cmp::Reverse((at, read, slot, back))) = self.writes.peek() {
+            if at > now {
+                break;
+            }
+            self.writes.pop();
+            let landed = self.last_commit.is_none_or(|c| c <= read);
+            if landed {
+                self.last_commit = Some(at);
+            }
+            if slot != NONE {
+                let req = &mut self.reqs[slot as usize];
+                req.ok = req.ok && landed;
+                self.schedule(at.saturating_add(back), Kind::AttemptDone, slot);
+            }
+        }
+    }
+
+    /// An optimistic update of the row: a read's round trip, then the write's, each leg drawn
+    /// from the phase's latency. The write's fate is decided when it reaches the row.
+    fn send_write(&mut self, slot: u32, t: u64, timeout: Option<u64>) {
+        let m = self.m;
+        let shard = self.reqs[slot as usize].shard;
+        let phase = m.phase(t, shard).unwrap_or(&m.base);
+        let req = &mut self.reqs[slot as usize];
+        let error = phase.error_rate.happens(&mut req.rng);
+        let legs: [u64; 4] = std::array::from_fn(|_| phase.latency.sample(&mut req.rng));
+        let read = t.saturating_add(legs[0]);
+        let write = read.saturating_add(legs[1]).saturating_add(legs[2]);
+        let total = write.saturating_add(legs[3]) - t;
+        req.ok = !error;
+        req.timed_out = false;
+        match timeout {
+            Some(to) if total > to => {
+                // The caller gives up first; the write still reaches the row.
+                req.ok = false;
+                req.timed_out = true;
+                self.writes
+                    .push(std::cmp::Reverse((write, read, NONE, legs[3])));
+                self.schedule(t.saturating_add(to), Kind::AttemptDone, slot);
+            }
+            _ => self
+                .writes
+                .push(std::cmp::Reverse((write, read, slot, legs[3]))),
+        }
+    }
+
+    /// The attempt of `slot` is a request at the tier below.
+    fn send_below(&mut self, slot: u32, t: u64, timeout: Option<u64>) {
+        let (k, endpoint, shard, seed) = {
+            let r = &mut self.reqs[slot as usize];
+            (
+                r.tier as usize + 1,
+                r.endpoint,
+                r.shard,
+                r.rng.random::<u64>(),
+            )
+        };
+        let tm = &self.m.tiers[k];
+        let tier = &mut self.tiers[k];
+        let replica = match tm.balancer {
+            Balancer::RoundRobin => {
+                let r = (tier.rr % u64::from(tm.replicas)) as u32;
+                tier.rr += 1;
+                r
+            }
+            Balancer::Random => tier.route_rng.random_range(0..tm.replicas),
+        };
+        let mut rng = Pcg64Mcg::seed_from_u64(seed);
+        let work = self.work_of(k, endpoint as usize, &mut rng);
+        let child = self.slot_for(Req::new(
+            t,
+            work,
+            rng,
+            (replica, shard, endpoint),
+            k as u8,
+            slot,
+        ));
+        let r = &mut self.reqs[slot as usize];
+        r.child = child;
+        r.deadline = timeout.map_or(u64::MAX, |to| t.saturating_add(to));
+        if let Some(to) = timeout {
+            self.schedule(t.saturating_add(to), Kind::Timeout, slot);
+        }
+        self.enter(child, t);
+    }
+
+    /// A call to the tier below reached its timeout: the attempt fails; the request below
+    /// keeps running, and its answer will go nowhere.
+    fn on_timeout(&mut self, slot: u32, t: u64) {
+        let r = &self.reqs[slot as usize];
+        if r.stage != Stage::InCall || r.deadline != t || r.child == NONE {
+            return;
+        }
+        let child = r.child;
+        self.reqs[child as usize].parent = NONE;
+        self.reqs[slot as usize].child = NONE;
+        self.attempt_done(slot, t, false, true);
+    }
+
+    /// A wait for a bulkhead's slot reached `max_wait`: refused.
+    fn on_expire(&mut self, slot: u32, t: u64) {
+        let r = &self.reqs[slot as usize];
+        if r.stage != Stage::Waiting || r.deadline != t {
+            return;
+        }
+        let (k, layer) = (r.tier as usize, r.wait_layer as usize);
+        self.reqs[slot as usize].stage = Stage::Idle;
+        let cx = self.cx(slot, t);
+        self.clients[k].inner[layer].expire(&cx, &mut self.woken);
+        self.unwind(k, &cx, layer);
+        self.refused(slot, t, Policy::Bulkhead, true);
+    }
+
+    /// The current attempt of `slot` ended: the layers learn its outcome, and the retry loop
+    /// decides.
+    fn attempt_done(&mut self, slot: u32, t: u64, ok: bool, timed_out: bool) {
+        let k = self.reqs[slot as usize].tier as usize;
+        self.reqs[slot as usize].stage = Stage::Idle;
+        let cx = self.cx(slot, t);
+        let outcome = if ok {
+            Outcome::Success
+        } else {
+            Outcome::Failure
+        };
+        let client = &mut self.clients[k];
+        for layer in client.inner.iter_mut().rev() {
+            layer.settle(&cx, Some(outcome), &mut self.woken);
+        }
+        for layer in client.inner.iter_mut() {
+            layer.release_retry_slot(slot);
+        }
+        if ok {
+            self.complete(slot, t, true);
+            return;
+        }
+        let cause = if timed_out {
+            RetryCause::Timeout
+        } else {
+            RetryCause::Error
+        };
+        let delay = self.retry[slot as usize]
+            .as_mut()
+            .and_then(|rs| rs.next(AttemptResult::Failure(cause)));
+        let Some(delay) = delay else {
+            self.complete(slot, t, false);
+            return;
+        };
+        let client = &mut self.clients[k];
+        let granted = client.inner.iter_mut().all(|l| l.take_retry_slot(&cx));
+        if !granted {
+            for layer in client.inner.iter_mut() {
+                layer.release_retry_slot(slot);
+            }
+            if let Some(rs) = self.retry[slot as usize].as_mut() {
+                rs.cancel();
+            }
+            self.complete(slot, t, false);
+            return;
+        }
+        let b = self.bin(t);
+        self.tiers[k].bins[b].retries += 1;
+        self.reqs[slot as usize].attempt = self.reqs[slot as usize].attempt.saturating_add(1);
+        self.schedule(t.saturating_add(nanos_of(delay)), Kind::Retry, slot);
+    }
+
+    /// The request's call is over: it succeeded (its work follows) or failed (it answers an
+    /// error). The layers around the retry loop learn the call's result.
+    fn complete(&mut self, slot: u32, t: u64, ok: bool) {
+        if let Some(mut rs) = self.retry[slot as usize].take() {
+            if ok {
+                rs.next(AttemptResult::Success);
+            }
+        }
+        let k = self.reqs[slot as usize].tier as usize;
+        if !self.clients[k].outer.is_empty() {
+            let cx = self.cx(slot, t);
+            let outcome = if ok {
                 Outcome::Success
             } else {
                 Outcome::Failure
-            });
-        }
-        if let Some(pool) = self.hosts.as_mut() {
-            pool.done(slot, t);
-        }
-        let replica = self.reqs[s].replica;
-        if self.view_ttl > 0 {
-            // The outcome's round trip brings the store's state back.
-            let idx = self.breaker_index(replica, self.reqs[s].shard);
-            self.see(idx, replica, t);
+            };
+            for layer in self.clients[k].outer.iter_mut().rev() {
+                layer.settle(&cx, Some(outcome), &mut self.woken);
+            }
         }
         if ok {
-            let req = &mut self.reqs[s];
+            let req = &mut self.reqs[slot as usize];
             req.outcome = Out::Succeeded;
             let at = t.saturating_add(req.work);
             self.schedule(at, Kind::WorkDone, slot);
-        } else if u32::from(self.reqs[s].attempt) + 1 < self.attempts {
-            self.reqs[s].attempt += 1;
-            if self.m.backoff == 0 {
-                self.attempt(slot, t);
-            } else {
-                self.schedule(t.saturating_add(self.m.backoff), Kind::Retry, slot);
-            }
         } else {
             self.answer(slot, t, Out::Failed, true);
         }
-        replica
     }
 
-    /// Answers a request: records its latency and outcome, frees its worker (if it held one)
-    /// and its slot.
+    /// A local policy refused the request's attempt (`inner`) or its whole call: never
+    /// retried; answered at once, with the fallback if the variant has one.
+    fn refused(&mut self, slot: u32, t: u64, p: Policy, inner: bool) {
+        let (k, shard, attempt) = {
+            let r = &mut self.reqs[slot as usize];
+            r.stage = Stage::Idle;
+            (r.tier as usize, r.shard, r.attempt)
+        };
+        let tier = &mut self.tiers[k];
+        tier.refused[p as usize] += 1;
+        if self.m.phase(t, shard).is_none() {
+            tier.rejected_healthy += 1;
+        }
+        if attempt > 0 {
+            tier.rejected_on_retry += 1;
+        }
+        let client = &mut self.clients[k];
+        for layer in client.inner.iter_mut() {
+            layer.release_retry_slot(slot);
+        }
+        if let Some(mut rs) = self.retry[slot as usize].take() {
+            rs.next(AttemptResult::Refused);
+        }
+        if inner && !client.outer.is_empty() {
+            // Refused inside the layers around the retry loop: nothing to say about the
+            // dependency.
+            let cx = self.cx(slot, t);
+            for layer in self.clients[k].outer.iter_mut().rev() {
+                layer.settle(&cx, None, &mut self.woken);
+            }
+        }
+        if self.clients[k].fallback {
+            let req = &mut self.reqs[slot as usize];
+            req.outcome = Out::Fallback;
+            let at = t.saturating_add(req.work);
+            self.schedule(at, Kind::WorkDone, slot);
+        } else {
+            self.answer(slot, t, Out::Rejected, true);
+        }
+    }
+
+    /// Answers a request: records its outcome (and, at the first tier, its latency), frees its
+    /// worker (if it held one) and its slot, and hands the outcome to the caller above.
     fn answer(&mut self, slot: u32, t: u64, out: Out, held_worker: bool) {
-        let (arrived, endpoint, replica) = {
+        let (arrived, endpoint, replica, k, parent) = {
             let r = &self.reqs[slot as usize];
-            (r.arrived, r.endpoint, r.replica)
+            (r.arrived, r.endpoint, r.replica, r.tier as usize, r.parent)
         };
         let b = self.bin(t);
-        let bin = &mut self.bins[b];
+        let tier = &mut self.tiers[k];
+        let bin = &mut tier.bins[b];
         match out {
             Out::Succeeded => bin.succeeded += 1,
             Out::Failed => bin.failed += 1,
@@ -1017,39 +1478,106 @@ impl<'b> Engine<'b> {
             }
             Out::Shed => bin.shed += 1,
         }
-        self.counts[out as usize] += 1;
-        self.per_endpoint[endpoint as usize][out as usize] += 1;
-        self.samples.push(Sample {
-            lat: LatencyKey::from_nanos(t.saturating_sub(arrived)),
-            meta: ((b as u32) << 7) | u32::from(endpoint),
-        });
+        tier.counts[out as usize] += 1;
         if held_worker {
-            let rep = &mut self.replicas[replica as usize];
-            if rep.busy == self.m.workers {
-                self.full_replicas -= 1;
+            let workers = self.m.tiers[k].workers;
+            let rep = &mut tier.replicas[replica as usize];
+            if rep.busy == workers {
+                tier.full_replicas -= 1;
             }
             rep.busy -= 1;
-            self.total_busy -= 1;
+            tier.total_busy -= 1;
+            if !self.freed.contains(&(k as u8, replica)) {
+                self.freed.push((k as u8, replica));
+            }
+            self.touch(k as u8, replica);
+        }
+        if k == 0 {
+            self.per_endpoint[endpoint as usize][out as usize] += 1;
+            self.samples.push(Sample {
+                lat: LatencyKey::from_nanos(t.saturating_sub(arrived)),
+                meta: ((b as u32) << 7) | u32::from(endpoint),
+            });
+            self.last_answer = Some(self.last_answer.map_or(t, |l| l.max(t)));
         }
         self.free.push(slot);
+        if parent != NONE {
+            self.reqs[parent as usize].child = NONE;
+            let ok = matches!(out, Out::Succeeded | Out::Fallback);
+            self.attempt_done(parent, t, ok, false);
+        }
     }
 
     fn finish_run(self) -> RunOutput {
+        let last = self.m.last();
+        let tiers: Vec<TierOutput> = self
+            .tiers
+            .into_iter()
+            .map(|t| TierOutput {
+                counts: t.counts,
+                refused: t.refused,
+                rejected_healthy: t.rejected_healthy,
+                rejected_on_retry: t.rejected_on_retry,
+                calls_below: t.calls_below,
+                pool_peak: t.pool_peak,
+                queue_peak: t.queue_peak,
+                bins: t.bins,
+                transitions: Vec::new(),
+                breakers: 0,
+                policies: PolicyReport::default(),
+            })
+            .collect();
+        let mut policies: Vec<PolicyReport> = Vec::with_capacity(tiers.len());
+        for c in &self.clients {
+            let mut r = PolicyReport::default();
+            for l in c.outer.iter().chain(&c.inner) {
+                l.report(&mut r);
+            }
+            policies.push(r);
+        }
+        let mut tiers = tiers;
+        for (t, p) in tiers.iter_mut().zip(policies) {
+            t.policies = p;
+        }
+        // The run's bins: the levels and the calls of `[service]`, the answers of the first
+        // tier (the same tier without `[[tiers]]`).
+        let mut bins = tiers[last].bins.clone();
+        if last > 0 {
+            let first = &tiers[0].bins;
+            if bins.len() < first.len() {
+                bins.resize(first.len(), Bin::default());
+            }
+            for (i, b) in bins.iter_mut().enumerate() {
+                let f = first.get(i).copied().unwrap_or_default();
+                b.succeeded = f.succeeded;
+                b.failed = f.failed;
+                b.rejected = f.rejected;
+                b.fallback = f.fallback;
+                b.shed = f.shed;
+            }
+        }
+        let entry = &tiers[0];
         RunOutput {
             requests: self.next_req,
-            counts: self.counts,
+            counts: entry.counts,
             per_endpoint: self.per_endpoint,
-            rejected_healthy: self.rejected_healthy,
-            rejected_on_retry: self.rejected_on_retry,
-            stale_view_calls: self.stale_view_calls,
+            rejected_healthy: entry.rejected_healthy,
+            rejected_on_retry: entry.rejected_on_retry,
+            stale_view_calls: 0,
             dependency_calls: self.dependency_calls,
-            pool_peak: self.pool_peak,
-            queue_peak: self.queue_peak,
-            bins: self.bins,
+            pool_peak: tiers[last].pool_peak,
+            queue_peak: tiers[last].queue_peak,
+            bins,
             samples: self.samples,
             transitions: Vec::new(),
             breakers: 0,
             hosts: self.hosts.map(|p| p.finish(self.now)),
+            tiers,
+            last_answer: self.last_answer,
         }
     }
+}
+
+fn nanos_of(d: Duration) -> u64 {
+    nanos(d)
 }

@@ -444,7 +444,7 @@ impl<'m> Pool<'m> {
 
     /// Starts an attempt of request `slot` at `t`: picks a host, draws the call's latency and
     /// outcome from the host's phase and load. Returns how long the attempt takes for the
-    /// caller and whether it succeeds.
+    /// caller, whether it succeeds, and whether it times out.
     pub(crate) fn start(
         &mut self,
         slot: u32,
@@ -452,7 +452,7 @@ impl<'m> Pool<'m> {
         shard: u32,
         rng: &mut Pcg64Mcg,
         timeout: Option<u64>,
-    ) -> (u64, bool) {
+    ) -> (u64, bool, bool) {
         self.observe(t);
         let pick = self.detector.pick();
         let h = *pick.host();
@@ -488,7 +488,11 @@ impl<'m> Pool<'m> {
             _ => (lat, HostOutcome::Success),
         };
         self.picks[s] = Some((pick, outcome));
-        (took, outcome == HostOutcome::Success)
+        (
+            took,
+            outcome == HostOutcome::Success,
+            outcome == HostOutcome::Timeout,
+        )
     }
 
     /// The attempt of `slot` ended at `t`: records its outcome on the detector.

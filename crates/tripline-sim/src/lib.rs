@@ -3,10 +3,14 @@
 //! ## Modules
 //!
 //! * [`scenario`]: the model and its TOML file format, and the built-in scenarios.
-//! * [`engine`]: the event loop and the life of a request.
+//! * [`protection`]: the policy sections (retry and budgets, bulkhead, gate, throttle) and how
+//!   a tier's client is resolved from them.
+//! * [`engine`]: the event loop, the tiers and the life of a request.
+//! * [`layers`]: a tier's client on virtual time: the real policies in the pipeline's order.
 //! * [`hosts`]: the dependency's hosts behind the caller's balancer, and outlier detection.
+//! * [`sweep`]: the scenario again over the values of one field.
 //! * [`report`]: the figures, the table and the JSON schema.
-//! * [`chart`]: the time series as SVG and HTML.
+//! * [`chart`]: the time series as SVG, and the HTML report page.
 //! * [`trace`]: a simulated run's calls as a trace (`tripline simulate --trace`).
 //! * [`replay`]: a trace replayed against configurations (`tripline replay`).
 //! * [`replay_chart`]: a replay's charts, as SVG and HTML.
@@ -18,10 +22,13 @@ pub mod chart;
 mod dist;
 pub mod engine;
 pub mod hosts;
+pub mod layers;
+pub mod protection;
 pub mod replay;
 pub mod replay_chart;
 pub mod report;
 pub mod scenario;
+pub mod sweep;
 pub mod trace;
 pub mod tune;
 
@@ -59,19 +66,67 @@ pub fn simulate_variant(
         scenario,
         &model,
         &engine::Variant {
+            index: variant,
             protection: p,
             observe: None,
         },
         seed,
         &|_| {},
     );
-    Some(report::run_report(scenario, p, out))
+    Some(report::run_report(scenario, variant, out))
 }
 
 /// How much progress a simulation reports in all ([`simulate_with_progress`]): virtual
-/// milliseconds of arrivals, summed over the runs.
+/// milliseconds of arrivals, summed over the runs (a sweep's included).
 pub fn progress_total(scenario: &Scenario) -> u64 {
-    (scenario.duration.as_millis() as u64).saturating_mul(1 + scenario.protection.len() as u64)
+    let runs = 1 + scenario.protection.len() as u64;
+    let own = (scenario.duration.as_millis() as u64).saturating_mul(runs);
+    let swept: u64 = scenario.sweep.as_ref().map_or(0, |s| {
+        s.points(scenario)
+            .iter()
+            .map(|(_, p)| {
+                (p.duration.as_millis() as u64)
+                    .saturating_mul(runs)
+                    .saturating_mul(u64::from(s.repeat))
+            })
+            .sum()
+    });
+    own.saturating_add(swept)
+}
+
+/// Runs every variant of `scenario` in parallel, one thread each.
+fn run_all(scenario: &Scenario, seed: u64, progress: &(dyn Fn(u64) + Sync)) -> Vec<RunReport> {
+    let model = engine::Model::new(scenario);
+    let variants: Vec<Option<usize>> = std::iter::once(None)
+        .chain((0..scenario.protection.len()).map(Some))
+        .collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = variants
+            .iter()
+            .map(|&v| {
+                let model = &model;
+                s.spawn(move || {
+                    let p = v.map(|i| &scenario.protection[i]);
+                    let out = engine::run(
+                        scenario,
+                        model,
+                        &engine::Variant {
+                            index: v,
+                            protection: p,
+                            observe: None,
+                        },
+                        seed,
+                        progress,
+                    );
+                    report::run_report(scenario, v, out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// [`simulate`], calling `progress` with virtual milliseconds as they are simulated (from
@@ -82,34 +137,39 @@ pub fn simulate_with_progress(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Report {
     let seed = seed.unwrap_or(scenario.seed);
-    let model = engine::Model::new(scenario);
-    let variants: Vec<Option<&scenario::Protection>> = std::iter::once(None)
-        .chain(scenario.protection.iter().map(Some))
-        .collect();
-    let runs: Vec<RunReport> = std::thread::scope(|s| {
-        let handles: Vec<_> = variants
-            .iter()
-            .map(|&p| {
-                let model = &model;
-                s.spawn(move || {
-                    let out = engine::run(
-                        scenario,
-                        model,
-                        &engine::Variant {
-                            protection: p,
-                            observe: None,
-                        },
-                        seed,
-                        progress,
-                    );
-                    report::run_report(scenario, p, out)
-                })
-            })
-            .collect();
-        handles
+    let runs = run_all(scenario, seed, progress);
+    let sweep = scenario.sweep.as_ref().map(|sw| sweep::SweepReport {
+        field: sw.field.clone(),
+        metrics: sw.metrics.clone(),
+        repeat: sw.repeat,
+        points: sw
+            .points(scenario)
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+            .map(|(value, point)| {
+                // figures[run][metric][repetition]
+                let reps: Vec<Vec<RunReport>> = (0..u64::from(sw.repeat))
+                    .map(|i| run_all(&point, seed.wrapping_add(i), progress))
+                    .collect();
+                let runs = reps.first().map_or(0, Vec::len);
+                sweep::SweepPoint {
+                    value,
+                    runs: (0..runs)
+                        .map(|r| sweep::SweepRun {
+                            label: reps[0][r].label.clone(),
+                            figures: sw
+                                .metrics
+                                .iter()
+                                .map(|m| {
+                                    let v: Vec<Option<f64>> =
+                                        reps.iter().map(|rep| sweep::metric(&rep[r], m)).collect();
+                                    sweep::mean(&v)
+                                })
+                                .collect(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
     });
     Report {
         schema_version: SCHEMA_VERSION,
@@ -124,6 +184,10 @@ pub fn simulate_with_progress(
             start_s: a.as_secs_f64(),
             end_s: b.as_secs_f64(),
         }),
+        tiers: (0..scenario.tier_count())
+            .map(|k| scenario.tier_name(k).to_string())
+            .collect(),
         runs,
+        sweep,
     }
 }

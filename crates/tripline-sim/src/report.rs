@@ -78,6 +78,9 @@ use tripline::State;
 use crate::engine::{Bin, LatencyKey, Out, RunOutput, Sample};
 use crate::scenario::{Protection, Scenario, Scope, Sharing};
 
+/// Rows of a table: `(label, one value per run)`.
+pub type Rows = Vec<(String, Vec<String>)>;
+
 /// The version of the JSON layout.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -102,8 +105,12 @@ pub struct Report {
     pub workers_per_replica: u32,
     /// The incident window, if the scenario has faults.
     pub incident: Option<Incident>,
+    /// The tiers a request crosses, from the first to `[service]` (one without `[[tiers]]`).
+    pub tiers: Vec<String>,
     /// The runs: "without" first, then each protection.
     pub runs: Vec<RunReport>,
+    /// With a `[sweep]`: a few figures of every run at each of the swept values.
+    pub sweep: Option<crate::sweep::SweepReport>,
 }
 
 /// When the faults start and end.
@@ -194,6 +201,117 @@ pub struct TransitionReport {
     pub reason: &'static str,
 }
 
+/// Requests refused by each local policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RejectedBy {
+    /// By the breaker.
+    pub breaker: u64,
+    /// By the concurrency gate.
+    pub gate: u64,
+    /// By the bulkhead (queue full, or `max_wait` passed).
+    pub bulkhead: u64,
+    /// By the adaptive throttle.
+    pub throttle: u64,
+}
+
+impl RejectedBy {
+    fn of(r: &[u64; crate::layers::POLICIES]) -> Self {
+        use crate::layers::Policy as P;
+        RejectedBy {
+            breaker: r[P::Breaker as usize],
+            gate: r[P::Gate as usize],
+            bulkhead: r[P::Bulkhead as usize],
+            throttle: r[P::Throttle as usize],
+        }
+    }
+}
+
+/// One tier of a run: the answers it gave, its pool, its calls to the tier below, its
+/// policies.
+#[derive(Clone, Debug, Serialize)]
+pub struct TierReport {
+    /// Its name.
+    pub name: String,
+    /// Replicas.
+    pub replicas: u32,
+    /// Workers per replica.
+    pub workers: u32,
+    /// Requests it answered (from the callers, or from the tier above: its retries included).
+    pub requests: u64,
+    /// Answered with real data.
+    pub succeeded: u64,
+    /// Answered with an error after their attempts.
+    pub failed: u64,
+    /// Refused by a local policy (fallbacks included).
+    pub rejected: u64,
+    /// Of those, answered with the fallback.
+    pub fallback: u64,
+    /// Shed by the worker pool.
+    pub shed: u64,
+    /// Refusals by policy.
+    pub rejected_by: RejectedBy,
+    /// Calls it made to the tier below (or the dependency), retries included.
+    pub calls_below: u64,
+    /// `calls_below / requests`.
+    pub amplification: f64,
+    /// Most busy workers on one replica.
+    pub pool_peak: u32,
+    /// Seconds in which some replica's pool was full.
+    pub pool_full_s: u32,
+    /// From the incident's end to the end of the last second with a full pool.
+    pub pool_full_after_recovery_s: Option<f64>,
+    /// Most queued requests on one replica.
+    pub queue_peak: u32,
+    /// From the incident's end until its answers were healthy for good (see
+    /// [`RunReport::recovery_s`]); `None`: never, within the arrivals.
+    pub recovery_s: Option<f64>,
+    /// Breakers it held in front of the tier below.
+    pub breakers: u32,
+    /// Breakers that opened at least once.
+    pub breakers_tripped: u32,
+    /// Its breakers' transitions, in order.
+    pub transitions: Vec<TransitionReport>,
+    /// Its policies' own counters.
+    pub policies: crate::layers::PolicyReport,
+    /// Per-second bins (for charts; not part of the JSON).
+    #[serde(skip)]
+    pub series: Vec<Bin>,
+}
+
+/// The share of errors a second may hold and still be healthy: 5 %.
+pub const HEALTHY_ERROR_SHARE: f64 = 0.05;
+
+/// Whether a second is healthy: it answered something, and at most
+/// [`HEALTHY_ERROR_SHARE`] of its answers were errors (failed, refused without a fallback,
+/// or shed).
+pub fn healthy(b: &Bin) -> bool {
+    let answered =
+        u64::from(b.succeeded) + u64::from(b.failed) + u64::from(b.rejected) + u64::from(b.shed);
+    let errors = u64::from(b.failed) + u64::from(b.rejected - b.fallback) + u64::from(b.shed);
+    answered > 0 && errors as f64 <= HEALTHY_ERROR_SHARE * answered as f64
+}
+
+/// From the incident's end (`end_s`) to the start of the first second after which every
+/// second up to the end of the arrivals (`duration_s`) is [`healthy`]: 0 when healthy from
+/// the end on, `None` when the last second of the arrivals is not healthy, or the incident
+/// outlasts them.
+pub fn recovery(bins: &[Bin], end_s: f64, duration_s: f64) -> Option<f64> {
+    if end_s >= duration_s {
+        return None;
+    }
+    let first = end_s.floor() as usize;
+    let last = (duration_s.ceil() as usize).max(first + 1);
+    let mut start = None;
+    for i in (first..last).rev() {
+        if bins.get(i).is_some_and(healthy) {
+            start = Some(i);
+        } else {
+            break;
+        }
+    }
+    start.map(|s| (s as f64 - end_s).max(0.0))
+}
+
 /// Per-second series of a run, for charts (not part of the JSON).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Series {
@@ -207,6 +325,24 @@ pub struct Series {
     pub open: Vec<f64>,
     /// Share of breakers half-open at the end of each bin, in [0, 1].
     pub half_open: Vec<f64>,
+    /// Every breaker's transitions (its index, the time, the new state), by tier, for the
+    /// state timeline; and each tier's breaker count and shard keys.
+    pub lanes: Vec<Lanes>,
+}
+
+/// The breakers of one tier, for the state timeline.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Lanes {
+    /// The tier's name.
+    pub tier: String,
+    /// How many breakers.
+    pub count: u32,
+    /// Shard keys per replica (1 for a breaker keyed by the dependency).
+    pub keys: u32,
+    /// Whether one breaker set serves every replica.
+    pub shared: bool,
+    /// `(breaker, at_s, to)` in time order.
+    pub transitions: Vec<(u32, f64, State)>,
 }
 
 /// The figures of one run.
@@ -228,13 +364,15 @@ pub struct RunReport {
     pub succeeded: u64,
     /// Answered with an error after their attempts.
     pub failed: u64,
-    /// Rejected by the breaker (fallbacks included): the breaker refused an attempt and the
-    /// request was answered at once after the refusal. This includes requests whose retry
-    /// was refused after a failed attempt and its backoff ([`rejected_on_retry`]), which were
-    /// not answered fast.
+    /// Refused by a local policy (fallbacks included): a breaker, a gate, a bulkhead or a
+    /// throttle refused an attempt and the request was answered at once after the refusal.
+    /// This includes requests whose retry was refused after a failed attempt and its backoff
+    /// ([`rejected_on_retry`]), which were not answered fast.
     ///
     /// [`rejected_on_retry`]: Self::rejected_on_retry
     pub rejected_fast: u64,
+    /// Of `rejected_fast`, by policy.
+    pub rejected_by: RejectedBy,
     /// Of `rejected_fast`, the requests whose refused attempt was a retry: they had made at
     /// least one failed attempt (and waited its backoff) before the breaker refused.
     pub rejected_on_retry: u64,
@@ -278,6 +416,18 @@ pub struct RunReport {
     pub breakers_tripped: u32,
     /// Every transition, in order.
     pub transitions: Vec<TransitionReport>,
+    /// From the incident's end until the answers were healthy for good: the start of the
+    /// first second after which every second up to the end of the arrivals answered at least
+    /// one request with at most 5 % errors (failed, refused without a fallback, or shed).
+    /// `None`: never within the arrivals (or no incident ending before them).
+    pub recovery_s: Option<f64>,
+    /// When the last request was answered, in seconds.
+    pub completion_s: Option<f64>,
+    /// `[service]`'s policies' own counters: retries made and refused by the budget, breaker,
+    /// gate, bulkhead and throttle refusals, bulkhead waits.
+    pub policies: crate::layers::PolicyReport,
+    /// Every tier, from the first to `[service]` (one without `[[tiers]]`).
+    pub tiers: Vec<TierReport>,
     /// The dependency's hosts, with `[dependency.hosts]`: ejections, load, panic.
     pub hosts: Option<crate::hosts::HostsReport>,
     /// Per-second series (for charts).
@@ -364,11 +514,41 @@ fn per_bin(
     out
 }
 
-pub(crate) fn run_report(
-    scenario: &Scenario,
-    protection: Option<&Protection>,
-    o: RunOutput,
-) -> RunReport {
+/// The transitions of one tier's breakers, named by replica and shard.
+fn transition_reports(
+    trs: &[crate::engine::Tr],
+    keys: u32,
+    shared: bool,
+    by_shard: bool,
+) -> Vec<TransitionReport> {
+    trs.iter()
+        .map(|t| TransitionReport {
+            at_s: secs(t.at),
+            replica: (!shared).then_some(t.breaker / keys),
+            shard: (keys > 1 || by_shard).then_some(t.breaker % keys),
+            from: t.from,
+            to: t.to,
+            reason: t.reason,
+        })
+        .collect()
+}
+
+fn tripped(trs: &[crate::engine::Tr], n: usize) -> u32 {
+    let mut tripped = vec![false; n];
+    for t in trs {
+        if t.to == State::Open {
+            if let Some(x) = tripped.get_mut(t.breaker as usize) {
+                *x = true;
+            }
+        }
+    }
+    tripped.iter().filter(|&&t| t).count() as u32
+}
+
+pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutput) -> RunReport {
+    let protection: Option<&Protection> = variant.and_then(|i| scenario.protection.get(i));
+    let last = scenario.tier_count() - 1;
+    let spec = scenario.client_spec(variant, last).ok();
     let incident = scenario.incident();
     let before_bin = incident.map(|(s, _)| s.as_secs() as u32);
     let uses: Vec<bool> = scenario
@@ -415,31 +595,14 @@ pub(crate) fn run_report(
         _ => 1,
     };
     let shared = protection.is_some_and(|p| p.sharing == Sharing::Shared);
-    let transitions: Vec<TransitionReport> = o
-        .transitions
-        .iter()
-        .map(|t| TransitionReport {
-            at_s: secs(t.at),
-            replica: (!shared).then_some(t.breaker / keys),
-            shard: (keys > 1 || protection.is_some_and(|p| p.scope == Scope::Shard))
-                .then_some(t.breaker % keys),
-            from: t.from,
-            to: t.to,
-            reason: t.reason,
-        })
-        .collect();
+    let by_shard = protection.is_some_and(|p| p.scope == Scope::Shard);
+    let transitions = transition_reports(&o.transitions, keys, shared, by_shard);
     let start = incident.map_or(0, |(s, _)| crate::dist::nanos(s));
     let first_trip = o
         .transitions
         .iter()
         .find(|t| t.at >= start && t.from == State::Closed && t.to == State::Open)
         .map(|t| t.at);
-    let mut tripped = vec![false; n];
-    for t in &o.transitions {
-        if t.to == State::Open {
-            tripped[t.breaker as usize] = true;
-        }
-    }
     let all_closed = match (incident, first_trip) {
         (Some((_, end)), Some(_)) => all_closed_after(&o.transitions, n, crate::dist::nanos(end)),
         _ => None,
@@ -475,18 +638,88 @@ pub(crate) fn run_report(
             half[b] = n_half as f64 / n as f64;
         }
     }
+    let duration_s = scenario.duration.as_secs_f64();
+    let end_s = incident.map(|(_, e)| e.as_secs_f64());
+    let full_after = |bins: &[Bin]| {
+        end_s.map(|end| {
+            let last_full = bins.iter().rposition(|b| b.pool_full);
+            last_full.map_or(0.0, |b| ((b + 1) as f64 - end).max(0.0))
+        })
+    };
+    let mut lanes = Vec::new();
+    let tiers: Vec<TierReport> = o
+        .tiers
+        .into_iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let (keys, shared, by_shard, workers, replicas) = if k == last {
+                (
+                    keys,
+                    shared,
+                    by_shard,
+                    scenario.service.workers,
+                    scenario.service.replicas,
+                )
+            } else {
+                let tm = &scenario.tiers[k];
+                (1, false, false, tm.workers, tm.replicas)
+            };
+            let c = t.counts;
+            let requests: u64 = c.iter().sum();
+            lanes.push(Lanes {
+                tier: scenario.tier_name(k).to_string(),
+                count: t.breakers,
+                keys,
+                shared,
+                transitions: t
+                    .transitions
+                    .iter()
+                    .map(|x| (x.breaker, secs(x.at), x.to))
+                    .collect(),
+            });
+            TierReport {
+                name: scenario.tier_name(k).to_string(),
+                replicas,
+                workers,
+                requests,
+                succeeded: c[Out::Succeeded as usize],
+                failed: c[Out::Failed as usize],
+                rejected: c[Out::Rejected as usize] + c[Out::Fallback as usize],
+                fallback: c[Out::Fallback as usize],
+                shed: c[Out::Shed as usize],
+                rejected_by: RejectedBy::of(&t.refused),
+                calls_below: t.calls_below,
+                amplification: if requests == 0 {
+                    0.0
+                } else {
+                    t.calls_below as f64 / requests as f64
+                },
+                pool_peak: t.pool_peak,
+                pool_full_s: t.bins.iter().filter(|b| b.pool_full).count() as u32,
+                pool_full_after_recovery_s: full_after(&t.bins),
+                queue_peak: t.queue_peak,
+                recovery_s: end_s.and_then(|e| recovery(&t.bins, e, duration_s)),
+                breakers: t.breakers,
+                breakers_tripped: tripped(&t.transitions, t.breakers as usize),
+                transitions: transition_reports(&t.transitions, keys, shared, by_shard),
+                policies: t.policies,
+                series: t.bins,
+            }
+        })
+        .collect();
+    let entry_refused = tiers.first().map(|t| t.rejected_by).unwrap_or_default();
+    let policies = tiers.last().map(|t| t.policies.clone()).unwrap_or_default();
     let series = Series {
         using_dependency: per_bin(&o.samples, using, bins),
         other: per_bin(&o.samples, |s| !using(s), bins),
         bins: o.bins,
         open,
         half_open: half,
+        lanes,
     };
 
     let c = o.counts;
-    let timeout = protection
-        .and_then(|p| p.timeout)
-        .or(scenario.client.timeout);
+    let timeout = spec.as_ref().and_then(|s| s.timeout);
     RunReport {
         label: protection.map_or_else(|| "without".to_string(), |p| p.label.clone()),
         protected: protection.is_some(),
@@ -497,13 +730,14 @@ pub(crate) fn run_report(
             fallback: p.fallback,
         }),
         timeout_ms: timeout.map(|t| t.as_secs_f64() * 1000.0),
-        attempts: protection
-            .and_then(|p| p.attempts)
-            .unwrap_or(scenario.client.attempts),
+        attempts: spec
+            .as_ref()
+            .map_or(scenario.client.attempts, |s| s.attempts),
         requests: o.requests,
         succeeded: c[Out::Succeeded as usize],
         failed: c[Out::Failed as usize],
         rejected_fast: c[Out::Rejected as usize] + c[Out::Fallback as usize],
+        rejected_by: entry_refused,
         rejected_on_retry: o.rejected_on_retry,
         fallback_served: c[Out::Fallback as usize],
         rejected_while_healthy: o.rejected_healthy,
@@ -518,10 +752,7 @@ pub(crate) fn run_report(
         pool_size: scenario.service.workers,
         pool_peak: o.pool_peak,
         pool_full_s: series.bins.iter().filter(|b| b.pool_full).count() as u32,
-        pool_full_after_recovery_s: incident.map(|(_, end)| {
-            let last_full = series.bins.iter().rposition(|b| b.pool_full);
-            last_full.map_or(0.0, |b| ((b + 1) as f64 - end.as_secs_f64()).max(0.0))
-        }),
+        pool_full_after_recovery_s: full_after(&series.bins),
         queue_peak: o.queue_peak,
         latency,
         endpoints,
@@ -532,8 +763,12 @@ pub(crate) fn run_report(
             (Some(a), Some((_, end))) => Some(secs(a.saturating_sub(crate::dist::nanos(end)))),
             _ => None,
         },
-        breakers_tripped: tripped.iter().filter(|&&t| t).count() as u32,
+        breakers_tripped: tripped(&o.transitions, n),
         transitions,
+        recovery_s: end_s.and_then(|e| recovery(&series.bins, e, duration_s)),
+        completion_s: o.last_answer.map(secs),
+        policies,
+        tiers,
         hosts,
         series,
     }
@@ -578,6 +813,155 @@ fn fmt_ms(v: Option<f64>) -> String {
     }
 }
 
+/// A recovery time for the table: seconds, "never" (within the arrivals), or "—" (no
+/// incident ending before the arrivals do).
+fn fmt_recovery(v: Option<f64>, incident: Option<Incident>, duration_s: f64) -> String {
+    match (v, incident) {
+        (Some(x), _) => fmt_s(Some(x)),
+        (None, Some(i)) if i.end_s < duration_s => "never".into(),
+        _ => "—".into(),
+    }
+}
+
+/// Writes rows as an aligned text table under the column heads.
+fn write_table(out: &mut String, corner: &str, heads: &[String], rows: &[(String, Vec<String>)]) {
+    let w0 = rows
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .chain([corner.chars().count()])
+        .max()
+        .unwrap_or(0);
+    let widths: Vec<usize> = (0..heads.len())
+        .map(|i| {
+            rows.iter()
+                .map(|(_, v)| v.get(i).map_or(0, |x| x.chars().count()))
+                .chain([heads[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let pad = w0 - corner.chars().count();
+    let _ = write!(out, "{corner}{}", " ".repeat(pad));
+    for (h, w) in heads.iter().zip(&widths) {
+        let _ = write!(out, "   {h:>w$}", w = *w);
+    }
+    out.push('\n');
+    for (label, vals) in rows {
+        let pad = w0 - label.chars().count();
+        let _ = write!(out, "{label}{}", " ".repeat(pad));
+        for (v, w) in vals.iter().zip(&widths) {
+            let pad = w - v.chars().count();
+            let _ = write!(out, "   {}{v}", " ".repeat(pad));
+        }
+        out.push('\n');
+    }
+}
+
+/// A sweep as rows: one per value, one column per run, the figures joined by " / ".
+pub(crate) fn sweep_rows(
+    sw: &crate::sweep::SweepReport,
+) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+    let heads: Vec<String> = sw
+        .points
+        .first()
+        .map(|p| p.runs.iter().map(|r| r.label.clone()).collect())
+        .unwrap_or_default();
+    let rows = sw
+        .points
+        .iter()
+        .map(|p| {
+            (
+                p.value.clone(),
+                p.runs
+                    .iter()
+                    .map(|r| {
+                        sw.metrics
+                            .iter()
+                            .zip(&r.figures)
+                            .map(|(m, v)| crate::sweep::fmt_metric(m, *v))
+                            .collect::<Vec<_>>()
+                            .join(" / ")
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    (heads, rows)
+}
+
+/// The rows of some runs' policy counters (one report per run), for the policies some run
+/// has.
+fn policy_rows_of(p: &[&crate::layers::PolicyReport], prefix: &str) -> Vec<(String, Vec<String>)> {
+    let mut rows = Vec::new();
+    let col = |f: &dyn Fn(&crate::layers::PolicyReport) -> Option<String>| -> Vec<String> {
+        p.iter()
+            .map(|r| f(r).unwrap_or_else(|| "—".into()))
+            .collect()
+    };
+    if p.iter().any(|r| r.retry.is_some()) {
+        rows.push((
+            format!("{prefix}retries made"),
+            col(&|r| r.retry.as_ref().map(|x| x.retries.to_string())),
+        ));
+        if p.iter()
+            .any(|r| r.retry.as_ref().is_some_and(|x| !x.budget.is_empty()))
+        {
+            rows.push((
+                format!("{prefix}  refused by the retry budget"),
+                col(&|r| {
+                    r.retry.as_ref().map(|x| {
+                        if x.budget.is_empty() {
+                            "no budget".into()
+                        } else {
+                            format!("{} ({})", x.budget_refused, x.budget.join(" + "))
+                        }
+                    })
+                }),
+            ));
+        }
+        if p.iter()
+            .any(|r| r.retry.as_ref().is_some_and(|x| x.gate_refused > 0))
+        {
+            rows.push((
+                format!("{prefix}  refused by the gate's retry limit"),
+                col(&|r| r.retry.as_ref().map(|x| x.gate_refused.to_string())),
+            ));
+        }
+    }
+    if p.iter().any(|r| r.gate.is_some()) {
+        rows.push((
+            format!("{prefix}gate overflows (requests / pending / retries)"),
+            col(&|r| {
+                r.gate.as_ref().map(|g| {
+                    format!(
+                        "{} / {} / {}",
+                        g.upstream_rq_overflow,
+                        g.upstream_rq_pending_overflow,
+                        g.upstream_rq_retry_overflow
+                    )
+                })
+            }),
+        ));
+    }
+    if p.iter().any(|r| r.bulkhead.is_some()) {
+        rows.push((
+            format!("{prefix}bulkhead: waited / queue full / timed out"),
+            col(&|r| {
+                r.bulkhead
+                    .as_ref()
+                    .map(|b| format!("{} / {} / {}", b.waited, b.queue_full, b.timed_out))
+            }),
+        ));
+    }
+    if p.iter().any(|r| r.throttle.is_some()) {
+        rows.push((
+            format!("{prefix}throttle: refused locally"),
+            col(&|r| r.throttle.as_ref().map(|t| t.rejected.to_string())),
+        ));
+    }
+    rows
+}
+
 fn fmt_s(v: Option<f64>) -> String {
     match v {
         None => "—".into(),
@@ -592,20 +976,24 @@ impl Report {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 
-    /// The side-by-side table (runs as columns), with the transitions of small runs.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "{} — {}", self.scenario, self.description);
-        let incident = self.incident.map_or_else(
-            || "no faults".to_string(),
-            |i| format!("faults from {:.0} s to {:.0} s", i.start_s, i.end_s),
-        );
-        let _ = writeln!(
-            out,
-            "seed {} · {:.0} s of arrivals · {} replica(s) × {} workers · {}\n",
-            self.seed, self.duration_s, self.replicas, self.workers_per_replica, incident
-        );
+    /// The rows of the comparison, one value per run: `(label, values)`. The text table and
+    /// the HTML page show these.
+    pub fn rows(&self) -> Rows {
         let dep = &self.dependency;
+        // With tiers in front, the pool rows are the service's (the last tier's).
+        let of_service = match self.tiers.last() {
+            Some(name) if self.tiers.len() > 1 => format!("{name} "),
+            _ => String::new(),
+        };
+        let others = self.runs.iter().any(|r| {
+            let b = r.rejected_by;
+            b.gate + b.bulkhead + b.throttle > 0
+        });
+        let rejected = if others {
+            "rejected fast by a local policy"
+        } else {
+            "rejected fast by the breaker"
+        };
         let mut rows: Vec<(String, Vec<String>)> = vec![
             ("requests".into(), self.col(|r| r.requests.to_string())),
             ("succeeded".into(), self.col(|r| r.succeeded.to_string())),
@@ -613,10 +1001,24 @@ impl Report {
                 "failed (errors, timeouts)".into(),
                 self.col(|r| r.failed.to_string()),
             ),
-            (
-                "rejected fast by the breaker".into(),
-                self.col(|r| r.rejected_fast.to_string()),
-            ),
+            (rejected.into(), self.col(|r| r.rejected_fast.to_string())),
+        ];
+        if others {
+            for (label, f) in [
+                (
+                    "  by the breaker",
+                    (|b: &RejectedBy| b.breaker) as fn(&RejectedBy) -> u64,
+                ),
+                ("  by the gate", |b: &RejectedBy| b.gate),
+                ("  by the bulkhead", |b: &RejectedBy| b.bulkhead),
+                ("  by the throttle", |b: &RejectedBy| b.throttle),
+            ] {
+                if self.runs.iter().any(|r| f(&r.rejected_by) > 0) {
+                    rows.push((label.into(), self.col(|r| f(&r.rejected_by).to_string())));
+                }
+            }
+        }
+        rows.extend([
             (
                 "  on a retry".into(),
                 self.col(|r| r.rejected_on_retry.to_string()),
@@ -637,20 +1039,30 @@ impl Report {
                 format!("calls that reached {dep}"),
                 self.col(|r| r.dependency_calls.to_string()),
             ),
+        ]);
+        if self.runs.iter().any(|r| r.stale_view_calls > 0) {
+            // Right after "calls that reached ...": the stale-view calls are among them.
+            rows.push((
+                "  on a stale shared view".into(),
+                self.col(|r| r.stale_view_calls.to_string()),
+            ));
+        }
+        rows.extend(self.policy_rows());
+        rows.extend([
             (
                 "load amplification (calls/request)".into(),
                 self.col(|r| format!("{:.2}×", r.load_amplification)),
             ),
             (
-                "worker-pool peak (one replica)".into(),
+                format!("worker-pool peak (one {}replica)", of_service),
                 self.col(|r| format!("{}/{}", r.pool_peak, r.pool_size)),
             ),
             (
-                "seconds with a full pool".into(),
+                format!("seconds with a full {}pool", of_service),
                 self.col(|r| r.pool_full_s.to_string()),
             ),
             (
-                "pool still full after recovery".into(),
+                format!("{}pool still full after recovery", of_service),
                 self.col(|r| fmt_s(r.pool_full_after_recovery_s)),
             ),
             (
@@ -667,6 +1079,19 @@ impl Report {
                     format!("{} / {}", fmt_ms(l.p50_ms), fmt_ms(l.p99_ms))
                 }),
             ),
+        ]);
+        if self.incident.is_some() {
+            rows.push((
+                "back to healthy after the faults".into(),
+                self.col(|r| fmt_recovery(r.recovery_s, self.incident, self.duration_s)),
+            ));
+        } else {
+            rows.push((
+                "last request answered at".into(),
+                self.col(|r| fmt_s(r.completion_s)),
+            ));
+        }
+        rows.extend([
             ("time to trip".into(), self.col(|r| fmt_s(r.time_to_trip_s))),
             (
                 "time to close after recovery".into(),
@@ -675,58 +1100,129 @@ impl Report {
             (
                 "breaker transitions".into(),
                 self.col(|r| {
-                    if r.protected {
+                    if r.breaker.is_some() {
                         r.transitions.len().to_string()
                     } else {
                         "—".into()
                     }
                 }),
             ),
-        ];
-        if self.runs.iter().any(|r| r.stale_view_calls > 0) {
-            // Right after "calls that reached ...": the stale-view calls are among them.
-            let at = rows
-                .iter()
-                .position(|(l, _)| l.starts_with("calls that reached"))
-                .map_or(rows.len(), |i| i + 1);
-            rows.insert(
-                at,
-                (
-                    "  on a stale shared view".into(),
-                    self.col(|r| r.stale_view_calls.to_string()),
-                ),
-            );
-        }
+        ]);
         rows.extend(crate::hosts::table_rows(self));
-        let w0 = rows
-            .iter()
-            .map(|(l, _)| l.chars().count())
-            .max()
-            .unwrap_or(0);
-        let widths: Vec<usize> = (0..self.runs.len())
-            .map(|i| {
-                rows.iter()
-                    .map(|(_, v)| v[i].chars().count())
-                    .chain([self.runs[i].label.chars().count()])
-                    .max()
-                    .unwrap_or(0)
+        rows
+    }
+
+    /// The rows of `[service]`'s policies' own counters, for the policies some run has.
+    fn policy_rows(&self) -> Vec<(String, Vec<String>)> {
+        policy_rows_of(
+            &self.runs.iter().map(|r| &r.policies).collect::<Vec<_>>(),
+            "",
+        )
+    }
+
+    /// Rows per tier, for scenarios with `[[tiers]]`: `(tier, rows)`.
+    pub fn tier_rows(&self) -> Vec<(String, Rows)> {
+        if self.tiers.len() < 2 {
+            return Vec::new();
+        }
+        (0..self.tiers.len())
+            .map(|k| {
+                let below = self.tiers.get(k + 1).unwrap_or(&self.dependency);
+                let t = |r: &RunReport| r.tiers.get(k).cloned();
+                let col = |f: &dyn Fn(&TierReport) -> String| -> Vec<String> {
+                    self.runs
+                        .iter()
+                        .map(|r| t(r).map_or_else(|| "—".into(), |x| f(&x)))
+                        .collect()
+                };
+                let mut rows = vec![
+                    (
+                        "requests answered".to_string(),
+                        col(&|x| x.requests.to_string()),
+                    ),
+                    ("succeeded".into(), col(&|x| x.succeeded.to_string())),
+                    (
+                        "errors (failed, refused, shed)".into(),
+                        col(&|x| (x.failed + x.rejected - x.fallback + x.shed).to_string()),
+                    ),
+                    ("  of them shed".into(), col(&|x| x.shed.to_string())),
+                    (
+                        format!("calls to {below}"),
+                        col(&|x| format!("{} ({:.2}×)", x.calls_below, x.amplification)),
+                    ),
+                    (
+                        "worker-pool peak (one replica)".into(),
+                        col(&|x| format!("{}/{}", x.pool_peak, x.workers)),
+                    ),
+                    (
+                        "seconds with a full pool".into(),
+                        col(&|x| x.pool_full_s.to_string()),
+                    ),
+                ];
+                if self.incident.is_some() {
+                    rows.push((
+                        "back to healthy after the faults".into(),
+                        col(&|x| fmt_recovery(x.recovery_s, self.incident, self.duration_s)),
+                    ));
+                }
+                let policies: Vec<crate::layers::PolicyReport> = self
+                    .runs
+                    .iter()
+                    .map(|r| t(r).map(|x| x.policies).unwrap_or_default())
+                    .collect();
+                rows.extend(policy_rows_of(&policies.iter().collect::<Vec<_>>(), ""));
+                if self
+                    .runs
+                    .iter()
+                    .any(|r| t(r).is_some_and(|x| x.breakers > 0))
+                {
+                    rows.push((
+                        "breakers tripped (transitions)".into(),
+                        col(&|x| {
+                            if x.breakers == 0 {
+                                "—".into()
+                            } else {
+                                format!(
+                                    "{}/{} ({})",
+                                    x.breakers_tripped,
+                                    x.breakers,
+                                    x.transitions.len()
+                                )
+                            }
+                        }),
+                    ));
+                }
+                (self.tiers[k].clone(), rows)
             })
-            .collect();
-        let _ = write!(out, "{:w0$}", "");
-        for (r, w) in self.runs.iter().zip(&widths) {
-            let _ = write!(out, "   {:>w$}", r.label, w = *w);
+            .collect()
+    }
+
+    /// The side-by-side table (runs as columns), with the transitions of small runs, each
+    /// tier's figures, and a sweep's table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{} — {}", self.scenario, self.description);
+        let incident = self.incident.map_or_else(
+            || "no faults".to_string(),
+            |i| format!("faults from {:.0} s to {:.0} s", i.start_s, i.end_s),
+        );
+        let _ = writeln!(
+            out,
+            "seed {} · {:.0} s of arrivals · {} replica(s) × {} workers · {}\n",
+            self.seed, self.duration_s, self.replicas, self.workers_per_replica, incident
+        );
+        let labels: Vec<String> = self.runs.iter().map(|r| r.label.clone()).collect();
+        write_table(&mut out, "", &labels, &self.rows());
+        for (tier, rows) in self.tier_rows() {
+            let _ = writeln!(out, "\n{tier}");
+            write_table(&mut out, "", &labels, &rows);
         }
-        out.push('\n');
-        for (label, vals) in &rows {
-            let pad = w0 - label.chars().count();
-            let _ = write!(out, "{label}{}", " ".repeat(pad));
-            for (v, w) in vals.iter().zip(&widths) {
-                let pad = w - v.chars().count();
-                let _ = write!(out, "   {}{v}", " ".repeat(pad));
-            }
-            out.push('\n');
+        if let Some(sw) = &self.sweep {
+            let (head, rows) = sweep_rows(sw);
+            let _ = writeln!(out, "\nsweep over {}: {}", sw.field, sw.metrics.join(" / "));
+            write_table(&mut out, &sw.field, &head, &rows);
         }
-        for r in self.runs.iter().filter(|r| r.protected) {
+        for r in self.runs.iter() {
             if r.transitions.is_empty() {
                 continue;
             }

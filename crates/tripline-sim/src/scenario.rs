@@ -36,6 +36,8 @@ use serde::Deserialize;
 use tripline::BreakerConfig;
 
 use crate::dist::{Dist, Rate, fmt_d};
+pub use crate::protection::Client;
+use crate::protection::{ClientSpec, Policies};
 
 /// The most requests one run may simulate (rate × duration), so a typo cannot start a run
 /// that never ends or exhausts memory. All runs of a scenario together may simulate at most
@@ -79,12 +81,17 @@ pub struct Scenario {
     pub duration: Duration,
     /// The callers.
     pub arrivals: Arrivals,
+    /// Services in front of `[service]`, from the outside in (a gateway, say): each forwards
+    /// every request to the next, through its own client (default: none, the callers reach
+    /// `[service]` directly).
+    #[serde(default)]
+    pub tiers: Vec<Tier>,
     /// Replicas and their worker pools.
     #[serde(default)]
     pub service: Service,
     /// The endpoints requests are spread over, by weight.
     pub endpoints: Vec<Endpoint>,
-    /// Timeouts and retries of calls to the dependency.
+    /// How `[service]` calls the dependency: timeout, attempts, backoff.
     #[serde(default)]
     pub client: Client,
     /// The dependency and its fault schedule.
@@ -95,6 +102,10 @@ pub struct Scenario {
     /// The protected variants to compare with the unprotected run, in order.
     #[serde(default)]
     pub protection: Vec<Protection>,
+    /// Runs the whole scenario again for each of several values of one field, and reports
+    /// some figures of every run side by side.
+    #[serde(default)]
+    pub sweep: Option<crate::sweep::Sweep>,
 }
 
 /// How requests arrive.
@@ -106,17 +117,33 @@ pub enum Process {
     Constant,
     /// A Poisson process (exponential gaps).
     Poisson,
+    /// `count` requests, all at time zero: clients that start together.
+    Burst,
 }
 
 /// The arrival process.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Arrivals {
-    /// `"constant"` (default) or `"poisson"`.
+    /// `"constant"` (default), `"poisson"` or `"burst"`.
     #[serde(default)]
     pub process: Process,
-    /// Requests per second to the whole service (all replicas).
-    pub rate: f64,
+    /// Requests per second to the whole service (all replicas); not with `"burst"`.
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// With `"burst"`: how many requests arrive at time zero, in [1, 1000000].
+    #[serde(default)]
+    pub count: Option<u32>,
+}
+
+impl Arrivals {
+    /// How many requests arrive over `duration`: `count` for a burst, else rate × duration.
+    pub fn expected(&self, duration: Duration) -> f64 {
+        match self.process {
+            Process::Burst => f64::from(self.count.unwrap_or(0)),
+            _ => self.rate.unwrap_or(0.0) * duration.as_secs_f64(),
+        }
+    }
 }
 
 /// How the load balancer picks a replica.
@@ -131,9 +158,12 @@ pub enum Balancer {
 }
 
 /// The service: replicas, each with a bounded worker pool and a FIFO queue in front of it.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Service {
+    /// Its name, in the report's tiers (default `"service"`).
+    #[serde(default = "service_name")]
+    pub name: String,
     /// Replicas behind the load balancer (default 1).
     #[serde(default = "one")]
     pub replicas: u32,
@@ -157,6 +187,7 @@ pub struct Service {
 impl Default for Service {
     fn default() -> Self {
         Self {
+            name: service_name(),
             replicas: 1,
             load_balancer: Balancer::RoundRobin,
             workers: 200,
@@ -168,6 +199,41 @@ impl Default for Service {
 
 fn one() -> u32 {
     1
+}
+fn service_name() -> String {
+    "service".into()
+}
+
+/// A service in front of `[service]` (a gateway): its replicas and worker pools, its own work
+/// per request, and its client to the tier below. Every request it takes holds a worker while
+/// it calls the tier below, and answers an error when that call fails (an error answer, a
+/// shed request, a timeout).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tier {
+    /// Its name (unique; `[protection.tiers.NAME]` refers to it).
+    pub name: String,
+    /// Replicas (default 1, at most 1000).
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// `"round-robin"` (default) or `"random"`.
+    #[serde(default)]
+    pub load_balancer: Balancer,
+    /// Workers per replica (default 200).
+    #[serde(default = "two_hundred")]
+    pub workers: u32,
+    /// Requests that may wait for a worker, per replica (default 10000).
+    #[serde(default = "ten_thousand")]
+    pub queue_limit: u32,
+    /// A request waiting longer than this is shed (default: it waits).
+    #[serde(default, with = "humantime_serde::option")]
+    pub queue_timeout: Option<Duration>,
+    /// Its own work per request, after the tier below answered (default 0).
+    #[serde(default = "zero_dist")]
+    pub work: Dist,
+    /// How it calls the tier below: timeout, attempts, backoff.
+    #[serde(default)]
+    pub client: Client,
 }
 fn two_hundred() -> u32 {
     200
@@ -199,31 +265,6 @@ pub struct Endpoint {
     pub work: Dist,
 }
 
-/// How the service calls the dependency.
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Client {
-    /// Each attempt gives up after this and counts as a failure (default: no timeout).
-    #[serde(default, with = "humantime_serde::option")]
-    pub timeout: Option<Duration>,
-    /// Attempts per request, the first included (default 1: no retries).
-    #[serde(default = "one")]
-    pub attempts: u32,
-    /// The wait before each retry, holding the worker (default 0).
-    #[serde(default, with = "humantime_serde")]
-    pub backoff: Duration,
-}
-
-impl Default for Client {
-    fn default() -> Self {
-        Self {
-            timeout: None,
-            attempts: 1,
-            backoff: Duration::ZERO,
-        }
-    }
-}
-
 /// The dependency.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -244,6 +285,17 @@ pub struct Dependency {
     /// timed out, so retries can overload it. Default: unlimited.
     #[serde(default)]
     pub capacity: Option<u32>,
+    /// What a call past the capacity meets: `"slow"` (default: slowed in proportion) or
+    /// `"fail"` (refused at once, taking `error_latency`, and holding nothing: a resource
+    /// with one writer at a time, a lock, a row written with optimistic concurrency).
+    #[serde(default)]
+    pub overload: Overload,
+    /// Calls are updates of one row under optimistic concurrency control: each reads the
+    /// row's version and writes it back conditionally, two round trips whose four legs each
+    /// take `latency`; the write fails (a conflict) if another call's write landed since its
+    /// read (default false). Not with a capacity or hosts.
+    #[serde(default)]
+    pub optimistic_writes: bool,
     /// Fault phases. At a given time and shard the first matching phase applies.
     #[serde(default)]
     pub faults: Vec<Fault>,
@@ -255,6 +307,17 @@ pub struct Dependency {
 
 fn dep_name() -> String {
     "dependency".into()
+}
+
+/// What a call to a dependency past its capacity meets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overload {
+    /// It is slowed in proportion: latency × (calls in progress + 1) / capacity.
+    #[default]
+    Slow,
+    /// It fails at once (a conflict), taking the error latency, and holds no capacity.
+    Fail,
 }
 
 /// A fault phase: from `from` (included) until `until` (excluded), the dependency behaves as
@@ -278,6 +341,10 @@ pub struct Fault {
     /// dependency's `error_latency`, else its `latency`).
     #[serde(default)]
     pub error_latency: Option<Dist>,
+    /// The dependency's capacity during the phase (a capacity drop: lost nodes, a noisy
+    /// neighbour), in [1, 10000000] (default: `dependency.capacity`).
+    #[serde(default)]
+    pub capacity: Option<u32>,
     /// Only these shards are affected (default: all). Needs a `[shards]` table.
     #[serde(default)]
     pub shards: Option<Vec<u32>>,
@@ -340,9 +407,29 @@ pub struct Protection {
     /// The per-attempt timeout in this variant, inside the breaker (default: `client.timeout`).
     #[serde(default, with = "humantime_serde::option")]
     pub timeout: Option<Duration>,
-    /// Attempts per request in this variant (default: `client.attempts`).
+    /// Attempts per request in this variant (default: `client.attempts`; or set
+    /// `retry.attempts`).
     #[serde(default)]
     pub attempts: Option<u32>,
+    /// The retry policy: backoff, jitter, budget (default: `[client]`'s).
+    #[serde(default)]
+    pub retry: Option<crate::protection::RetrySection>,
+    /// A bulkhead per replica in front of the dependency.
+    #[serde(default)]
+    pub bulkhead: Option<crate::protection::BulkheadSection>,
+    /// Envoy's concurrency gate per replica.
+    #[serde(default)]
+    pub gate: Option<crate::protection::GateSection>,
+    /// The Google SRE book's client-side throttle per replica.
+    #[serde(default)]
+    pub throttle: Option<crate::protection::ThrottleSection>,
+    /// Puts the retry inside the breaker: the breaker admits the retried call once and
+    /// records its final result (default false: every attempt asks the breaker).
+    #[serde(default)]
+    pub retry_inside_breaker: bool,
+    /// The variant's policies at the tiers in front of the service, by tier name.
+    #[serde(default)]
+    pub tiers: std::collections::BTreeMap<String, crate::protection::TierProtection>,
     /// Whether a rejected call is answered with a fallback (a cached or default answer)
     /// instead of an error (default false).
     #[serde(default)]
@@ -453,13 +540,18 @@ impl ScenarioError {
     }
 }
 
-struct Bad {
-    field: String,
-    value: String,
-    allowed: String,
+/// A bad value: the field, the value, what is allowed.
+pub(crate) struct Bad {
+    pub(crate) field: String,
+    pub(crate) value: String,
+    pub(crate) allowed: String,
 }
 
-fn bad(field: impl Into<String>, value: impl fmt::Display, allowed: impl Into<String>) -> Bad {
+pub(crate) fn bad(
+    field: impl Into<String>,
+    value: impl fmt::Display,
+    allowed: impl Into<String>,
+) -> Bad {
     Bad {
         field: field.into(),
         value: value.to_string(),
@@ -536,7 +628,7 @@ impl Scenario {
         Ok(s)
     }
 
-    /// The breakers one protected run holds.
+    /// The breakers one protected run holds in front of the dependency (`[service]`'s).
     pub fn breaker_count(&self, p: &Protection) -> u64 {
         if !p.breakers {
             return 0;
@@ -552,6 +644,43 @@ impl Scenario {
         replicas * keys
     }
 
+    /// How many tiers a request crosses: the `[[tiers]]` in front, and `[service]`.
+    pub fn tier_count(&self) -> usize {
+        self.tiers.len() + 1
+    }
+
+    /// The name of tier `k` (0 is where requests arrive; the last is `[service]`).
+    pub fn tier_name(&self, k: usize) -> &str {
+        self.tiers.get(k).map_or(&self.service.name, |t| &t.name)
+    }
+
+    /// The client of tier `k` in a variant (`None`: the unprotected run), resolved from the
+    /// tier's own settings and the variant's.
+    pub(crate) fn client_spec(
+        &self,
+        variant: Option<usize>,
+        k: usize,
+    ) -> Result<ClientSpec, crate::protection::Bad> {
+        let p = variant.and_then(|i| self.protection.get(i));
+        match self.tiers.get(k) {
+            Some(t) => {
+                let base_prefix = format!("tiers[{k}].client.");
+                let over = p.and_then(|p| p.tiers.get(&t.name));
+                let prefix = match variant {
+                    Some(i) => format!("protection[{i}].tiers.{}.", t.name),
+                    None => String::new(),
+                };
+                let pol = over.map(|o| o.policies());
+                ClientSpec::resolve(&t.client, &base_prefix, pol.as_ref(), &prefix)
+            }
+            None => {
+                let pol = p.map(Protection::policies);
+                let prefix = variant.map_or(String::new(), |i| format!("protection[{i}]."));
+                ClientSpec::resolve(&self.client, "client.", pol.as_ref(), &prefix)
+            }
+        }
+    }
+
     /// When the incident starts and ends: the earliest fault start and the latest fault end,
     /// or `None` without faults. The end is not capped at the duration: a fault that outlasts
     /// the arrivals still acts on the requests that drain after them, and a breaker cannot
@@ -563,14 +692,37 @@ impl Scenario {
         Some((from, until))
     }
 
+    /// The dependency's longest call: its longest latency, or past a capacity (which slows
+    /// calls in proportion) the latency cap.
+    fn longest_call(&self) -> Duration {
+        let dep = &self.dependency;
+        let longest = [Some(dep.latency), dep.error_latency]
+            .into_iter()
+            .chain(dep.faults.iter().flat_map(|f| [f.latency, f.error_latency]))
+            .flatten()
+            .map(|d| d.max())
+            .max()
+            .unwrap_or_default();
+        let capacity = dep.capacity.is_some() || dep.faults.iter().any(|f| f.capacity.is_some());
+        if capacity && dep.overload == Overload::Slow && !longest.is_zero() {
+            crate::dist::MAX_LATENCY
+        } else if dep.optimistic_writes {
+            longest * 4
+        } else {
+            longest
+        }
+    }
+
     /// An upper bound on how long a run of this scenario can last in virtual time: the
-    /// arrivals, then the longest a request that arrived last can spend in the service,
-    /// over every variant. That is the longest wait for a worker (the queue timeout, or
-    /// without one, `⌈queue_limit ÷ workers⌉` times the longest a request holds a worker: a
-    /// full pool frees all its workers within that time) plus the longest hold (every
-    /// attempt at its longest, the timeout or the dependency's longest latency, with the
-    /// backoffs between and the longest local work). A scenario whose bound passes
-    /// [`MAX_RUN`] is refused.
+    /// arrivals, then, for every tier a request crosses, the longest it can wait for a worker
+    /// there and hold one, over every variant. A request holds a worker for every attempt at
+    /// its longest (a bulkhead's longest wait, then the timeout or the longest answer from
+    /// below: the dependency's longest latency, or the tier below's longest wait and hold),
+    /// with the backoffs between (each at its ceiling) and its longest local work. It waits
+    /// at most the queue timeout, or without one `⌈queue_limit ÷ workers⌉` times its longest
+    /// hold (a full pool frees all its workers within that time). A request sent below when
+    /// its caller was about to give up can outlive it, so the tiers' bounds add up. A scenario
+    /// whose bound passes [`MAX_RUN`] is refused.
     ///
     /// ```
     /// use std::time::Duration;
@@ -580,84 +732,175 @@ impl Scenario {
     /// # Ok::<(), tripline_sim::ScenarioError>(())
     /// ```
     pub fn longest_run(&self) -> Duration {
-        let dep = &self.dependency;
-        let longest = [Some(dep.latency), dep.error_latency]
-            .into_iter()
-            .chain(dep.faults.iter().flat_map(|f| [f.latency, f.error_latency]))
-            .flatten()
-            .map(|d| d.max())
-            .max()
-            .unwrap_or_default();
-        // Past its capacity the dependency slows every call, up to the latency cap.
-        let latency = if dep.capacity.is_some() && !longest.is_zero() {
-            crate::dist::MAX_LATENCY
-        } else {
-            longest
-        };
-        let work = self
-            .endpoints
-            .iter()
-            .map(|e| e.work.max())
-            .max()
-            .unwrap_or_default();
-        let variants = std::iter::once((self.client.timeout, self.client.attempts)).chain(
-            self.protection.iter().map(|p| {
-                (
-                    p.timeout.or(self.client.timeout),
-                    p.attempts.unwrap_or(self.client.attempts),
-                )
-            }),
-        );
-        let sv = &self.service;
+        let variants = std::iter::once(None).chain((0..self.protection.len()).map(Some));
         variants
-            .map(|(timeout, attempts)| {
-                let attempt = timeout.map_or(latency, |t| t.min(latency));
-                let hold = attempt * attempts + self.client.backoff * (attempts - 1) + work;
-                let wait = match sv.queue_timeout {
-                    Some(t) => t,
-                    None => hold.saturating_mul(sv.queue_limit.div_ceil(sv.workers.max(1))),
-                };
-                self.duration.saturating_add(wait).saturating_add(hold)
+            .map(|v| {
+                let n = self.tier_count();
+                // From the service up: (wait, hold) of each tier.
+                let mut below = self.longest_call();
+                let mut total = Duration::ZERO;
+                for k in (0..n).rev() {
+                    let Ok(spec) = self.client_spec(v, k) else {
+                        continue;
+                    };
+                    let (workers, queue_limit, queue_timeout, work) = match self.tiers.get(k) {
+                        Some(t) => (t.workers, t.queue_limit, t.queue_timeout, t.work.max()),
+                        None => (
+                            self.service.workers,
+                            self.service.queue_limit,
+                            self.service.queue_timeout,
+                            self.endpoints
+                                .iter()
+                                .map(|e| e.work.max())
+                                .max()
+                                .unwrap_or_default(),
+                        ),
+                    };
+                    let attempt = spec
+                        .longest_wait()
+                        .saturating_add(spec.timeout.map_or(below, |t| t.min(below)));
+                    let hold = attempt
+                        .saturating_mul(spec.attempts)
+                        .saturating_add(spec.longest_backoffs())
+                        .saturating_add(work);
+                    let wait = match queue_timeout {
+                        Some(t) => t,
+                        None => hold.saturating_mul(queue_limit.div_ceil(workers.max(1))),
+                    };
+                    total = total.saturating_add(wait).saturating_add(hold);
+                    below = wait.saturating_add(hold);
+                }
+                self.duration.saturating_add(total)
             })
             .max()
             .unwrap_or(self.duration)
     }
 
     /// Checks every value and every cross-field rule, naming the first bad field.
-    fn validate(&self) -> Result<(), Bad> {
+    pub(crate) fn validate(&self) -> Result<(), Bad> {
         let d = self.duration;
         if d.is_zero() || d > WEEK {
             return Err(bad("duration", fmt_d(d), "must be between 1ns and 7 days"));
         }
-        let rate = self.arrivals.rate;
-        if !(rate.is_finite() && rate > 0.0 && rate <= 1e7) {
-            return Err(bad(
-                "arrivals.rate",
-                rate,
-                "must be a number of requests per second in (0, 10000000]",
-            ));
+        let a = &self.arrivals;
+        match a.process {
+            Process::Burst => {
+                let Some(count) = a.count else {
+                    return Err(bad(
+                        "arrivals.count",
+                        "none",
+                        "must be set with process = \"burst\" (how many requests arrive at time zero)",
+                    ));
+                };
+                range("arrivals.count", count, 1, 1_000_000)?;
+                if let Some(r) = a.rate {
+                    return Err(bad(
+                        "arrivals.rate",
+                        r,
+                        "must not be set with process = \"burst\" (set arrivals.count)",
+                    ));
+                }
+            }
+            _ => {
+                let Some(rate) = a.rate else {
+                    return Err(bad(
+                        "arrivals.rate",
+                        "none",
+                        "must be set: a number of requests per second in (0, 10000000]",
+                    ));
+                };
+                if !(rate.is_finite() && rate > 0.0 && rate <= 1e7) {
+                    return Err(bad(
+                        "arrivals.rate",
+                        rate,
+                        "must be a number of requests per second in (0, 10000000]",
+                    ));
+                }
+                if let Some(c) = a.count {
+                    return Err(bad(
+                        "arrivals.count",
+                        c,
+                        "applies to process = \"burst\" only",
+                    ));
+                }
+                if rate * d.as_secs_f64() > MAX_REQUESTS {
+                    return Err(bad(
+                        "arrivals.rate",
+                        rate,
+                        format!(
+                            "must keep rate × duration at most {MAX_REQUESTS:.0} requests per run (duration is {})",
+                            fmt_d(d)
+                        ),
+                    ));
+                }
+            }
         }
-        if rate * d.as_secs_f64() > MAX_REQUESTS {
+        let runs = (1 + self.protection.len()) as f64
+            * self
+                .sweep
+                .as_ref()
+                .map_or(1, |s| s.values.len() * s.repeat as usize + 1) as f64;
+        let total = a.expected(d) * runs;
+        if total > MAX_TOTAL_REQUESTS {
             return Err(bad(
-                "arrivals.rate",
-                rate,
+                "arrivals",
+                format!("{total:.0} requests over all runs"),
                 format!(
-                    "must keep rate × duration at most {MAX_REQUESTS:.0} requests per run (duration is {})",
-                    fmt_d(d)
+                    "must keep the requests of all runs together (variants × sweep values) at most {MAX_TOTAL_REQUESTS:.0}"
                 ),
             ));
         }
+        let mut held: u64 = 0;
+        for (k, t) in self.tiers.iter().enumerate() {
+            let f = |x: &str| format!("tiers[{k}].{x}");
+            if t.name.trim().is_empty() || t.name.len() > 40 {
+                return Err(bad(
+                    f("name"),
+                    format!("{:?}", t.name),
+                    "must be 1 to 40 characters",
+                ));
+            }
+            if self.tiers[..k].iter().any(|o| o.name == t.name) || t.name == self.service.name {
+                return Err(bad(
+                    f("name"),
+                    format!("{:?}", t.name),
+                    "must be unique among the tiers and service.name",
+                ));
+            }
+            range(&f("replicas"), t.replicas, 1, 1000)?;
+            range(&f("workers"), t.workers, 1, 1_000_000)?;
+            range(&f("queue_limit"), t.queue_limit, 0, 10_000_000)?;
+            if let Some(q) = t.queue_timeout {
+                pos_dur(&f("queue_timeout"), q)?;
+            }
+            held += u64::from(t.replicas) * (u64::from(t.workers) + u64::from(t.queue_limit));
+        }
+        if self.tiers.len() > 8 {
+            return Err(bad("tiers", self.tiers.len(), "must list at most 8 tiers"));
+        }
         let sv = &self.service;
+        if sv.name.trim().is_empty() || sv.name.len() > 40 {
+            return Err(bad(
+                "service.name",
+                format!("{:?}", sv.name),
+                "must be 1 to 40 characters",
+            ));
+        }
         range("service.replicas", sv.replicas, 1, 1000)?;
         range("service.workers", sv.workers, 1, 1_000_000)?;
         range("service.queue_limit", sv.queue_limit, 0, 10_000_000)?;
-        let held = u64::from(sv.replicas) * (u64::from(sv.workers) + u64::from(sv.queue_limit));
+        held += u64::from(sv.replicas) * (u64::from(sv.workers) + u64::from(sv.queue_limit));
         if held > MAX_HELD {
+            let field = if self.tiers.is_empty() {
+                "service.queue_limit"
+            } else {
+                "tiers"
+            };
             return Err(bad(
-                "service.queue_limit",
+                field,
                 sv.queue_limit,
                 format!(
-                    "must keep replicas × (workers + queue_limit) at most {MAX_HELD} (requests held at once; it is {held})"
+                    "must keep replicas × (workers + queue_limit), over all tiers, at most {MAX_HELD} (requests held at once; it is {held})"
                 ),
             ));
         }
@@ -701,17 +944,9 @@ impl Scenario {
                 ));
             }
         }
-        let c = &self.client;
-        if let Some(t) = c.timeout {
-            pos_dur("client.timeout", t)?;
-        }
-        range("client.attempts", c.attempts, 1, 10)?;
-        if c.backoff > Duration::from_secs(3600) {
-            return Err(bad(
-                "client.backoff",
-                fmt_d(c.backoff),
-                "must be at most 1h",
-            ));
+        // Every tier's client, unprotected.
+        for k in 0..self.tier_count() {
+            self.client_spec(None, k).map_err(Bad::from)?;
         }
         let dep = &self.dependency;
         if let Some(cap) = dep.capacity {
@@ -719,6 +954,42 @@ impl Scenario {
         }
         if let Some(s) = self.shards {
             range("shards.count", s.count, 1, 100_000)?;
+        }
+        let any_capacity =
+            dep.capacity.is_some() || dep.faults.iter().any(|f| f.capacity.is_some());
+        if dep.overload == Overload::Fail {
+            if dep.hosts.is_some() {
+                return Err(bad(
+                    "dependency.overload",
+                    "\"fail\"",
+                    "must be \"slow\" with [dependency.hosts] (each host slows past its capacity)",
+                ));
+            }
+            if !any_capacity {
+                return Err(bad(
+                    "dependency.overload",
+                    "\"fail\"",
+                    "needs a dependency.capacity (the calls it serves at once)",
+                ));
+            }
+        }
+        if dep.optimistic_writes {
+            let clash = if dep.hosts.is_some() {
+                Some("[dependency.hosts]")
+            } else if any_capacity {
+                Some("a capacity")
+            } else {
+                None
+            };
+            if let Some(what) = clash {
+                return Err(bad(
+                    "dependency.optimistic_writes",
+                    "true",
+                    format!(
+                        "must be false with {what} (a row under optimistic concurrency serves every call; conflicts are what limit it)"
+                    ),
+                ));
+            }
         }
         for (i, f) in dep.faults.iter().enumerate() {
             if f.from >= f.until {
@@ -734,6 +1005,21 @@ impl Scenario {
                     fmt_d(f.until),
                     "must be at most 14 days",
                 ));
+            }
+            if let Some(c) = f.capacity {
+                range(
+                    &format!("dependency.faults[{i}].capacity"),
+                    c,
+                    1,
+                    10_000_000,
+                )?;
+                if dep.hosts.is_some() {
+                    return Err(bad(
+                        format!("dependency.faults[{i}].capacity"),
+                        c,
+                        "must be unset with [dependency.hosts] (each host has its own capacity)",
+                    ));
+                }
             }
             if let Some(list) = &f.shards {
                 let Some(s) = self.shards else {
@@ -787,8 +1073,30 @@ impl Scenario {
                     "needs a [shards] table with the shard count",
                 ));
             }
-            if let Some(t) = p.timeout {
-                pos_dur(&format!("protection[{i}].timeout"), t)?;
+            if let Some(name) = p
+                .tiers
+                .keys()
+                .find(|n| !self.tiers.iter().any(|t| &t.name == *n))
+            {
+                return Err(bad(
+                    format!("protection[{i}].tiers.{name}"),
+                    format!("{name:?}"),
+                    format!(
+                        "must name a tier in front of the service (the [[tiers]]: {})",
+                        if self.tiers.is_empty() {
+                            "none".to_string()
+                        } else {
+                            self.tiers
+                                .iter()
+                                .map(|t| t.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    ),
+                ));
+            }
+            for k in 0..self.tier_count() {
+                self.client_spec(Some(i), k).map_err(Bad::from)?;
             }
             if !p.view_ttl.is_zero() {
                 if p.sharing != Sharing::Shared {
@@ -805,9 +1113,6 @@ impl Scenario {
                         "must be at most 1h",
                     ));
                 }
-            }
-            if let Some(a) = p.attempts {
-                range(&format!("protection[{i}].attempts"), a, 1, 10)?;
             }
             let n = self.breaker_count(p);
             let views = u64::from(self.service.replicas).saturating_mul(n);
@@ -827,13 +1132,7 @@ impl Scenario {
                     format!("must need at most {MAX_BREAKERS} breakers (replicas × shards)"),
                 ));
             }
-            let cells = match p.breaker.window() {
-                tripline::WindowConfig::Count { size } => u64::from(size),
-                tripline::WindowConfig::Time { length, bucket } => {
-                    let buckets = length.as_nanos() / bucket.as_nanos().max(1);
-                    u64::try_from(buckets).unwrap_or(u64::MAX) * u64::from(p.breaker.stripes())
-                }
-            };
+            let cells = window_cells(&p.breaker);
             if n.saturating_mul(cells) > MAX_WINDOW_CELLS {
                 return Err(bad(
                     format!("protection[{i}].breaker.window"),
@@ -844,12 +1143,20 @@ impl Scenario {
                 ));
             }
         }
+        if let Some(sweep) = &self.sweep {
+            sweep.check(self)?;
+        }
         let longest = self.longest_run();
         if longest > MAX_RUN {
-            // Only an unbounded wait in the queue can get here: every other term is at most
-            // hours, and the duration at most a week.
+            // Only an unbounded wait in a queue can get here: every other term is at most
+            // days, and the duration at most a week.
+            let field = if self.tiers.is_empty() {
+                "service.queue_limit"
+            } else {
+                "tiers"
+            };
             return Err(bad(
-                "service.queue_limit",
+                field,
                 sv.queue_limit,
                 format!(
                     "must keep the longest possible run at most {} days (arrivals, then the last request's wait in the queue and its time holding a worker: here up to {:.1} days); with no queue_timeout a queued request may wait ⌈queue_limit ÷ workers⌉ times the longest a request holds a worker; set service.queue_timeout or client.timeout, or a smaller queue_limit",
@@ -862,7 +1169,47 @@ impl Scenario {
     }
 }
 
-fn range(field: &str, v: u32, lo: u32, hi: u32) -> Result<(), Bad> {
+impl Protection {
+    /// The policies this variant sets on `[service]`'s client.
+    pub fn policies(&self) -> Policies<'_> {
+        Policies {
+            timeout: self.timeout,
+            attempts: self.attempts,
+            fallback: Some(self.fallback),
+            retry_inside_breaker: self.retry_inside_breaker,
+            breaker: self.breakers.then_some(&self.breaker),
+            scope: self.scope,
+            sharing: self.sharing,
+            view_ttl: self.view_ttl,
+            retry: self.retry.as_ref(),
+            bulkhead: self.bulkhead.as_ref(),
+            gate: self.gate.as_ref(),
+            throttle: self.throttle.as_ref(),
+        }
+    }
+}
+
+fn window_cells(b: &BreakerConfig) -> u64 {
+    match b.window() {
+        tripline::WindowConfig::Count { size } => u64::from(size),
+        tripline::WindowConfig::Time { length, bucket } => {
+            let buckets = length.as_nanos() / bucket.as_nanos().max(1);
+            u64::try_from(buckets).unwrap_or(u64::MAX) * u64::from(b.stripes())
+        }
+    }
+}
+
+impl From<crate::protection::Bad> for Bad {
+    fn from((field, value, allowed): crate::protection::Bad) -> Self {
+        Bad {
+            field,
+            value,
+            allowed,
+        }
+    }
+}
+
+pub(crate) fn range(field: &str, v: u32, lo: u32, hi: u32) -> Result<(), Bad> {
     if v < lo || v > hi {
         return Err(bad(field, v, format!("must be in [{lo}, {hi}]")));
     }
@@ -900,66 +1247,66 @@ fn key_at(src: &str, offset: usize) -> Option<String> {
     (!key.is_empty() && !key.contains(' ')).then(|| key.to_string())
 }
 
-/// Finds the line of a dotted field path (`dependency.faults[1].until`) in the source, best
-/// effort: it follows `[table]` and `[[array]]` headers and `key =` lines, and falls back to
-/// the table's header line.
-fn locate(src: &str, field: &str) -> Option<usize> {
-    // Split "a.b[2].c" into the table part "a.b" with index 2, and the key "c".
-    let (table, index, key) = match field.rfind(']') {
-        Some(close) => {
-            let open = field[..close].rfind('[')?;
-            let index: usize = field[open + 1..close].parse().ok()?;
-            let key = field[close + 1..].trim_start_matches('.');
-            (&field[..open], Some(index), key)
+/// One step of a dotted field path: a key, or an index into an array.
+#[derive(Debug, PartialEq)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// Splits `protection[1].retry.budget[0].ratio` into its steps.
+fn steps(field: &str) -> Option<Vec<Step<'_>>> {
+    let mut out = Vec::new();
+    for part in field.split('.') {
+        let (key, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            out.push(Step::Key(key));
         }
-        None => match field.rsplit_once('.') {
-            Some((t, k)) => (t, None, k),
-            None => ("", None, field),
-        },
-    };
-    let mut current = String::new();
-    let mut seen = 0usize;
-    let mut in_target = table.is_empty();
-    let mut header_line = None;
-    for (n, raw) in src.lines().enumerate() {
-        let t = raw.trim();
-        if let Some(h) = t.strip_prefix("[[") {
-            current = h.split("]]").next().unwrap_or("").trim().to_string();
-            in_target = false;
-            if current == table {
-                if Some(seen) == index {
-                    in_target = true;
-                    header_line = Some(n + 1);
-                }
-                seen += 1;
-            }
-            continue;
-        }
-        if let Some(h) = t.strip_prefix('[') {
-            current = h.split(']').next().unwrap_or("").trim().to_string();
-            in_target = index.is_none() && current == table;
-            if in_target {
-                header_line = Some(n + 1);
-            }
-            continue;
-        }
-        if in_target && !key.is_empty() {
-            if let Some((k, _)) = t.split_once('=') {
-                if k.trim() == key {
-                    return Some(n + 1);
-                }
-            }
-        }
-        // A dotted key or an inline table at the top level: `arrivals = { rate = 0 }`.
-        if current.is_empty() && !table.is_empty() && index.is_none() {
-            if let Some((k, _)) = t.split_once('=') {
-                if k.trim() == table || k.trim() == format!("{table}.{key}") {
-                    return Some(n + 1);
-                }
-            }
+        while let Some(r) = rest.strip_prefix('[') {
+            let close = r.find(']')?;
+            out.push(Step::Index(r[..close].parse().ok()?));
+            rest = &r[close + 1..];
         }
     }
-    header_line
+    Some(out)
+}
+
+/// Finds the line of a dotted field path (`protection[1].retry.budget[0].ratio`) in the
+/// source: it walks the parsed document, whatever way each table is written (headers, arrays
+/// of tables, inline tables, dotted keys), and stops at the deepest part that exists: the
+/// value's line, or its table's.
+fn locate(src: &str, field: &str) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(src).ok()?;
+    let steps = steps(field)?;
+    let mut table: &DeTable<'_> = doc.get_ref();
+    let mut value: Option<&DeValue<'_>> = None;
+    let mut best: Option<usize> = None;
+    for step in steps {
+        let here = match (step, value) {
+            (Step::Key(k), None) => table.get_key_value(k).map(|(key, v)| (key.span(), v)),
+            (Step::Key(k), Some(DeValue::Table(t))) => {
+                table = t;
+                t.get_key_value(k).map(|(key, v)| (key.span(), v))
+            }
+            (Step::Index(i), Some(DeValue::Array(a))) => a.get(i).map(|v| (v.span(), v)),
+            _ => None,
+        };
+        let Some((span, v)) = here else { break };
+        let line = line_of(src, span.start);
+        // A table from a `[header]` has no span of its own worth reporting: keep the key's.
+        if span.start < src.len() && (span.start > 0 || span.end > 0) {
+            best = Some(line);
+        }
+        value = Some(v.get_ref());
+        if let DeValue::Table(t) = v.get_ref() {
+            table = t;
+        }
+    }
+    best
 }
 
 /// The scenarios that ship with the crate: (name, TOML source).
@@ -970,9 +1317,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../scenarios/fraud-checkout.toml"),
     ),
     ("gymfolks", include_str!("../scenarios/gymfolks.toml")),
+    (
+        "gymfolks-cascade",
+        include_str!("../scenarios/gymfolks-cascade.toml"),
+    ),
     ("retry-storm", include_str!("../scenarios/retry-storm.toml")),
     ("hot-shard", include_str!("../scenarios/hot-shard.toml")),
     ("mercari", include_str!("../scenarios/mercari.toml")),
+    (
+        "backoff-contention",
+        include_str!("../scenarios/backoff-contention.toml"),
+    ),
+    ("metastable", include_str!("../scenarios/metastable.toml")),
 ];
 
 /// The TOML source of a built-in scenario.

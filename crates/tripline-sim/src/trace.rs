@@ -175,17 +175,19 @@ pub fn record<W: Write + Send + 'static>(
         }
     };
     let model = engine::Model::new(scenario);
+    let index = scenario.protection.iter().position(|x| std::ptr::eq(x, p));
     let run = engine::run(
         scenario,
         &model,
         &engine::Variant {
+            index,
             protection: Some(p),
             observe: Some(&observe),
         },
         seed,
         &|_| {},
     );
-    let report = report::run_report(scenario, Some(p), run);
+    let report = report::run_report(scenario, index, run);
     let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = guard.1.take() {
         return Err(format!("writing the trace failed: {e}"));

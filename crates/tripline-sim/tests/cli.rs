@@ -25,6 +25,9 @@ fn scenarios_lists_names_and_descriptions() {
         "retry-storm",
         "hot-shard",
         "mercari",
+        "gymfolks-cascade",
+        "backoff-contention",
+        "metastable",
     ] {
         assert!(
             out.lines()
@@ -61,7 +64,7 @@ fn unknown_scenario_lists_the_built_in_ones() {
     assert!(out.is_empty());
     assert!(err.contains("unknown scenario \"fowlr\""), "{err}");
     assert!(
-        err.contains("fowler, fraud-checkout, gymfolks, retry-storm, hot-shard"),
+        err.contains("fowler, fraud-checkout, gymfolks, gymfolks-cascade, retry-storm, hot-shard"),
         "{err}"
     );
     let (ok, _, err) = tripline(&["show", "nope"]);

@@ -331,3 +331,166 @@ fn an_incident_that_outlasts_the_run_is_not_cut_at_its_end() {
     assert_eq!(with.all_closed_s, None);
     assert_eq!(with.time_to_close_after_recovery_s, None);
 }
+
+/// A dependency that fails every call, one request a second, 2 attempts 100 ms apart, a
+/// breaker that opens on 2 consecutive failures; `inside` puts the retry inside the breaker.
+fn placement(inside: bool) -> String {
+    format!(
+        r#"
+        name = "placement"
+        duration = "3s"
+        arrivals = {{ rate = 1.0 }}
+        client = {{ attempts = 2, backoff = "100ms" }}
+        [[endpoints]]
+        name = "/a"
+        uses_dependency = true
+        [dependency]
+        latency = "0ms"
+        error_rate = 1.0
+        [[protection]]
+        retry_inside_breaker = {inside}
+        breaker = {{ consecutive_failures = 2, open = {{ duration = "1h" }} }}
+        "#
+    )
+}
+
+#[test]
+fn the_retry_goes_outside_the_breaker_or_inside_where_asked() {
+    // Outside (the pipeline's order): every attempt asks the breaker. Request 0's two failed
+    // attempts trip it at 0.1 s; requests 1 and 2 are refused.
+    let outside = simulate_variant(&scenario(&placement(false)), Some(0), None).unwrap();
+    assert_eq!((outside.dependency_calls, outside.rejected_fast), (2, 2));
+    assert_eq!(outside.transitions[0].at_s, 0.1);
+    // Inside: the breaker admits each request once and records its final result. Request 0
+    // records one failure (after both attempts), request 1 the second, which trips it at
+    // 1.1 s; request 2 is refused, and its retry never asked.
+    let inside = simulate_variant(&scenario(&placement(true)), Some(0), None).unwrap();
+    assert_eq!((inside.dependency_calls, inside.rejected_fast), (4, 1));
+    assert_eq!(inside.transitions[0].at_s, 1.1);
+    assert_eq!(inside.rejected_on_retry, 0);
+    let retry = inside.policies.retry.as_ref().unwrap();
+    assert_eq!(retry.retries, 2);
+}
+
+/// One worker slot in the bulkhead, one place in its queue; a call takes 100 ms; requests at
+/// 0, 10 and 20 ms.
+fn bulkhead(max_wait: &str) -> String {
+    format!(
+        r#"
+        name = "bulkhead"
+        duration = "30ms"
+        arrivals = {{ rate = 100.0 }}
+        [[endpoints]]
+        name = "/a"
+        uses_dependency = true
+        [dependency]
+        latency = "100ms"
+        [[protection]]
+        breakers = false
+        bulkhead = {{ max_concurrent = 1, max_waiting = 1, max_wait = "{max_wait}" }}
+        "#
+    )
+}
+
+#[test]
+fn the_bulkhead_queues_first_come_first_served_and_gives_up_at_max_wait() {
+    // 50 ms of patience: the request of 10 ms gives up at 60 ms; the one of 20 ms finds the
+    // queue full and is refused at once.
+    let short = simulate_variant(&scenario(&bulkhead("50ms")), Some(0), None).unwrap();
+    assert_eq!(
+        (short.requests, short.succeeded, short.dependency_calls),
+        (3, 1, 1)
+    );
+    assert_eq!(short.rejected_by.bulkhead, 2);
+    let b = short.policies.bulkhead.as_ref().unwrap();
+    assert_eq!((b.waited, b.queue_full, b.timed_out), (0, 1, 1));
+    assert_eq!(short.latency.using_dependency.max_ms, Some(100.0));
+    // 200 ms of patience: the request of 10 ms gets the slot when the first call ends, at
+    // 100 ms, and is answered at 200 ms (190 ms after it arrived).
+    let long = simulate_variant(&scenario(&bulkhead("200ms")), Some(0), None).unwrap();
+    assert_eq!((long.succeeded, long.dependency_calls), (2, 2));
+    let b = long.policies.bulkhead.as_ref().unwrap();
+    assert_eq!((b.waited, b.queue_full, b.timed_out), (1, 1, 0));
+    assert_eq!(long.latency.using_dependency.max_ms, Some(190.0));
+}
+
+#[test]
+fn the_gate_refuses_requests_and_retries_past_its_limits() {
+    // Requests at 0 and 10 ms to a dependency failing every call in 50 ms, 3 attempts: a
+    // gate of one request in flight refuses the second request; with no retry allowed in
+    // flight, the first request's retry is refused by the gate and never made.
+    let s = scenario(
+        r#"
+        name = "gate"
+        duration = "20ms"
+        arrivals = { rate = 100.0 }
+        client = { attempts = 3, backoff = "1ms" }
+        [[endpoints]]
+        name = "/a"
+        uses_dependency = true
+        [dependency]
+        latency = "50ms"
+        error_rate = 1.0
+        [[protection]]
+        breakers = false
+        gate = { max_requests = 1, max_retries = 0 }
+        "#,
+    );
+    let with = simulate_variant(&s, Some(0), None).unwrap();
+    assert_eq!((with.requests, with.dependency_calls), (2, 1));
+    assert_eq!(with.rejected_by.gate, 1);
+    assert_eq!(with.failed, 1);
+    let g = with.policies.gate.as_ref().unwrap();
+    assert_eq!(
+        (g.upstream_rq_overflow, g.upstream_rq_retry_overflow),
+        (1, 1)
+    );
+    let r = with.policies.retry.as_ref().unwrap();
+    assert_eq!((r.retries, r.gate_refused), (0, 1));
+}
+
+#[test]
+fn a_call_to_the_tier_below_times_out_and_keeps_running_there() {
+    // One request at 0 to a gateway that gives the service 100 ms, twice (1 ms apart); the
+    // service takes 300 ms. Both of the gateway's attempts time out (at 100 and 201 ms) and
+    // it answers an error at 201 ms; below, both requests run to their end and answer
+    // nobody.
+    let s = scenario(
+        r#"
+        name = "tiers"
+        duration = "1s"
+        arrivals = { rate = 1.0 }
+        [[tiers]]
+        name = "gateway"
+        [tiers.client]
+        timeout = "100ms"
+        attempts = 2
+        backoff = "1ms"
+        [service]
+        name = "api"
+        [[endpoints]]
+        name = "/a"
+        uses_dependency = true
+        [dependency]
+        latency = "300ms"
+        "#,
+    );
+    let r = simulate_variant(&s, None, None).unwrap();
+    assert_eq!((r.requests, r.failed, r.succeeded), (1, 1, 0));
+    assert_eq!(r.latency.using_dependency.max_ms, Some(201.0));
+    let (gw, api) = (&r.tiers[0], &r.tiers[1]);
+    assert_eq!(
+        (gw.name.as_str(), gw.calls_below, gw.failed),
+        ("gateway", 2, 1)
+    );
+    assert_eq!(
+        (api.name.as_str(), api.requests, api.succeeded),
+        ("api", 2, 2)
+    );
+    assert_eq!(api.calls_below, 2);
+    assert_eq!(r.dependency_calls, 2);
+    // The service's worker was held to the end of its call, 100 ms after the gateway gave up
+    // on the second attempt.
+    assert_eq!(r.completion_s, Some(0.201));
+    assert_eq!(gw.policies.retry.as_ref().unwrap().retries, 1);
+}

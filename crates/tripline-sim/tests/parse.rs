@@ -258,7 +258,7 @@ proptest! {
             Ok(s) => {
                 // Whatever parsed is within the documented limits.
                 prop_assert!(!s.endpoints.is_empty());
-                prop_assert!(s.arrivals.rate > 0.0);
+                prop_assert!(s.arrivals.expected(s.duration) > 0.0);
             }
             Err(e) => {
                 let msg = e.to_string();

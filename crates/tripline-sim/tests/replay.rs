@@ -19,7 +19,7 @@ fn shortened(name: &str, incident: u64, after: u64, rate: f64) -> Scenario {
         f.until = start + Duration::from_secs(incident);
     }
     s.duration = start + Duration::from_secs(incident + after);
-    s.arrivals.rate *= rate;
+    s.arrivals.rate = s.arrivals.rate.map(|r| r * rate);
     s
 }
 

@@ -1,5 +1,6 @@
-//! The qualitative claims of the seed documents, checked on the built-in scenarios, and
-//! determinism.
+//! The headline figures of every built-in scenario, each run once in full (in every build:
+//! `cargo test` and CI run them all), and determinism. `fowler` has its own exact test
+//! (`tests/fowler.rs`), `mercari` its own (`tests/mercari.rs`).
 
 use std::time::Duration;
 
@@ -16,23 +17,6 @@ fn get<'a>(r: &'a Report, label: &str) -> &'a RunReport {
 
 fn ms(v: Option<f64>) -> f64 {
     v.expect("latency present")
-}
-
-// Each claim is checked on a shortened copy of the built-in scenario (same service, same
-// faults, a shorter incident and run) so that the suite stays fast in debug builds, and on
-// the full scenario in the ignored `*_full` tests (`cargo test --release -- --ignored`).
-
-/// Shortens a built-in scenario: the fault ends `incident` after it starts and the run
-/// `after` later; `rate` scales the arrivals.
-fn shortened(name: &str, incident: u64, after: u64, rate: f64) -> Scenario {
-    let mut s = Scenario::load(name).unwrap();
-    let start = s.dependency.faults[0].from;
-    for f in &mut s.dependency.faults {
-        f.until = start + Duration::from_secs(incident);
-    }
-    s.duration = start + Duration::from_secs(incident + after);
-    s.arrivals.rate *= rate;
-    s
 }
 
 fn check_gymfolks(r: &Report) {
@@ -109,13 +93,9 @@ fn check_gymfolks(r: &Report) {
 
 #[test]
 fn gymfolks_breaker_keeps_the_pool_and_unrelated_endpoints_healthy() {
-    check_gymfolks(&simulate(&shortened("gymfolks", 120, 30, 1.0), None));
-}
-
-#[test]
-#[ignore = "the full scenario; run with --release -- --ignored"]
-fn gymfolks_full() {
-    check_gymfolks(&run("gymfolks"));
+    let r = run("gymfolks");
+    check_gymfolks(&r);
+    check_second_attempt(&r);
 }
 
 fn check_fraud_checkout(r: &Report) {
@@ -153,12 +133,6 @@ fn check_fraud_checkout(r: &Report) {
 
 #[test]
 fn fraud_checkout_trips_within_two_seconds_and_keeps_checkout_up() {
-    check_fraud_checkout(&simulate(&shortened("fraud-checkout", 150, 40, 1.0), None));
-}
-
-#[test]
-#[ignore = "the full scenario; run with --release -- --ignored"]
-fn fraud_checkout_full() {
     let r = run("fraud-checkout");
     assert_eq!(
         r.incident.map(|i| (i.start_s, i.end_s)),
@@ -169,7 +143,7 @@ fn fraud_checkout_full() {
 
 fn check_retry_storm(r: &Report) {
     let without = get(r, "without");
-    let with = get(r, "with");
+    let with = get(r, "breaker");
     let after = r.duration_s - r.incident.unwrap().end_s;
     assert!(
         without.load_amplification > 2.0,
@@ -191,13 +165,9 @@ fn check_retry_storm(r: &Report) {
 
 #[test]
 fn retry_storm_amplification_is_higher_without_a_breaker() {
-    check_retry_storm(&simulate(&shortened("retry-storm", 30, 60, 1.0), None));
-}
-
-#[test]
-#[ignore = "the full scenario; run with --release -- --ignored"]
-fn retry_storm_full() {
-    check_retry_storm(&run("retry-storm"));
+    let r = run("retry-storm");
+    check_retry_storm(&r);
+    check_retry_storm_cures(&r);
 }
 
 fn check_hot_shard(r: &Report) {
@@ -231,26 +201,273 @@ fn check_hot_shard(r: &Report) {
 
 #[test]
 fn hot_shard_single_breaker_short_circuits_healthy_shards() {
-    check_hot_shard(&simulate(&shortened("hot-shard", 60, 20, 1.0), None));
+    let r = run("hot-shard");
+    check_hot_shard(&r);
+    check_hot_shard_throttle(&r);
+}
+
+/// GymFolks' second attempt: the shared breaker plus a 10 % retry budget and no retries
+/// above 10 % errors, all real policies; and the table the README's command prints shows it.
+fn check_second_attempt(r: &Report) {
+    let shared = get(r, "shared");
+    let second = get(r, "breaker + budget");
+    let retry = second.policies.retry.as_ref().expect("a retry policy");
+    assert_eq!(retry.budget, ["tps", "error-rate"]);
+    assert_eq!(second.pool_full_s, 0);
+    assert_eq!(second.shed, 0);
+    assert!(second.pool_peak < second.pool_size / 2);
+    assert!(second.dependency_calls <= shared.dependency_calls);
+    // The breaker already stops nearly every retry; the budget has almost nothing left.
+    assert!(retry.retries <= shared.policies.retry.as_ref().unwrap().retries);
+    assert_eq!(second.recovery_s, Some(0.0));
+    let without = get(r, "without");
+    assert!(without.policies.retry.as_ref().unwrap().retries > 50_000);
+    let table = r.table();
+    for row in [
+        "breaker + budget",
+        "retries made",
+        "refused by the retry budget",
+        "tps + error-rate",
+    ] {
+        assert!(table.contains(row), "{row} missing from\n{table}");
+    }
+}
+
+/// The cures of the retry storm, each the real policy.
+fn check_retry_storm_cures(r: &Report) {
+    let without = get(r, "without");
+    assert_eq!(without.recovery_s, None, "the storm outlives the slowdown");
+    for label in ["TPS 10%", "token bucket", "error-rate gate"] {
+        let run = get(r, label);
+        let retry = run.policies.retry.as_ref().unwrap();
+        // The budget caps the retries: far fewer calls than without, nearly one per request.
+        assert!(
+            run.load_amplification < 1.15,
+            "{label}: {}",
+            run.load_amplification
+        );
+        assert!(retry.budget_refused > 100_000, "{label}: {retry:?}");
+        assert!(retry.retries < without.policies.retry.as_ref().unwrap().retries / 10);
+        // But a budget alone leaves the first attempts: the backlog the slowdown built keeps
+        // the dependency past its capacity to the end (calls keep running after their
+        // caller gave up).
+        assert_eq!(run.recovery_s, None, "{label}");
+    }
+    // The ratio budget's promise: retries at most 10 % of requests plus 10 a second, per
+    // replica.
+    let tps = get(r, "TPS 10%").policies.retry.clone().unwrap();
+    assert!(tps.retries as f64 <= 0.1 * tps.requests as f64 + 10.0 * 4.0 * r.duration_s + 4.0);
+    // The SRE throttle sheds the excess locally and the service recovers.
+    let throttle = get(r, "SRE throttle");
+    assert!(
+        throttle.rejected_by.throttle > 100_000,
+        "{:?}",
+        throttle.rejected_by
+    );
+    assert_eq!(throttle.rejected_by.breaker, 0);
+    assert!(
+        throttle.recovery_s.is_some_and(|s| s < 120.0),
+        "{:?}",
+        throttle.recovery_s
+    );
+    assert!(throttle.dependency_calls < without.dependency_calls / 2);
+    // The breaker, alone or with the budget and the throttle, recovers with the slowdown.
+    for label in ["breaker", "all three"] {
+        let run = get(r, label);
+        assert!(
+            run.recovery_s.is_some_and(|s| s <= 5.0),
+            "{label}: {:?}",
+            run.recovery_s
+        );
+        assert!(run.load_amplification < 1.0);
+    }
+}
+
+/// The SRE throttle on a partial failure: with K = 2 it refuses only once fewer than half of
+/// the requests are accepted, so 10 % failing shards are refused nothing (a few refusals
+/// while its window fills at the start), unlike the single breaker's 100 %.
+fn check_hot_shard_throttle(r: &Report) {
+    let without = get(r, "without");
+    let throttle = get(r, "SRE throttle");
+    let one = get(r, "one breaker");
+    assert!(
+        (throttle.rejected_fast as f64) < 0.001 * throttle.requests as f64,
+        "{}",
+        throttle.rejected_fast
+    );
+    assert!(throttle.rejected_fast * 1000 < one.rejected_fast);
+    assert!(throttle.succeeded as f64 > 0.999 * without.succeeded as f64);
+    assert_eq!(
+        throttle.failed, without.failed,
+        "the failing shards' errors reach callers"
+    );
+    // Its few refusals all came while its window was filling, before the faults.
+    let refused_late: u32 = throttle.series.bins[1..].iter().map(|b| b.rejected).sum();
+    assert_eq!(refused_late, 0);
 }
 
 #[test]
-#[ignore = "the full scenario; run with --release -- --ignored"]
-fn hot_shard_full() {
-    check_hot_shard(&run("hot-shard"));
+fn gymfolks_cascade_stays_down_after_the_vendor_recovers_without_the_second_attempt() {
+    let r = &run("gymfolks-cascade");
+    assert_eq!(r.tiers, ["gateway", "workout-service"]);
+    let without = get(r, "without");
+    let second = get(r, "second attempt");
+    let budgets = get(r, "budgets only");
+    // Retries multiply across tiers: the gateway's retries reach workout-service, whose own
+    // reach the vendor.
+    let (gw, ws) = (&without.tiers[0], &without.tiers[1]);
+    assert!(gw.policies.retry.as_ref().unwrap().retries > 100_000);
+    assert!(ws.policies.retry.as_ref().unwrap().retries > 50_000);
+    assert!(ws.requests > without.requests / 2);
+    // Without: the product stays down minutes after the vendor's fix at 19:06.
+    let down = without.recovery_s.expect("recovers within the run");
+    assert!((120.0..=400.0).contains(&down), "{down}");
+    assert!(gw.recovery_s.is_some_and(|s| s >= 120.0));
+    assert!(ws.pool_full_after_recovery_s.unwrap() > 120.0);
+    assert!(gw.pool_peak == gw.workers, "the gateway's pool fills too");
+    // The second attempt at workout-service keeps the product up, the gateway unchanged.
+    assert_eq!(second.recovery_s, Some(0.0));
+    assert_eq!(second.failed + second.shed, 0);
+    assert!(second.tiers[0].pool_peak < second.tiers[0].workers / 10);
+    assert_eq!(second.tiers[1].pool_full_s, 0);
+    // Budgets alone cut the retries but not the 10 s waits: the pools still fill.
+    let b = &budgets.tiers[1].policies.retry.as_ref().unwrap();
+    assert!(b.budget_refused > 10_000);
+    assert!(
+        budgets.recovery_s.is_some_and(|s| s > 60.0),
+        "{:?}",
+        budgets.recovery_s
+    );
+    // How long depends on the vendor's capacity: the sweep.
+    let sw = r.sweep.as_ref().unwrap();
+    let at = |value: &str, label: &str| {
+        let p = sw.points.iter().find(|p| p.value == value).unwrap();
+        p.runs.iter().find(|x| x.label == label).unwrap().figures[0]
+    };
+    assert_eq!(at("600", "without"), None, "never recovers");
+    assert!(at("2000", "without").is_some_and(|s| s < 30.0));
+    for v in ["600", "2000"] {
+        assert_eq!(at(v, "second attempt"), Some(0.0), "{v}");
+    }
+}
+
+#[test]
+fn backoff_contention_keeps_the_published_ordering() {
+    let r = &run("backoff-contention");
+    let sw = r.sweep.as_ref().unwrap();
+    assert_eq!(sw.repeat, 30);
+    assert_eq!(sw.metrics, ["dependency_calls", "completion_s"]);
+    for point in &sw.points {
+        let fig = |label: &str| {
+            let run = point.runs.iter().find(|x| x.label == label).unwrap();
+            (run.figures[0].unwrap(), run.figures[1].unwrap())
+        };
+        let n = &point.value;
+        let (none_calls, none_time) = fig("without");
+        let (exp_calls, exp_time) = fig("exponential");
+        // Un-jittered exponential backoff does about as much work as none, and takes far
+        // longer.
+        assert!(
+            exp_calls >= 0.7 * none_calls,
+            "{n}: {exp_calls} vs {none_calls}"
+        );
+        assert!(
+            exp_time >= 5.0 * none_time,
+            "{n}: {exp_time} vs {none_time}"
+        );
+        // Every jitter does far less work, and finishes far sooner than un-jittered.
+        let jitters = ["full jitter", "equal jitter", "decorrelated jitter"];
+        for j in jitters {
+            let (calls, time) = fig(j);
+            assert!(calls < 0.7 * none_calls, "{n} {j}: {calls}");
+            assert!(time < exp_time / 3.0, "{n} {j}: {time}");
+        }
+        // Full jitter does the least work (at 20 clients the article's own means tie: 100
+        // calls for full jitter, 101 for decorrelated).
+        let (full, _) = fig("full jitter");
+        let least = jitters.iter().map(|j| fig(j).0).fold(f64::MAX, f64::min);
+        if n == "20" {
+            assert!(full <= 1.02 * least, "{n}: {full} vs {least}");
+        } else {
+            assert!(full <= least, "{n}: {full} vs {least}");
+        }
+    }
+    // Every client finished: no attempt budget ran out.
+    for run in &r.runs {
+        assert_eq!((run.succeeded, run.failed), (100, 0), "{}", run.label);
+    }
+}
+
+#[test]
+fn metastable_recovers_below_the_trigger_size_and_a_budget_or_breaker_restores_it() {
+    let r = &run("metastable");
+    let without = get(r, "without");
+    assert_eq!(without.recovery_s, None, "a 10 s trigger: never");
+    assert!(without.load_amplification > 2.0);
+    for label in ["no retries", "retry budget", "breaker"] {
+        assert!(get(r, label).recovery_s.is_some(), "{label}");
+    }
+    let sw = r.sweep.as_ref().unwrap();
+    let at = |value: &str, label: &str| {
+        let p = sw.points.iter().find(|p| p.value == value).unwrap();
+        p.runs.iter().find(|x| x.label == label).unwrap().figures[0]
+    };
+    // Below the trigger size the service recovers by itself; above it, never.
+    for small in ["62s", "64s"] {
+        assert!(at(small, "without").is_some_and(|s| s <= 5.0), "{small}");
+    }
+    for big in ["65s", "70s", "90s"] {
+        assert_eq!(at(big, "without"), None, "{big}");
+    }
+    // Without retries, or with a budget or a breaker, it recovers from every trigger.
+    for v in ["62s", "64s", "65s", "70s", "90s"] {
+        assert!(at(v, "no retries").is_some_and(|s| s <= 15.0), "{v}");
+        assert!(at(v, "retry budget").is_some(), "{v}");
+        assert!(at(v, "breaker").is_some_and(|s| s <= 15.0), "{v}");
+    }
+}
+
+/// Every built-in scenario has its figures checked in this file, `fowler.rs` or
+/// `mercari.rs`.
+#[test]
+fn every_builtin_scenario_is_checked() {
+    let checked = [
+        "fowler",
+        "fraud-checkout",
+        "gymfolks",
+        "gymfolks-cascade",
+        "retry-storm",
+        "hot-shard",
+        "mercari",
+        "backoff-contention",
+        "metastable",
+    ];
+    let builtin: Vec<&str> = tripline_sim::scenario::BUILTIN
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(builtin, checked);
 }
 
 /// A shorter variant of a scenario, for the determinism checks.
 fn short(name: &str, secs: u64) -> Scenario {
     let mut s = Scenario::load(name).unwrap();
-    s.duration = Duration::from_secs(secs);
+    s.duration = s.duration.min(Duration::from_secs(secs));
     s
 }
 
 #[test]
 fn same_seed_gives_identical_json() {
-    for (name, secs) in [("fowler", 60), ("retry-storm", 75), ("hot-shard", 65)] {
-        let s = short(name, secs);
+    // Every built-in scenario, shortened (a sweep to one value, run once).
+    for (name, _) in tripline_sim::scenario::BUILTIN {
+        let mut s = short(name, 65);
+        if let Some(sw) = s.sweep.as_mut() {
+            sw.values.truncate(1);
+            sw.repeat = 1;
+        }
+        if name.starts_with("gymfolks") {
+            s.arrivals.rate = Some(400.0);
+        }
         let a = simulate(&s, Some(42)).to_json();
         let b = simulate(&s, Some(42)).to_json();
         assert_eq!(a, b, "{name}");
@@ -277,8 +494,10 @@ fn json_has_the_documented_fields() {
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["scenario"], "hot-shard");
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3);
+    assert_eq!(runs.len(), 4);
     assert_eq!(runs[0]["label"], "without");
+    assert_eq!(v["tiers"][0], "service");
+    assert!(v["sweep"].is_null());
     for key in [
         "requests",
         "succeeded",
@@ -302,6 +521,11 @@ fn json_has_the_documented_fields() {
         "time_to_close_after_recovery_s",
         "breakers_tripped",
         "transitions",
+        "rejected_by",
+        "recovery_s",
+        "completion_s",
+        "policies",
+        "tiers",
     ] {
         assert!(runs[2].get(key).is_some(), "missing {key}");
     }
@@ -312,6 +536,15 @@ fn json_has_the_documented_fields() {
     assert!(t["shard"].is_u64());
     assert!(runs[2]["latency"]["using_dependency"]["p99_ms"].is_f64());
     assert!(runs[2]["latency"]["other"]["p99_ms"].is_null());
+    // The throttle's own counter, and one tier (the service) with its figures.
+    assert_eq!(
+        runs[3]["policies"]["throttle"]["rejected"],
+        runs[3]["rejected_by"]["throttle"]
+    );
+    assert!(runs[2]["policies"]["breaker"]["rejected"].is_u64());
+    let tier = &runs[2]["tiers"][0];
+    assert_eq!(tier["name"], "service");
+    assert_eq!(tier["calls_below"], runs[2]["dependency_calls"]);
 }
 
 #[test]
@@ -342,4 +575,5 @@ fn charts_render_for_every_scenario() {
     let html = tripline_sim::chart::html(&r).unwrap();
     assert!(html.starts_with("<!doctype html>"));
     assert!(html.contains("<svg") && html.contains("rejected fast by the breaker"));
+    assert!(html.contains("<table class=\"cmp\">"));
 }

@@ -231,6 +231,52 @@ impl Bulkhead {
         }
     }
 
+    /// Takes a free slot, or a place in the wait queue, or refuses at once: never waits, and
+    /// needs no runtime and no timer. For callers that keep their own time (an event loop, a
+    /// simulator on virtual time): a queued call collects its slot with
+    /// [`BulkheadWaiter::try_slot`] once the bulkhead hands it one (after a slot is freed, in
+    /// queue order), and the caller gives up with [`BulkheadWaiter::time_out`] once `max_wait`
+    /// has passed on its clock. [`acquire`](Self::acquire) is the same wait on tokio's timer.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline_policies::bulkhead::{Bulkhead, BulkheadConfig, Entry};
+    ///
+    /// let bulkhead = Bulkhead::new(
+    ///     BulkheadConfig::builder().max_concurrent(1).max_waiting(2).max_wait(Duration::from_secs(1)).build()?,
+    /// );
+    /// let Ok(Entry::Admitted(first)) = bulkhead.enter() else { unreachable!() };
+    /// let Ok(Entry::Queued(mut second)) = bulkhead.enter() else { unreachable!() };
+    /// let Ok(Entry::Queued(third)) = bulkhead.enter() else { unreachable!() };
+    /// assert!(bulkhead.enter().is_err()); // the queue holds two
+    /// assert!(second.try_slot().is_none());
+    /// drop(first); // the slot goes to the first in the queue
+    /// let slot = second.try_slot().expect("its turn");
+    /// let refused = third.time_out(); // a second passed on the caller's clock
+    /// assert!(refused.timed_out());
+    /// assert_eq!((bulkhead.rejections().queue_full, bulkhead.rejections().timed_out), (1, 1));
+    /// # drop(slot);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn enter(&self) -> Result<Entry, BulkheadFull> {
+        match self.admit() {
+            Admission::Now(p) => Ok(Entry::Admitted(p)),
+            Admission::Full(e) => Err(e),
+            Admission::Queued(q) => {
+                let mut waiter = BulkheadWaiter {
+                    acquire: Box::pin(self.inner.semaphore.clone().acquire_owned()),
+                    queued: Some(q),
+                    config: self.inner.config,
+                };
+                // The first poll takes the call's place in the semaphore's FIFO.
+                match waiter.try_slot() {
+                    Some(p) => Ok(Entry::Admitted(p)),
+                    None => Ok(Entry::Queued(waiter)),
+                }
+            }
+        }
+    }
+
     /// Takes a free slot, or a place in the queue, or refuses; never waits.
     pub(crate) fn admit(&self) -> Admission {
         if let Ok(p) = self.inner.semaphore.clone().try_acquire_owned() {
@@ -288,6 +334,70 @@ impl Bulkhead {
         BulkheadRejections {
             queue_full: self.inner.full.load(Ordering::Relaxed),
             timed_out: self.inner.timed_out.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where [`Bulkhead::enter`] put a call.
+#[derive(Debug)]
+pub enum Entry {
+    /// A slot was free: the call goes now.
+    Admitted(BulkheadPermit),
+    /// Every slot was busy: the call waits in the queue, in its turn.
+    Queued(BulkheadWaiter),
+}
+
+/// A call waiting in a bulkhead's queue, for a caller that keeps its own time (see
+/// [`Bulkhead::enter`]). Its place in the first-come first-served queue was taken when it
+/// entered; the bulkhead hands it a slot in its turn, which [`try_slot`](Self::try_slot)
+/// collects. Dropping it leaves the queue without counting anything.
+pub struct BulkheadWaiter {
+    acquire: Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>,
+    queued: Option<Queued>,
+    config: BulkheadConfig,
+}
+
+impl std::fmt::Debug for BulkheadWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BulkheadWaiter")
+            .field("waiting", &self.queued.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BulkheadWaiter {
+    /// The slot, once the bulkhead has handed it to this call (a slot freed while calls queued
+    /// before this one still wait goes to them first); `None` while it must wait. Never waits.
+    pub fn try_slot(&mut self) -> Option<BulkheadPermit> {
+        self.queued.as_ref()?;
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.acquire.as_mut().poll(&mut cx) {
+            Poll::Pending => None,
+            Poll::Ready(r) => {
+                // Out of the queue: the place is freed with the `Queued`.
+                let queued = self.queued.take();
+                // The semaphore is never closed; a closed one gives no slot.
+                let permit = r.ok().map(BulkheadPermit);
+                drop(queued);
+                permit
+            }
+        }
+    }
+
+    /// Gives up: the call waited `max_wait` (on the caller's clock) without a slot. It leaves
+    /// the queue and is counted as timed out ([`BulkheadRejections::timed_out`]); a slot the
+    /// bulkhead had just handed it, uncollected, goes to the next call in the queue. A waiter
+    /// whose slot [`try_slot`](Self::try_slot) already collected is not in the queue any more:
+    /// giving it up counts nothing.
+    pub fn time_out(mut self) -> BulkheadFull {
+        let waited = self.config.max_wait;
+        match self.queued.take() {
+            Some(q) => q.full(Some(waited)),
+            None => BulkheadFull {
+                max_concurrent: self.config.max_concurrent,
+                max_waiting: self.config.max_waiting,
+                waited: Some(waited),
+            },
         }
     }
 }

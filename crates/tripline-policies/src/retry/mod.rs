@@ -24,7 +24,10 @@
 //!   budget withdrawal is given back and it is not counted in [`RetryStats::retries`] (nor is a
 //!   retry whose request is dropped during its backoff).
 //!
-//! Backoff delays run on tokio's timer, so paused-time tests step through them instantly.
+//! Backoff delays run on tokio's timer, so paused-time tests step through them instantly. A
+//! caller that keeps its own time (an event loop, a simulator on virtual time) drives the same
+//! loop step by step with [`RetryPolicy::begin_request`] and [`RetryState`], and waits the
+//! delays itself.
 //!
 //! With the `tower` feature, [`RetryLayer`] retries a service's calls; the request must be
 //! cloned for each retry ([`CloneRequest`]: `Clone` requests by default, or a function for
@@ -42,7 +45,8 @@ pub use backoff::{Backoff, Jitter, MAX_BASE_DELAY, MAX_DELAY};
 #[cfg(feature = "tower")]
 pub use layer::RetryLayer;
 pub use policy::{
-    MAX_ATTEMPTS, RetryOnError, RetryPolicy, RetryPolicyBuilder, RetryStats, Retryable,
+    AttemptResult, MAX_ATTEMPTS, RetryOnError, RetryPolicy, RetryPolicyBuilder, RetryState,
+    RetryStats, Retryable,
 };
 
 /// Makes the copy of a request that a retry sends. Implemented for closures

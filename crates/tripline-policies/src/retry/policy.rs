@@ -266,6 +266,15 @@ impl<P> RetryPolicy<P> {
         }
     }
 
+    /// Starts a request whose attempts the caller makes and times itself (an event loop, a
+    /// simulator): tells the budget, and returns the [`RetryState`] to drive.
+    pub fn begin_request(&self) -> RetryState {
+        RetryState {
+            attempts: self.start(),
+            retry_timeouts: self.shared.retry_timeouts,
+        }
+    }
+
     /// Starts a request: tells the budget, and returns the state of its attempts.
     pub(crate) fn start(&self) -> Attempts {
         bump(&self.shared.counters.requests);
@@ -282,6 +291,110 @@ impl<P> RetryPolicy<P> {
     }
 }
 
+/// The result of one attempt, as a [`RetryState`] is told it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttemptResult {
+    /// The attempt succeeded.
+    Success,
+    /// A result that is not worth retrying (an error the predicate would not retry): it ends
+    /// the request, and no budget counts it.
+    Final,
+    /// The dependency failed: with an error worth retrying ([`RetryCause::Error`]), or by
+    /// timing out ([`RetryCause::Timeout`], retried only with
+    /// [`retry_timeouts`](RetryPolicyBuilder::retry_timeouts)).
+    Failure(RetryCause),
+    /// A local policy refused the attempt before it was sent (an open breaker, a full
+    /// bulkhead, the gate, the throttle): never retried, and a refused retry was never made.
+    Refused,
+}
+
+/// One request's attempts, driven step by step by a caller that keeps its own time: an event
+/// loop, or a simulator on virtual time. It is the loop [`RetryPolicy::call`] and the
+/// [pipeline](crate::pipeline) run, with the waiting left to the caller: the same budget
+/// charges and refunds, the same backoff draws, the same counters.
+///
+/// Tell it each attempt's result with [`next`](Self::next): `Some(delay)` means retry after
+/// `delay` (the budget has been charged and the retry counted); call [`send`](Self::send) when
+/// the retry's attempt goes out, or [`cancel`](Self::cancel) if another limit (a gate's retry
+/// limit) refuses it first. A state dropped while a granted retry waits for its backoff gives
+/// the retry back, as a dropped request does.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tripline::ManualClock;
+/// use tripline_policies::retry::budget::{RetryCause, TpsBudget};
+/// use tripline_policies::retry::{AttemptResult, Jitter, RetryPolicy};
+///
+/// let clock = ManualClock::new();
+/// let budget = TpsBudget::builder().min_per_sec(0).retry_ratio(0.5).build_with_clock(clock)?;
+/// let policy = RetryPolicy::builder()
+///     .max_attempts(3)
+///     .base_delay(Duration::from_millis(100))
+///     .jitter(Jitter::None)
+///     .budget(Arc::new(budget))
+///     .build()?;
+///
+/// let mut first = policy.begin_request(); // deposits half a retry
+/// let mut second = policy.begin_request(); // and another half
+/// let delay = first.next(AttemptResult::Failure(RetryCause::Error));
+/// assert_eq!(delay, Some(Duration::from_millis(100))); // the caller waits, then sends
+/// first.send();
+/// assert_eq!(first.next(AttemptResult::Failure(RetryCause::Timeout)), None); // budget spent
+/// assert_eq!(second.next(AttemptResult::Success), None);
+/// let stats = policy.stats();
+/// assert_eq!((stats.requests, stats.retries, stats.budget_exhausted), (2, 1, 1));
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+pub struct RetryState {
+    attempts: Attempts,
+    retry_timeouts: bool,
+}
+
+impl std::fmt::Debug for RetryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetryState")
+            .field("attempts", &self.attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RetryState {
+    /// Reports an attempt's result and decides: `Some(delay)` means retry after `delay`;
+    /// `None` means the request ends with this result (a success, a final result, a refusal,
+    /// or a failure with no attempt or budget left).
+    pub fn next(&mut self, result: AttemptResult) -> Option<Duration> {
+        let verdict = match result {
+            AttemptResult::Success => Verdict::Success,
+            AttemptResult::Final => Verdict::Final,
+            AttemptResult::Failure(cause) => Verdict::Failure {
+                cause,
+                retryable: cause == RetryCause::Error || self.retry_timeouts,
+            },
+            AttemptResult::Refused => Verdict::Local,
+        };
+        self.attempts.next(verdict)
+    }
+
+    /// The retry [`next`](Self::next) granted goes out now: from here on it counts as made,
+    /// unless a local policy refuses its attempt ([`AttemptResult::Refused`]).
+    pub fn send(&mut self) {
+        self.attempts.begin();
+    }
+
+    /// Takes back the retry [`next`](Self::next) granted, before it is sent: another limit
+    /// refused it (a gate's retry limit). The budget is refunded and the refusal counted in
+    /// [`RetryStats::gate_overflows`].
+    pub fn cancel(&mut self) {
+        self.attempts.cancel();
+    }
+
+    /// Attempts made or granted so far, the first included.
+    pub fn attempts(&self) -> u32 {
+        self.attempts.made
+    }
+}
+
 /// What an attempt's result means for the retry loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -293,13 +406,6 @@ pub(crate) enum Verdict {
     /// not retried).
     Failure { cause: RetryCause, retryable: bool },
     /// Refused by a local policy: never retried, not reported to the budget.
-    #[cfg_attr(
-        not(any(feature = "tower", feature = "pipeline")),
-        expect(
-            dead_code,
-            reason = "local refusals exist only with the tower layers or the pipeline"
-        )
-    )]
     Local,
 }
 
@@ -437,10 +543,6 @@ impl Attempts {
 
     /// Takes back the retry [`next`](Self::next) granted: another limit (the gate's retry
     /// limit) refused it. Refunds the budget.
-    #[cfg_attr(
-        not(any(feature = "tower", feature = "pipeline")),
-        expect(dead_code, reason = "used by the tower layer and the pipeline")
-    )]
     pub(crate) fn cancel(&mut self) {
         if let Granted::Waiting(cause) = self.retry {
             self.retry = Granted::None;
