@@ -1,4 +1,5 @@
-//! Seed 004's trace, reproduced exactly.
+//! The trace of Martin Fowler's CircuitBreaker example (open after 3 consecutive failures, 10 s
+//! cooldown), reproduced exactly.
 
 use tripline::State;
 use tripline_sim::{Scenario, simulate};

@@ -73,7 +73,7 @@ pub enum HalfOpenPolicy {
     #[default]
     AllProbes,
     /// Close after `permitted_calls` consecutive good probes; the first failed or slow probe
-    /// reopens (the classic pattern, Azure, seed 002).
+    /// reopens (the classic pattern, as the Azure Architecture Center describes it).
     Consecutive,
 }
 
@@ -621,7 +621,7 @@ fn dur(field: &'static str, v: Duration, lo: Duration, hi: Duration) -> Result<(
 /// use tripline::{BreakerConfig, HalfOpenPolicy};
 /// use std::time::Duration;
 ///
-/// // Seed 004's breaker: open after 3 consecutive failures, 10 s cooldown, one probe.
+/// // Martin Fowler's CircuitBreaker: open after 3 consecutive failures, 10 s cooldown, one probe.
 /// let fowler = BreakerConfig::builder()
 ///     .consecutive_failures(3)
 ///     .open_duration(Duration::from_secs(10))

@@ -11,7 +11,7 @@
 //! use tripline::{BreakerConfig, CallError, CircuitBreaker, ManualClock, State};
 //! use std::time::Duration;
 //!
-//! // Seed 000's breaker for a flaky vendor.
+//! // The GymFolks team's breaker for a flaky exercise-catalog vendor.
 //! let config = BreakerConfig::builder()
 //!     .count_window(20)
 //!     .minimum_calls(10)

@@ -1,7 +1,8 @@
 //! Keyed breakers: one breaker per dependency and, where the dependency is partitioned, per
 //! endpoint, host, tenant, shard or region, so that one failing partition does not disable the
-//! healthy ones (seeds 001 and 003: a breaker aggregates outcomes into one verdict, and 10 % hot
-//! shards would otherwise short-circuit 100 % of the traffic).
+//! healthy ones (a breaker aggregates outcomes into one verdict: with one breaker for a sharded
+//! dependency, 10 % hot shards would short-circuit 100 % of the traffic, the partial-failure
+//! trap Marc Brooker describes).
 //!
 //! * Breakers are created on first use from a named configuration: the key's own, else its
 //!   dependency's, else `default`.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tripline::{BreakerConfig, CallError, CircuitBreaker, State, TokioClock};
 
 fn vendor_breaker() -> CircuitBreaker<TokioClock> {
-    // Seed 000's tuned breaker.
+    // The GymFolks team's tuned breaker.
     let config = BreakerConfig::builder()
         .count_window(20)
         .minimum_calls(10)
