@@ -657,9 +657,20 @@ impl Listener for Shared {
 }
 
 impl Registry<MonotonicClock> {
-    /// A registry on the production clock.
+    /// A registry on the production clock: the coarse (millisecond) one when every named
+    /// configuration (and the default) allows it, else the precise one (see
+    /// [`MonotonicClock::for_config`]; a configuration reloaded later with finer durations
+    /// keeps the registry's clock, so build with [`with_clock`](Self::with_clock) to choose).
     pub fn new(config: RegistryConfig) -> Result<Self, ConfigError> {
-        Self::with_clock(config, MonotonicClock::new())
+        let coarse = std::iter::once(&BreakerConfig::default())
+            .chain(config.configs.values())
+            .all(|c| MonotonicClock::for_config(c).is_coarse());
+        let clock = if coarse {
+            MonotonicClock::coarse()
+        } else {
+            MonotonicClock::new()
+        };
+        Self::with_clock(config, clock)
     }
 }
 
