@@ -13,7 +13,7 @@
 //!   the registry holds a handle to it: a missing breaker reads as a fresh Closed one, so
 //!   evicting an Open breaker would admit everything.
 //! * Keys are cheap: every breaker of a named configuration shares one `Arc` of it, and a
-//!   breaker holds only its closed-path part (about 460 bytes with a count window of 100) until
+//!   breaker holds only its closed-path part (about 410 bytes with a count window of 100) until
 //!   it first transitions, is reconfigured by a reload, or gets a listener
 //!   ([`Registry::subscribe`], or the `tracing` feature's listener on every key); then it also
 //!   allocates the part transitions need (about 470 bytes).
