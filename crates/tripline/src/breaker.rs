@@ -527,7 +527,11 @@ impl Ramp {
             } else if step < i {
                 // The first call of a new step computes its share.
                 let share = self.config().share_ppm(i as u32);
-                (i << RAMP_STEP_SHIFT | share << RAMP_SHARE_SHIFT | 1, share, 0)
+                (
+                    i << RAMP_STEP_SHIFT | share << RAMP_SHARE_SHIFT | 1,
+                    share,
+                    0,
+                )
             } else {
                 // A newer step is in place (this reading is old): judge by it.
                 (cur + u64::from(n < RAMP_COUNT_MAX), share, n)
@@ -1687,7 +1691,10 @@ impl<C: Clock> Inner<C> {
                     (NO_TIME, elapsed.unwrap_or(0))
                 } else {
                     let now = self.clock.now();
-                    (now, elapsed.unwrap_or_else(|| now.saturating_sub(t.started)))
+                    (
+                        now,
+                        elapsed.unwrap_or_else(|| now.saturating_sub(t.started)),
+                    )
                 };
                 (self.record_window(t.generation, took, now, c), now)
             }
@@ -2612,7 +2619,9 @@ impl<C: Clock> Inner<C> {
                 // the word announcing the generation is published.
                 let g = new.generation();
                 self.window.begin(g);
-                self.cold().would_trip.store(tag32(g) << 32, Ordering::Relaxed);
+                self.cold()
+                    .would_trip
+                    .store(tag32(g) << 32, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
                 self.closed_generation.store(g, Ordering::Release);
                 self.next_inflight_check.store(

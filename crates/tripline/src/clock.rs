@@ -138,8 +138,8 @@ impl MonotonicClock {
     /// ```
     pub fn for_config(config: &crate::config::BreakerConfig) -> Self {
         const COARSE_ENOUGH: Duration = Duration::from_millis(100);
-        let coarse_serves = !config.call_durations()
-            && config.finest_duration().is_none_or(|d| d >= COARSE_ENOUGH);
+        let coarse_serves =
+            !config.call_durations() && config.finest_duration().is_none_or(|d| d >= COARSE_ENOUGH);
         if coarse_serves {
             Self::coarse()
         } else {

@@ -578,7 +578,11 @@ fn without_the_slow_call_rule_a_count_window_reads_no_clock() {
         clock.1.advance(S); // a slow call: the rule is off, it counts as a plain success
         let _ = p.record(Outcome::Success);
     }
-    assert_eq!(clock.0.load(Ordering::Relaxed), before, "no clock read while Closed");
+    assert_eq!(
+        clock.0.load(Ordering::Relaxed),
+        before,
+        "no clock read while Closed"
+    );
     assert_eq!(b.metrics().slow_calls, 0);
     // The trip reads the clock: the open wait runs from the trip.
     for _ in 0..5 {
@@ -592,7 +596,10 @@ fn without_the_slow_call_rule_a_count_window_reads_no_clock() {
     // A listener that asks for outcome events turns timing on (they carry durations).
     let b = CircuitBreaker::with_clock(
         "dep2",
-        BreakerConfig::builder().slow_call_rule(false).build().unwrap(),
+        BreakerConfig::builder()
+            .slow_call_rule(false)
+            .build()
+            .unwrap(),
         clock.clone(),
     );
     struct Outcomes;
@@ -621,7 +628,10 @@ fn the_default_clock_follows_the_configuration() {
         .build()
         .unwrap();
     assert!(!MonotonicClock::for_config(&fine_window).is_coarse());
-    let durations = BreakerConfig::builder().call_durations(true).build().unwrap();
+    let durations = BreakerConfig::builder()
+        .call_durations(true)
+        .build()
+        .unwrap();
     assert!(!MonotonicClock::for_config(&durations).is_coarse());
     // The defaults (60 s slow-call duration) read to the millisecond, where the upkeep thread
     // runs.
