@@ -1,0 +1,222 @@
+//! Defects of the core breaker, each pinned by a test that fails until it is fixed. Each test
+//! states the guarantee it checks, the scenario that breaks it, and why.
+
+use std::time::Duration;
+
+use tripline::inflight::InFlight;
+use tripline::registry::{Key, OperatorState, Registry, RegistryConfig, Selector};
+use tripline::{
+    BreakerConfig, CircuitBreaker, HalfOpenPolicy, ManualClock, Outcome, Recorded, State,
+};
+
+const S: Duration = Duration::from_secs(1);
+const MS: Duration = Duration::from_millis(1);
+
+fn breaker(config: BreakerConfig) -> (CircuitBreaker<ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    (
+        CircuitBreaker::with_clock("dep", config, clock.clone()),
+        clock,
+    )
+}
+
+/// Time window cells carry a 19-bit generation tag, and a writer leaves a cell alone when its
+/// tag looks *newer* than the writer's (`tag::newer`, half the tag space). Open and HalfOpen
+/// never write the window, so a breaker that flaps Open -> HalfOpen -> Open during a long
+/// outage moves its generation by 2 per probe while its window cells keep the tag of the last
+/// Closed generation. After 2^18 generations (131,072 failed probes: 36 hours at a 1 s open
+/// wait, 3.6 hours at 100 ms) the old tag reads as newer than the current one, and once the
+/// dependency recovers and the breaker closes, every result that lands in such a cell is
+/// refused as `Recorded::Stale` (`TimeWindow::record` returns `false` without looking at the
+/// bucket number). The window stays empty, so the breaker can never trip again; it stays
+/// blind until 2^18 more transitions pass. The cell's bucket number (which never wraps) shows
+/// it is years older than the writer's, but is not consulted when the tags differ.
+///
+/// Expected: after the breaker closes, failures count and trip it as on any other day.
+#[test]
+fn a_time_window_still_counts_after_a_long_outage_of_failed_probes() {
+    let config = BreakerConfig::builder()
+        .time_window(10 * S, S)
+        .minimum_calls(5)
+        .failure_rate_threshold(50.0)
+        .count_in_flight_as_slow(false)
+        .open_duration(S)
+        .half_open_calls(1)
+        .half_open_policy(HalfOpenPolicy::Consecutive)
+        .build()
+        .unwrap();
+    let (b, clock) = breaker(config);
+    // A healthy day: one success in each of the ten buckets, then a burst of failures trips.
+    for _ in 0..10 {
+        b.try_acquire().unwrap().record(Outcome::Success);
+        clock.advance(S);
+    }
+    while b.state() == State::Closed {
+        b.try_acquire().unwrap().record(Outcome::Failure);
+    }
+    assert_eq!(b.state(), State::Open);
+    // The outage: every probe fails, 131,072 times (two transitions each).
+    for _ in 0..131_072u32 {
+        clock.advance(S);
+        let probe = b.try_acquire().expect("the open wait elapsed: a probe");
+        assert!(probe.is_probe());
+        probe.record(Outcome::Failure);
+        assert_eq!(b.state(), State::Open);
+    }
+    // The dependency recovers: the probe closes the breaker.
+    clock.advance(S);
+    b.try_acquire().unwrap().record(Outcome::Success);
+    assert_eq!(b.state(), State::Closed);
+    // It fails again: these failures must count and trip the breaker.
+    let mut recorded = Vec::new();
+    for _ in 0..10 {
+        if let Ok(p) = b.try_acquire() {
+            recorded.push(p.record(Outcome::Failure));
+        }
+        clock.advance(S);
+    }
+    assert_eq!(
+        b.state(),
+        State::Open,
+        "the failures after recovery were recorded as {recorded:?}; window {:?}",
+        b.metrics().window
+    );
+}
+
+/// The same wrap reached by an operator's runbook: `transition_to_open` from Open starts a new
+/// wait and is a transition (a new generation). A control plane that re-asserts "open" every
+/// second for three days leaves a time-window breaker that never trips once it is reset.
+#[test]
+fn a_time_window_still_counts_after_many_operator_transitions() {
+    let config = BreakerConfig::builder()
+        .time_window(10 * S, S)
+        .minimum_calls(5)
+        .failure_rate_threshold(50.0)
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap();
+    let (b, clock) = breaker(config);
+    for _ in 0..10 {
+        b.try_acquire().unwrap().record(Outcome::Success);
+        clock.advance(S);
+    }
+    for _ in 0..262_145u32 {
+        b.transition_to_open().unwrap();
+    }
+    b.transition_to_closed().unwrap();
+    let mut recorded = Vec::new();
+    for _ in 0..10 {
+        if let Ok(p) = b.try_acquire() {
+            recorded.push(p.record(Outcome::Failure));
+        }
+        clock.advance(S);
+    }
+    assert!(
+        recorded.iter().all(|r| *r == Recorded::Counted),
+        "results of the current generation refused: {recorded:?}"
+    );
+    assert_eq!(b.state(), State::Open);
+}
+
+/// The in-flight tracker's aged slot keeps one end for all the calls folded into it: the
+/// latest. `set_slow_call_duration` folds the live cohorts of the *old* width, whose ends lie
+/// up to one old cohort width in the future (30 s for the default 60 s slow-call duration).
+/// From then on every cohort of the *new* width that is folded (four new cohorts later, the
+/// normal recycling) joins an aged slot whose end is still in the future, so calls that had
+/// started counting as slow stop counting until that old end passes. The module docs promise
+/// that only the calls in flight at the change may count late ("calls already in flight keep
+/// the end of the cohort they joined"); here a call that started after the change counts at
+/// 150 ms, then no longer at 250 ms, and not again until about 30 s.
+#[test]
+fn in_flight_calls_started_after_a_width_change_keep_counting() {
+    let ms = 1_000_000u64;
+    let f = InFlight::new(60_000 * ms); // cohorts of 30 s
+    let _before = f.enter(ms, 0); // a call in flight at the change: cohort ends at 30 s
+    f.set_slow_call_duration(100 * ms); // cohorts of 50 ms from now
+    let slow = 100 * ms;
+    // A call that starts after the change, at 1 s: cohort [1 s, 1.05 s).
+    let _hung = f.enter(1_000 * ms, 0);
+    assert_eq!(
+        f.overdue(1_150 * ms, slow, 0),
+        1,
+        "the hung call counts at 1.15 s"
+    );
+    // Ordinary traffic reuses its slot four cohorts later (1.2 s): the cohort is folded.
+    let later = f.enter(1_200 * ms, 0);
+    f.exit(later, 0);
+    assert_eq!(
+        f.overdue(1_250 * ms, slow, 0),
+        1,
+        "the call hung since 1 s (running 250 ms, slow-call duration 100 ms) stopped counting"
+    );
+}
+
+/// The same through the breaker: lowering the slow-call duration at run time (a reload) while
+/// calls are in flight blinds the in-flight rule for up to half the old duration. With 50
+/// calls a second that all hang, minimum 10 and a 50 % slow-call threshold, the breaker must
+/// trip well within a second of the change (each call counts as slow after at most 150 ms, so
+/// by 0.5 s the 17 calls started before 0.35 s all count); it stays Closed for about 30 s
+/// instead (only the two youngest overdue cohorts, about 5 calls, ever count), while the calls
+/// pile up.
+#[test]
+fn a_hung_dependency_trips_soon_after_the_slow_call_duration_is_lowered() {
+    let config = |slow: Duration| {
+        BreakerConfig::builder()
+            .count_window(100)
+            .minimum_calls(10)
+            .slow_call_rate_threshold(50.0)
+            .slow_call_duration(slow)
+            .count_in_flight_as_slow(true)
+            .build()
+            .unwrap()
+    };
+    let (b, clock) = breaker(config(60 * S));
+    let mut hung = vec![b.try_acquire_owned().unwrap()]; // in flight at the reload
+    b.reconfigure(config(100 * MS)).unwrap();
+    let mut elapsed = Duration::ZERO;
+    while elapsed < 5 * S && b.state() == State::Closed {
+        clock.advance(20 * MS);
+        elapsed += 20 * MS;
+        if let Ok(p) = b.try_acquire_owned() {
+            hung.push(p);
+        }
+    }
+    assert_eq!(
+        b.state(),
+        State::Open,
+        "{} calls hung for up to {elapsed:?} and the slow-call rule (100 ms) never fired; \
+         window {:?}",
+        hung.len(),
+        b.metrics().window
+    );
+    assert!(elapsed <= S, "tripped only after {elapsed:?}");
+}
+
+fn registry() -> Registry<ManualClock> {
+    Registry::with_clock(RegistryConfig::default(), ManualClock::new()).unwrap()
+}
+
+/// A kill switch thrown at run time "survives every reload until `clear_operator`" (README,
+/// registry docs). `Registry::reset` (and a `reset`/`transition_to_closed` on a handle the
+/// registry gave out) puts the breaker back in Closed while the override stays in force; the
+/// entry still remembers ForcedOpen as applied and its version is current, so neither a
+/// reload nor any later lookup re-applies it: the dependency is called again, while
+/// `operator_for` keeps saying ForcedOpen. (The dashboard refuses such a reset with 409, the
+/// registry's own API does not.) Expected: either the reset is refused, or the next resync (a
+/// reload, a lookup) puts the breaker back under its override.
+#[test]
+fn a_kill_switch_is_not_lifted_by_a_reset_and_a_reload() {
+    let r = registry();
+    let key = Key::new("poisoned").unwrap();
+    let sel = Selector::Dependency("poisoned".into());
+    r.set_operator(&sel, OperatorState::ForcedOpen);
+    assert_eq!(r.get(&key).unwrap().state(), State::ForcedOpen);
+    r.reset(&sel);
+    r.reload(RegistryConfig::default()).unwrap();
+    assert_eq!(r.operator_for(&key), OperatorState::ForcedOpen);
+    assert_eq!(
+        r.get(&key).unwrap().state(),
+        State::ForcedOpen,
+        "the kill switch is in force but the breaker admits calls"
+    );
+}
