@@ -220,3 +220,37 @@ fn a_kill_switch_is_not_lifted_by_a_reset_and_a_reload() {
         "the kill switch is in force but the breaker admits calls"
     );
 }
+
+/// Gradual recovery ramps "after the probes close the breaker" (README, `RampUp` docs; the
+/// transition code says "only when probes closed the breaker"), and `tests/ramp.rs` pins that
+/// an operator's close admits everything. But the ramp starts on every HalfOpen -> Closed
+/// edge: an operator who closes a half-open breaker by hand (`transition_to_closed`, `reset`,
+/// a registry's `reset`) gets a breaker that refuses 90 % of the calls as `RampingUp`, while
+/// the same action from Open admits everything.
+#[test]
+fn an_operator_close_from_half_open_does_not_ramp() {
+    use tripline::{RampCurve, RampUp};
+    let config = BreakerConfig::builder()
+        .count_window(20)
+        .minimum_calls(10)
+        .count_in_flight_as_slow(false)
+        .open_duration(10 * S)
+        .half_open_calls(3)
+        .ramp_up(RampUp {
+            from: 10.0,
+            over: 10 * S,
+            steps: 10,
+            curve: RampCurve::Linear,
+        })
+        .build()
+        .unwrap();
+    let (b, clock) = breaker(config);
+    b.trip();
+    clock.advance(10 * S);
+    let probe = b.try_acquire().unwrap(); // HalfOpen, one probe out
+    assert_eq!(b.state(), State::HalfOpen);
+    b.transition_to_closed().unwrap();
+    drop(probe);
+    let admitted = (0..50).filter(|_| b.try_acquire().is_ok()).count();
+    assert_eq!(admitted, 50, "an operator's close ramped: {:?}", b.metrics().rejections);
+}
