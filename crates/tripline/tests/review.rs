@@ -252,5 +252,81 @@ fn an_operator_close_from_half_open_does_not_ramp() {
     b.transition_to_closed().unwrap();
     drop(probe);
     let admitted = (0..50).filter(|_| b.try_acquire().is_ok()).count();
-    assert_eq!(admitted, 50, "an operator's close ramped: {:?}", b.metrics().rejections);
+    assert_eq!(
+        admitted,
+        50,
+        "an operator's close ramped: {:?}",
+        b.metrics().rejections
+    );
+}
+
+/// Two lookups of a new key that race both build a breaker (`papaya`'s `get_or_insert_with`
+/// may run the closure and then lose the insert), and `Registry::create` subscribes the
+/// registry's listeners and applies the operator override to the loser before it is
+/// dropped. The listeners get a second `Initial` event for the key, and, under a
+/// dependency-wide kill switch, a second Closed -> ForcedOpen transition, for a breaker that
+/// never served a call (a dashboard's timeline and audit, a `tracing` log show both).
+/// Expected: one breaker per key, so one `Initial` event per key.
+#[test]
+fn racing_lookups_of_a_new_key_make_one_breaker() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Barrier, Mutex};
+    let r = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_max_breakers(100_000),
+            ManualClock::new(),
+        )
+        .unwrap(),
+    );
+    let initial: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    {
+        let initial = initial.clone();
+        r.subscribe(move |e: &tripline::Event| {
+            if matches!(e.kind, tripline::EventKind::Initial { .. }) {
+                *initial
+                    .lock()
+                    .unwrap()
+                    .entry(e.breaker.to_string())
+                    .or_default() += 1;
+            }
+        });
+    }
+    r.set_operator(
+        &Selector::Dependency("tenants".into()),
+        OperatorState::ForcedOpen,
+    );
+    let keys: Vec<Key> = (0..20_000)
+        .map(|i| {
+            Key::scoped(
+                "tenants",
+                tripline::registry::ScopeKind::Tenant,
+                &i.to_string(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let barrier = Arc::new(Barrier::new(2));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (r, keys, barrier) = (r.clone(), keys.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                for k in &keys {
+                    barrier.wait();
+                    assert_eq!(r.get(k).unwrap().state(), State::ForcedOpen);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let initial = initial.lock().unwrap();
+    let doubled: Vec<_> = initial.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        doubled.is_empty(),
+        "{} of {} keys had more than one breaker built, e.g. {:?}",
+        doubled.len(),
+        keys.len(),
+        doubled.first()
+    );
 }
