@@ -330,3 +330,45 @@ fn racing_lookups_of_a_new_key_make_one_breaker() {
         doubled.first()
     );
 }
+
+/// MetricsOnly reports "each rule once each time it starts firing" (`Hot::would_trip`,
+/// README: "a would-trip report for each rule that starts firing in shadow mode"). The
+/// acquire-time in-flight check (`check_in_flight`, once per cohort width) evaluates the rules
+/// with no consecutive run (`shadow_evaluate(word, now, None)`), which clears the
+/// consecutive-failure bit although the run of failures goes on; the next failure then
+/// reports `ConsecutiveFailures` again. One unbroken run of 20 failures, 60 ms apart, gives
+/// one report per failure past the limit instead of one.
+#[test]
+fn shadow_mode_reports_one_unbroken_run_of_failures_once() {
+    let config = BreakerConfig::builder()
+        .count_window(100)
+        .minimum_calls(100) // the rate rules stay quiet
+        .consecutive_failures(3)
+        .slow_call_duration(100 * MS) // cohorts of 50 ms: the acquire-time check runs often
+        .count_in_flight_as_slow(true)
+        .build()
+        .unwrap();
+    let (b, clock) = breaker(config);
+    let log = tripline::EventLog::new();
+    b.subscribe(log.clone());
+    b.metrics_only();
+    for _ in 0..20 {
+        b.try_acquire().unwrap().record(Outcome::Failure);
+        clock.advance(60 * MS);
+    }
+    assert_eq!(b.metrics().consecutive_failures, 20, "one unbroken run");
+    let reports: Vec<_> = log
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            tripline::EventKind::WouldTrip { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reports.len(),
+        1,
+        "one run of failures reported {} times: {reports:?}",
+        reports.len()
+    );
+}
