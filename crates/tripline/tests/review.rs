@@ -372,3 +372,66 @@ fn shadow_mode_reports_one_unbroken_run_of_failures_once() {
         reports.len()
     );
 }
+
+/// `Registry::reload` "applies a new configuration to the live registry". A breaker created
+/// while a reload runs can miss it: `create` reads the configuration in force, builds the
+/// breaker, and only then inserts it; a reload that swaps the configuration and walks the map
+/// in between neither sees the new entry nor is seen by it (overrides have a version that a
+/// lookup checks; configurations do not). The breaker keeps the previous configuration (here
+/// its minimum calls; it could be its window shape or thresholds) until some later reload.
+/// Expected: after the reload returns and the creator is done, every breaker runs on the new
+/// configuration.
+#[test]
+fn a_breaker_created_during_a_reload_gets_the_new_configuration() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let old = BreakerConfig::builder().minimum_calls(5).build().unwrap();
+    let new = old.to_builder().minimum_calls(7).build().unwrap();
+    let mut stale = 0;
+    for round in 0..20 {
+        let r = Arc::new(
+            Registry::with_clock(
+                RegistryConfig::default()
+                    .with_max_breakers(100_000)
+                    .with_config("default", old.clone()),
+                ManualClock::new(),
+            )
+            .unwrap(),
+        );
+        let created = Arc::new(AtomicU64::new(0));
+        let creator = {
+            let (r, created) = (r.clone(), created.clone());
+            std::thread::spawn(move || {
+                for i in 0..4_000 {
+                    let k =
+                        Key::scoped("dep", tripline::registry::ScopeKind::Tenant, &i.to_string())
+                            .unwrap();
+                    r.get(&k).unwrap();
+                    created.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        while created.load(Ordering::Relaxed) < 1_000 {
+            std::hint::spin_loop();
+        }
+        r.reload(
+            RegistryConfig::default()
+                .with_max_breakers(100_000)
+                .with_config("default", new.clone()),
+        )
+        .unwrap();
+        creator.join().unwrap();
+        r.for_each(|k, b| {
+            if b.config().minimum_calls() != 7 {
+                stale += 1;
+                if stale == 1 {
+                    eprintln!("round {round}: {k} kept the old configuration");
+                }
+            }
+        });
+    }
+    assert_eq!(
+        stale, 0,
+        "{stale} breakers kept the configuration a reload replaced"
+    );
+}
