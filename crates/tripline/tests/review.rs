@@ -435,3 +435,73 @@ fn a_breaker_created_during_a_reload_gets_the_new_configuration() {
         "{stale} breakers kept the configuration a reload replaced"
     );
 }
+
+/// "At most `max_breakers`" (`RegistryConfig::with_max_breakers`, registry docs: "memory is
+/// bounded"). `Registry::get` checks the length and inserts in two steps, so lookups of new
+/// keys that race at the bound each pass the check and each insert: the registry ends up
+/// above its bound (by up to the number of racing creators), with breakers none of which may
+/// be evicted.
+#[test]
+fn racing_lookups_never_take_the_registry_past_max_breakers() {
+    use std::sync::{Arc, Barrier};
+    let max = 64;
+    let mut worst = 0;
+    for round in 0..200 {
+        let r = Arc::new(
+            Registry::with_clock(
+                RegistryConfig::default().with_max_breakers(max),
+                ManualClock::new(),
+            )
+            .unwrap(),
+        );
+        let barrier = Arc::new(Barrier::new(2));
+        let threads: Vec<_> = (0..2)
+            .map(|t| {
+                let (r, barrier) = (r.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    let mut held = Vec::new(); // in use: never evictable
+                    barrier.wait();
+                    for i in 0..max {
+                        let k = Key::scoped(
+                            "dep",
+                            tripline::registry::ScopeKind::Host,
+                            &format!("{round}-{t}-{i}"),
+                        )
+                        .unwrap();
+                        match r.get(&k) {
+                            Ok(b) => held.push(b),
+                            Err(_) => break,
+                        }
+                    }
+                    held
+                })
+            })
+            .collect();
+        let held: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        worst = worst.max(r.len());
+        drop(held);
+    }
+    assert!(
+        worst <= max,
+        "the registry held {worst} breakers, max_breakers is {max}"
+    );
+}
+
+/// `CircuitBreaker::metrics_only` says it "starts a fresh window", and
+/// `transition_to_metrics_only` says "to MetricsOnly (shadow mode, fresh window), from any
+/// state"; the operator table says MetricsOnly -> MetricsOnly does nothing, and that is what
+/// happens: a second `metrics_only()` (a tuning run restarted) keeps the old window.
+#[test]
+fn metrics_only_starts_a_fresh_window_as_documented() {
+    let (b, _clock) = breaker(BreakerConfig::default());
+    b.metrics_only();
+    for _ in 0..5 {
+        b.try_acquire().unwrap().record(Outcome::Failure);
+    }
+    b.metrics_only();
+    assert_eq!(
+        b.metrics().window.calls,
+        0,
+        "metrics_only() promised a fresh window"
+    );
+}
