@@ -121,33 +121,37 @@ fn a_time_window_still_counts_after_many_operator_transitions() {
 /// The in-flight tracker's aged slot keeps one end for all the calls folded into it: the
 /// latest. `set_slow_call_duration` folds the live cohorts of the *old* width, whose ends lie
 /// up to one old cohort width in the future (30 s for the default 60 s slow-call duration).
-/// From then on every cohort of the *new* width that is folded (four new cohorts later, the
-/// normal recycling) joins an aged slot whose end is still in the future, so calls that had
-/// started counting as slow stop counting until that old end passes. The module docs promise
-/// that only the calls in flight at the change may count late ("calls already in flight keep
-/// the end of the cohort they joined"); here a call that started after the change counts at
-/// 150 ms, then no longer at 250 ms, and not again until about 30 s.
+/// From then on every cohort of the *new* width that is folded (a few new cohorts later, the
+/// normal recycling of its slot) joins an aged slot whose end is still in the future, so calls
+/// that had started counting as slow stop counting until that old end passes. The module docs
+/// promise that only the calls in flight at the change may count late ("calls already in
+/// flight keep the end of the cohort they joined"), and the rule says a call counts once it
+/// has run at most 1.5 times the slow-call duration; here a call that started after the change
+/// counts at 150 ms, then no longer once ordinary traffic has recycled its slot, and not again
+/// until about 30 s.
 #[test]
 fn in_flight_calls_started_after_a_width_change_keep_counting() {
     let ms = 1_000_000u64;
     let f = InFlight::new(60_000 * ms); // cohorts of 30 s
-    let _before = f.enter(ms, 0); // a call in flight at the change: cohort ends at 30 s
+    let _before = f.enter(ms, 0); // a call in flight at the change: its cohort ends at 30 s
     f.set_slow_call_duration(100 * ms); // cohorts of 50 ms from now
     let slow = 100 * ms;
-    // A call that starts after the change, at 1 s: cohort [1 s, 1.05 s).
+    // A call that starts after the change, at 1 s, and hangs.
     let _hung = f.enter(1_000 * ms, 0);
     assert_eq!(
         f.overdue(1_150 * ms, slow, 0),
         1,
         "the hung call counts at 1.15 s"
     );
-    // Ordinary traffic reuses its slot four cohorts later (1.2 s): the cohort is folded.
-    let later = f.enter(1_200 * ms, 0);
-    f.exit(later, 0);
+    // Ordinary traffic: a short call every 10 ms, recycling every cohort slot.
+    for t in (1_010..=1_400).step_by(10) {
+        let c = f.enter(t * ms, 0);
+        f.exit(c, 0);
+    }
     assert_eq!(
-        f.overdue(1_250 * ms, slow, 0),
+        f.overdue(1_400 * ms, slow, 0),
         1,
-        "the call hung since 1 s (running 250 ms, slow-call duration 100 ms) stopped counting"
+        "the call hung since 1 s (running 400 ms, slow-call duration 100 ms) stopped counting"
     );
 }
 
