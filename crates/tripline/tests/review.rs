@@ -509,3 +509,50 @@ fn metrics_only_starts_a_fresh_window_as_documented() {
         "metrics_only() promised a fresh window"
     );
 }
+
+/// A count-window breaker with the slow-call rule off reads no clock on its closed path: its
+/// permits carry the stand-in time `NO_TIME` (`u64::MAX`), and `record_window` evaluates the
+/// rules at that "time" (`trip_reason(generation, now, ..)` with `now == NO_TIME`, on the
+/// assumption that such a call's rules need no time). After a live reconfiguration turns the
+/// slow-call rule (and in-flight counting) on, a permit granted before it still records at
+/// `u64::MAX`: the snapshot it evaluates counts every call in flight as overdue
+/// (`end + slow <= u64::MAX`), however young, and the breaker trips on the slow-call rule with
+/// calls that have run for no time at all. Expected: no call that has not run for the
+/// slow-call duration counts as slow, so the breaker stays Closed.
+#[test]
+fn a_permit_from_before_the_slow_call_rule_was_turned_on_does_not_condemn_young_calls() {
+    let base = BreakerConfig::builder()
+        .count_window(20)
+        .minimum_calls(2)
+        .failure_rate_threshold(100.0)
+        .slow_call_rate_threshold(50.0)
+        .slow_call_duration(60 * S);
+    let (b, _clock) = breaker(base.clone().slow_call_rule(false).build().unwrap());
+    let untimed = b.try_acquire_owned().unwrap(); // admitted reading no clock
+    b.reconfigure(
+        base.slow_call_rule(true)
+            .count_in_flight_as_slow(true)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    // Five calls start now; none has run for any time.
+    let _young: Vec<_> = (0..5).map(|_| b.try_acquire_owned().unwrap()).collect();
+    assert_eq!(b.metrics().window.in_flight_slow, 0);
+    let log = tripline::EventLog::new();
+    b.subscribe(log.clone());
+    let _ = untimed.record(Outcome::Failure);
+    let trip: Vec<_> = log
+        .events()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            tripline::EventKind::Transition { reason, window, .. } => Some((reason, window)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        b.state(),
+        State::Closed,
+        "tripped on calls in flight for 0 ns: {trip:?}"
+    );
+}
