@@ -243,6 +243,17 @@ impl Hot {
         u64::from(self.slow_ppm.load(Ordering::Relaxed))
     }
 
+    /// The run of failures `generation` has now (0 when another generation's run is in place).
+    #[inline]
+    fn failure_run(&self, generation: u64) -> u32 {
+        let v = self.consecutive.load(Ordering::Relaxed);
+        if v >> 32 == tag32(generation) {
+            v as u32
+        } else {
+            0
+        }
+    }
+
     /// Counts a failure of `weight` in `generation`'s run; returns the run's length (0 when a
     /// newer generation's run is in place: this failure is stale).
     #[inline]
@@ -1306,7 +1317,8 @@ impl<C: Clock> CircuitBreaker<C> {
     }
 
     /// Operator: permit and record every call, report when the rules would trip, never trip
-    /// (shadow mode, for tuning thresholds). Starts a fresh window.
+    /// (shadow mode, for tuning thresholds). Entering MetricsOnly starts a fresh window; called
+    /// while already MetricsOnly it changes nothing (the window stays).
     pub fn metrics_only(&self) {
         self.inner.operator(State::MetricsOnly);
     }
@@ -1461,9 +1473,10 @@ impl<C: Clock> CircuitBreaker<C> {
         }
         if config.slow_call_duration != core.config.slow_call_duration {
             let slow = nanos(config.slow_call_duration);
-            inner.lane.inflight.set_slow_call_duration(slow);
+            let now = inner.clock.now();
+            inner.lane.inflight.set_slow_call_duration(slow, now);
             for lane in inner.striped() {
-                lane.inflight.set_slow_call_duration(slow);
+                lane.inflight.set_slow_call_duration(slow, now);
             }
             // The acquire-time check follows the new cohort width from now.
             let next = inner
@@ -1862,17 +1875,23 @@ impl<C: Clock> Inner<C> {
             match word.state() {
                 State::Closed | State::MetricsOnly => {
                     // A count window judged by its failure rate alone reads no clock.
-                    let now = if self.hot.timed.load(Ordering::Relaxed) != 0 {
+                    let mut now = if self.hot.timed.load(Ordering::Relaxed) != 0 {
                         self.clock.now()
                     } else {
                         NO_TIME
                     };
-                    if self.hot.ramping.load(Ordering::Relaxed) && !self.ramp_admits(word, now) {
-                        return Err(self.ramp_reject(now));
+                    if self.hot.ramping.load(Ordering::Relaxed) {
+                        now = self.real_now(now);
+                        if !self.ramp_admits(word, now) {
+                            return Err(self.ramp_reject(now));
+                        }
                     }
                     let mut cohort = Cohort::NONE;
                     let mut lane = 0;
                     if self.hot.in_flight.load(Ordering::Relaxed) {
+                        // In flight needs the time (a reconfiguration may have turned it on
+                        // between the two loads).
+                        now = self.real_now(now);
                         if now >= self.next_inflight_check.load(Ordering::Relaxed)
                             && self.check_in_flight(word, now)
                         {
@@ -2157,9 +2176,15 @@ impl<C: Clock> Inner<C> {
             || self.evaluate_on_success(filling, generation, now)
         {
             // An untimed call's rules (a count window, no calls in flight) need no time; the
-            // trip does.
+            // trip does, and so do calls in flight (counted once a reconfiguration turned the
+            // slow-call rule on after this call was admitted untimed).
+            let eval_now = if self.hot.in_flight.load(r) {
+                self.real_now(now)
+            } else {
+                now
+            };
             if let Some((reason, snap)) =
-                self.trip_reason(generation, now, consecutive, failure || slow)
+                self.trip_reason(generation, eval_now, consecutive, failure || slow)
             {
                 self.trip_from(word, self.real_now(now), reason, snap, c.retry_after);
             }
@@ -2182,6 +2207,13 @@ impl<C: Clock> Inner<C> {
     #[cold]
     fn shadow_evaluate(&self, word: Word, now: u64, consecutive: Option<u64>) {
         let generation = word.generation();
+        // The consecutive rule goes on firing while its run lasts, also when this evaluation
+        // did not come from a failure (the acquire-time in-flight check).
+        let consecutive = consecutive.or_else(|| {
+            let limit = self.hot.consecutive_limit.load(Ordering::Relaxed);
+            let run = self.hot.failure_run(generation);
+            (limit != 0 && run >= limit).then_some(u64::from(run))
+        });
         let (fired, window) = self.rules(generation, now, consecutive, true);
         let t = tag32(generation);
         let packed = t << 32 | u64::from(fired.0);
@@ -2326,7 +2358,7 @@ impl<C: Clock> Inner<C> {
                 core.next_token += 1;
                 let deadline = now.saturating_add(nanos(core.config.probe_lease));
                 core.round.leases[slot] = Some(Lease { token, deadline });
-                core.round.admitted += 1;
+                core.round.admitted = core.round.admitted.saturating_add(1);
                 return Some(Ok(Ticket {
                     generation: word.generation(),
                     started: now,
@@ -2633,7 +2665,9 @@ impl<C: Clock> Inner<C> {
         }
         // Gradual recovery: only when probes closed the breaker, and only with a ramp set.
         let ramp = match core.config.ramp_up {
-            Some(r) if to == State::Closed && from.state() == State::HalfOpen => Some(r),
+            Some(r) if to == State::Closed && matches!(reason, Reason::ProbesSucceeded { .. }) => {
+                Some(r)
+            }
             _ => None,
         };
         if let Some(r) = ramp {

@@ -116,10 +116,12 @@ impl InFlight {
         }
     }
 
-    /// Follows a new slow-call duration: calls starting from now join cohorts of the new
-    /// width; the cohorts of calls already in flight are folded into the aged slot (keeping
-    /// their latest end), so the new width's cohorts start on empty slots.
-    pub fn set_slow_call_duration(&self, slow_nanos: u64) {
+    /// Follows a new slow-call duration at `now`: calls starting from now join cohorts of the
+    /// new width; the cohorts of calls already in flight are folded into the aged slot as if
+    /// they had ended `now` at the latest (every one of their calls started before now, so none
+    /// counts before it has run for the new duration, and the aged slot keeps no end in the
+    /// future that would hide the calls folded into it later).
+    pub fn set_slow_call_duration(&self, slow_nanos: u64, now: u64) {
         let width = (slow_nanos / 2).max(1);
         if self.width.swap(width, Ordering::Relaxed) == width {
             return;
@@ -133,7 +135,7 @@ impl InFlight {
                 }
                 match slot.compare_exchange_weak(cur, 0, Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => {
-                        self.fold(t, end, n);
+                        self.fold(t, end.min(now), n);
                         break;
                     }
                     Err(actual) => cur = actual,
@@ -342,7 +344,7 @@ mod tests {
     #[test]
     fn cohorts_follow_a_new_slow_call_duration() {
         let f = InFlight::new(100 * MS);
-        f.set_slow_call_duration(60_000 * MS);
+        f.set_slow_call_duration(60_000 * MS, 0);
         let c = f.enter(0, 0);
         assert_eq!(f.overdue(450 * MS, 60_000 * MS, 0), 0);
         assert_eq!(f.overdue(90_000 * MS, 60_000 * MS, 0), 1);
@@ -350,7 +352,7 @@ mod tests {
 
         let f = InFlight::new(60_000 * MS);
         let old = f.enter(0, 0); // a 30 s cohort, ending at 30 s
-        f.set_slow_call_duration(100 * MS);
+        f.set_slow_call_duration(100 * MS, 10_000 * MS);
         let new = f.enter(40_000 * MS, 0);
         assert_eq!(f.overdue(40_149 * MS, 100 * MS, 0), 1); // the old call, folded
         assert_eq!(f.overdue(40_150 * MS, 100 * MS, 0), 2);

@@ -138,7 +138,8 @@ impl<C: Clock> CircuitBreaker<C> {
         self.transition_to(State::Disabled)
     }
 
-    /// Operator: to MetricsOnly (shadow mode, fresh window), from any state.
+    /// Operator: to MetricsOnly (shadow mode; entering it starts a fresh window, and from
+    /// MetricsOnly it changes nothing), from any state.
     pub fn transition_to_metrics_only(&self) -> Result<(), TransitionError> {
         self.transition_to(State::MetricsOnly)
     }

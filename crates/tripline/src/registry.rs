@@ -60,7 +60,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -583,9 +583,17 @@ struct Entry<C: Clock> {
     last_used: AtomicU64,
     /// Live, retiring or gone (see the module docs).
     life: Life,
-    /// The override in force for this breaker and the override version it was computed at.
+    /// The override in force for this breaker and the override version it was computed at
+    /// ([`NEVER`] until the first lookup applies it), and a lock-free copy of the override for
+    /// the lookup's check that the breaker is still in it.
     applied: Mutex<OperatorState>,
     applied_version: AtomicU64,
+    applied_state: AtomicU8,
+    /// The configuration version this breaker was built or last reconfigured at.
+    config_version: AtomicU64,
+    /// Whether a lookup has handed the breaker out yet (the first one subscribes the
+    /// `tracing` listener: a breaker that loses a creation race announces nothing).
+    announced: AtomicBool,
     /// How many of the registry's listeners (in subscription order) this breaker has, or is
     /// being given by the thread that claimed them.
     listeners_added: AtomicUsize,
@@ -625,6 +633,11 @@ pub struct Registry<C: Clock + Clone = MonotonicClock> {
     overrides: RwLock<Overrides>,
     /// Moves on every change of either override layer.
     override_version: AtomicU64,
+    /// Moves on every reload.
+    config_version: AtomicU64,
+    /// Breakers held, counted by the lookups that insert and the maintenance that removes, so
+    /// racing lookups cannot take the registry past `max_breakers`.
+    count: AtomicUsize,
     listeners: Mutex<Vec<Arc<dyn Listener>>>,
     /// `listeners.len()`, readable without the lock.
     listener_count: AtomicUsize,
@@ -687,6 +700,8 @@ impl<C: Clock + Clone> Registry<C> {
             config: RwLock::new(Arc::new(Active::new(config, None))),
             overrides: RwLock::new(overrides),
             override_version: AtomicU64::new(0),
+            config_version: AtomicU64::new(0),
+            count: AtomicUsize::new(0),
             listeners: Mutex::new(Vec::new()),
             listener_count: AtomicUsize::new(0),
             maintenance: Mutex::new(()),
@@ -771,16 +786,45 @@ impl<C: Clock + Clone> Registry<C> {
                 }
             }
             let max = read(&self.config).config.max_breakers;
-            if self.map.len() >= max {
-                self.make_room(max);
-                if self.map.len() >= max {
-                    return Err(RegistryError::Full { max });
-                }
+            if !self.reserve(max) {
+                return Err(RegistryError::Full { max });
             }
             let map = self.map.pin();
-            let entry = map.get_or_insert_with(key.clone(), || self.create(key, now));
+            let mut made = None;
+            let entry = map.get_or_insert_with(key.clone(), || {
+                let e = self.create(key, now);
+                made = Some(e.clone());
+                e
+            });
+            if !made.is_some_and(|m| Arc::ptr_eq(&m, entry)) {
+                // Another lookup inserted first: give the reservation back.
+                self.count.fetch_sub(1, Ordering::AcqRel);
+            }
             if let Some(b) = self.hand_out(key, entry, now) {
                 return Ok(b);
+            }
+        }
+    }
+
+    /// Reserves room for one more breaker, making room when full; `false` when none can go.
+    fn reserve(&self, max: usize) -> bool {
+        let mut made_room = false;
+        loop {
+            let n = self.count.load(Ordering::Acquire);
+            if n >= max {
+                if made_room {
+                    return false;
+                }
+                self.make_room(max);
+                made_room = true;
+                continue;
+            }
+            if self
+                .count
+                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return true;
             }
         }
     }
@@ -800,12 +844,67 @@ impl<C: Clock + Clone> Registry<C> {
     /// A handle to a live entry's breaker, brought up to date with the registry's listeners
     /// and overrides; `None` when the entry is being retired.
     #[inline]
-    fn hand_out(&self, key: &Key, e: &Entry<C>, now: u64) -> Option<CircuitBreaker<C>> {
+    fn hand_out(&self, key: &Key, e: &Arc<Entry<C>>, now: u64) -> Option<CircuitBreaker<C>> {
+        let b = hold(e)?;
+        // A breaker built while a reload ran may have the configuration the reload replaced:
+        // let this lookup apply the new one (the fence of `hold` pairs with the reload's).
+        if e.config_version.load(Ordering::Acquire) < self.config_version.load(Ordering::SeqCst)
+            && self.resync_config(key, e, b)
+        {
+            return None;
+        }
         let b = hold(e)?;
         touch(e, now);
         self.catch_up(e);
+        if !e.announced.load(Ordering::Acquire) {
+            self.announce(e);
+        }
         self.sync_override(key, e);
         Some(b)
+    }
+
+    /// The first hand-out of a breaker: the listeners that are not the registry's.
+    #[cold]
+    fn announce(&self, e: &Entry<C>) {
+        if e.announced
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            #[cfg(feature = "tracing")]
+            e.breaker.subscribe(crate::observe::TracingListener);
+        }
+    }
+
+    /// Brings a breaker built during a reload up to the configuration in force (as the reload
+    /// would have). Returns whether the caller must look again (the breaker was rebuilt, or
+    /// another reload holds the maintenance lock and will be seen on a later lookup).
+    #[cold]
+    fn resync_config(&self, key: &Key, e: &Arc<Entry<C>>, held: CircuitBreaker<C>) -> bool {
+        // This lookup's own handle would keep the breaker from being rebuilt.
+        drop(held);
+        if IN_MAINTENANCE.with(std::cell::Cell::get) {
+            // A listener called back from a reload on this thread: the reload brings the
+            // breaker up to date itself.
+            return false;
+        }
+        let _g = self.maintain();
+        let version = self.config_version.load(Ordering::SeqCst);
+        if e.config_version.load(Ordering::Acquire) >= version {
+            return false;
+        }
+        let active = read(&self.config).clone();
+        let mut report = ReloadReport::default();
+        self.reload_entry(&active, key, e, &mut report);
+        e.config_version.store(version, Ordering::Release);
+        !report.rebuilt.is_empty()
+    }
+
+    /// Takes the maintenance lock, marking this thread as maintaining (a listener that looks
+    /// a breaker up from inside a reload must not wait for the reload).
+    fn maintain(&self) -> Maintaining<'_> {
+        let guard = lock(&self.maintenance);
+        IN_MAINTENANCE.with(|m| m.set(true));
+        Maintaining { _guard: guard }
     }
 
     /// Applies the overrides in force if they changed since `e` last applied them; two loads
@@ -813,8 +912,18 @@ impl<C: Clock + Clone> Registry<C> {
     #[inline]
     fn sync_override(&self, key: &Key, e: &Entry<C>) {
         if e.applied_version.load(Ordering::Acquire) != self.override_version.load(Ordering::SeqCst)
+            || Self::left_its_override(e)
         {
             self.resync_override(key, e);
+        }
+    }
+
+    /// Whether a breaker under an override is no longer in its state (a handle's `reset`, say).
+    #[inline]
+    fn left_its_override(e: &Entry<C>) -> bool {
+        match e.applied_state.load(Ordering::Acquire) {
+            0 => false,
+            s => Some(e.breaker.state()) != override_state(s),
         }
     }
 
@@ -826,29 +935,27 @@ impl<C: Clock + Clone> Registry<C> {
         // the next lookup applies that change.
         let version = self.override_version.load(Ordering::SeqCst);
         let want = read(&self.overrides).for_key(key);
-        let changed = *applied != want;
+        // Re-applied also when the breaker left the override's state by other means (a reset
+        // through a handle): a kill switch holds until an operator clears it.
+        let changed = *applied != want || Self::left_its_override(e);
         if changed {
             apply(&e.breaker, *applied, want);
             *applied = want;
+            e.applied_state
+                .store(override_code(want), Ordering::Release);
         }
         e.applied_version.store(version, Ordering::Release);
         changed
     }
 
+    /// A new entry, without side effects: a lookup that loses the race to insert it throws it
+    /// away unseen. The lookup that hands it out first gives it the registry's listeners, then
+    /// the override in force (so listeners see the override as a transition).
     fn create(&self, key: &Key, now: u64) -> Arc<Entry<C>> {
+        let config_version = self.config_version.load(Ordering::SeqCst);
         let config = read(&self.config).config_for(key);
         let breaker =
             CircuitBreaker::with_clock(key.to_string(), config.clone(), self.clock.clone());
-        #[cfg(feature = "tracing")]
-        breaker.subscribe(crate::observe::TracingListener);
-        // Subscribed before the operator override, so listeners see it as a transition.
-        let listeners = lock(&self.listeners).clone();
-        for l in &listeners {
-            breaker.subscribe(Shared(l.clone()));
-        }
-        let version = self.override_version.load(Ordering::SeqCst);
-        let state = self.override_for(key);
-        apply(&breaker, OperatorState::Auto, state);
         Arc::new(Entry {
             #[cfg(feature = "metrics")]
             metrics: crate::observe::BreakerMetrics::for_key(&breaker, key),
@@ -856,9 +963,12 @@ impl<C: Clock + Clone> Registry<C> {
             config: Mutex::new(config),
             last_used: AtomicU64::new(now),
             life: Life::new(),
-            applied: Mutex::new(state),
-            applied_version: AtomicU64::new(version),
-            listeners_added: AtomicUsize::new(listeners.len()),
+            applied: Mutex::new(OperatorState::Auto),
+            applied_version: AtomicU64::new(NEVER),
+            applied_state: AtomicU8::new(0),
+            config_version: AtomicU64::new(config_version),
+            announced: AtomicBool::new(false),
+            listeners_added: AtomicUsize::new(0),
         })
     }
 
@@ -882,12 +992,15 @@ impl<C: Clock + Clone> Registry<C> {
             self.map.pin().remove_if(key, |_, v| Arc::ptr_eq(v, e)),
             Ok(Some(_))
         );
+        if removed {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+        }
         e.life.finish(removed);
         removed
     }
 
     fn make_room(&self, max: usize) {
-        let _g = lock(&self.maintenance);
+        let _g = self.maintain();
         if self.map.len() < max {
             return;
         }
@@ -921,7 +1034,7 @@ impl<C: Clock + Clone> Registry<C> {
     /// Evicts breakers unused for `idle_after` that may go (Closed, clean, not in use).
     /// Returns how many were evicted. Call it periodically, or let `get` call it when full.
     pub fn evict_idle(&self) -> usize {
-        let _g = lock(&self.maintenance);
+        let _g = self.maintain();
         self.evict_idle_locked()
     }
 
@@ -1094,7 +1207,8 @@ impl<C: Clock + Clone> Registry<C> {
     pub fn reset(&self, selector: &Selector) -> usize {
         let mut n = 0;
         for (k, e) in self.map.pin().iter() {
-            if selects(selector, k) {
+            // A breaker under an override stays in it: clear the override to let it run.
+            if selects(selector, k) && *lock(&e.applied) == OperatorState::Auto {
                 e.breaker.reset();
                 n += 1;
             }
@@ -1122,10 +1236,15 @@ impl<C: Clock + Clone> Registry<C> {
     /// deferred (see [`ReloadReport`]).
     pub fn reload(&self, config: RegistryConfig) -> Result<ReloadReport, ConfigError> {
         config.validate()?;
-        let _g = lock(&self.maintenance);
+        let _g = self.maintain();
         let previous = read(&self.config).clone();
         let active = Arc::new(Active::new(config, Some(&previous)));
         *write(&self.config) = active.clone();
+        // Walked breakers are marked with the next version before the registry moves to it, so
+        // lookups during the walk do not wait; a breaker built meanwhile from the previous
+        // configuration is behind once the version moves, and its lookup (or the second pass
+        // below) brings it up to date.
+        let version = self.config_version.load(Ordering::SeqCst) + 1;
         {
             let mut o = write(&self.overrides);
             o.file = active.config.operator.clone().into_iter().collect();
@@ -1140,31 +1259,50 @@ impl<C: Clock + Clone> Registry<C> {
             .map(|(k, e)| (k.clone(), e.clone()))
             .collect();
         for (k, e) in entries {
-            let want = active.config_for(&k);
-            let mut current = lock(&e.config);
-            if Arc::ptr_eq(&want, &current) || want == *current {
-                continue;
-            }
-            if want.same_shape(&current) {
-                // Same shape and validated above, so this cannot fail.
-                if e.breaker.reconfigure(want.clone()).is_ok() {
-                    *current = want;
-                    report.reconfigured.push(k.clone());
-                }
-            } else if self.retire(&e, |b| b.state() == State::Closed && !b.in_use(1)) {
-                drop(current);
-                let now = self.clock.recent();
-                let fresh = self.create(&k, now);
-                self.map.pin().insert(k.clone(), fresh.clone());
-                e.life.finish(true);
-                self.catch_up(&fresh);
-                report.rebuilt.push(k);
-            } else {
-                report.deferred.push(k);
-            }
+            self.reload_entry(&active, &k, &e, &mut report);
+            e.config_version.store(version, Ordering::Release);
+        }
+        self.config_version.store(version, Ordering::SeqCst);
+        publish_fence();
+        let behind: Vec<(Key, Arc<Entry<C>>)> = self
+            .map
+            .pin()
+            .iter()
+            .filter(|(_, e)| e.config_version.load(Ordering::Acquire) < version)
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        for (k, e) in behind {
+            self.reload_entry(&active, &k, &e, &mut report);
+            e.config_version.store(version, Ordering::Release);
         }
         self.apply_overrides(None);
         Ok(report)
+    }
+
+    /// What a reload does for one breaker: reconfigure it in place, rebuild it (Closed, not
+    /// held), or defer it. Called with the maintenance lock held.
+    fn reload_entry(&self, active: &Active, k: &Key, e: &Arc<Entry<C>>, report: &mut ReloadReport) {
+        let want = active.config_for(k);
+        let mut current = lock(&e.config);
+        if Arc::ptr_eq(&want, &current) || want == *current {
+            return;
+        }
+        if want.same_shape(&current) {
+            // Same shape and validated, so this cannot fail.
+            if e.breaker.reconfigure(want.clone()).is_ok() {
+                *current = want;
+                report.reconfigured.push(k.clone());
+            }
+        } else if self.retire(e, |b| b.state() == State::Closed && !b.in_use(1)) {
+            drop(current);
+            let now = self.clock.recent();
+            let fresh = self.create(k, now);
+            self.map.pin().insert(k.clone(), fresh);
+            e.life.finish(true);
+            report.rebuilt.push(k.clone());
+        } else {
+            report.deferred.push(k.clone());
+        }
     }
 
     /// Pushes every breaker's current figures to the `metrics` recorder (feature `metrics`),
@@ -1195,6 +1333,44 @@ impl<C: Clock + Clone> Registry<C> {
 #[inline]
 fn hold<C: Clock>(e: &Entry<C>) -> Option<CircuitBreaker<C>> {
     e.life.hold(|| e.breaker.clone())
+}
+
+/// An entry's override version before the first lookup applies one.
+const NEVER: u64 = u64::MAX;
+
+/// [`Entry::applied_state`]: 0 for Auto, else the state an override keeps the breaker in.
+fn override_code(o: OperatorState) -> u8 {
+    match o {
+        OperatorState::Auto => 0,
+        OperatorState::ForcedOpen => 1,
+        OperatorState::Disabled => 2,
+        OperatorState::MetricsOnly => 3,
+    }
+}
+
+fn override_state(code: u8) -> Option<State> {
+    match code {
+        1 => Some(State::ForcedOpen),
+        2 => Some(State::Disabled),
+        3 => Some(State::MetricsOnly),
+        _ => None,
+    }
+}
+
+thread_local! {
+    /// Whether this thread holds a registry's maintenance lock.
+    static IN_MAINTENANCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The maintenance lock, held; clears the thread's mark when dropped.
+struct Maintaining<'a> {
+    _guard: std::sync::MutexGuard<'a, ()>,
+}
+
+impl Drop for Maintaining<'_> {
+    fn drop(&mut self) {
+        IN_MAINTENANCE.with(|m| m.set(false));
+    }
 }
 
 fn selects(selector: &Selector, key: &Key) -> bool {

@@ -569,11 +569,12 @@ impl TimeWindow {
         loop {
             let (ctag, cepoch, mut calls, mut failures, mut slow) = uncell(cur);
             if calls == 0 || ctag != tag || cepoch != epoch {
-                // A bucket of a newer generation, or a newer bucket of this one (this writer's
-                // clock reading is more than a whole window old): not this writer's to touch.
-                if calls != 0
-                    && (tag::newer(ctag, tag, CELL_TAG_BITS) || (ctag == tag && cepoch > epoch))
-                {
+                // A newer bucket of this generation (this writer's clock reading is more than a
+                // whole window old), or a newer generation's bucket that is still inside the
+                // window: not this writer's to touch. A bucket that left the window is free
+                // whatever its tag (an old generation's tag can read as newer once more than
+                // half the tag space of transitions has passed).
+                if calls != 0 && keep_cell(ctag, cepoch, tag, epoch, self.buckets) {
                     return ctag == tag;
                 }
                 (calls, failures, slow) = (0, 0, 0);
@@ -591,7 +592,7 @@ impl TimeWindow {
             match c.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
                     if let Some(d) = &self.duration_cells {
-                        record_duration(&d.0[at], tag, epoch, micros(s.nanos));
+                        record_duration(&d.0[at], tag, epoch, self.buckets, micros(s.nanos));
                     }
                     return true;
                 }
@@ -682,14 +683,23 @@ fn unduration(c: u128) -> (u64, u64, u64, u64) {
 /// Adds one call of `micros` to a duration cell, with the counts' cell's rules for stale and
 /// newer cells; halves count and sum together when either would overflow, keeping the mean.
 #[cold]
-fn record_duration(c: &AtomicU128, tag: u64, epoch: u64, micros: u64) {
+/// Whether a writer of `tag` at bucket `epoch` must leave a cell of `ctag` at `cepoch` alone: a
+/// newer bucket of its own generation, or a newer generation's bucket still inside the window.
+#[inline]
+fn keep_cell(ctag: u64, cepoch: u64, tag: u64, epoch: u64, buckets: u32) -> bool {
+    if ctag == tag {
+        cepoch > epoch
+    } else {
+        tag::newer(ctag, tag, CELL_TAG_BITS) && cepoch.saturating_add(u64::from(buckets)) > epoch
+    }
+}
+
+fn record_duration(c: &AtomicU128, tag: u64, epoch: u64, buckets: u32, micros: u64) {
     let mut cur = c.load(Ordering::Relaxed);
     loop {
         let (ctag, cepoch, mut calls, mut sum) = unduration(cur);
         if calls == 0 || ctag != tag || cepoch != epoch {
-            if calls != 0
-                && (tag::newer(ctag, tag, CELL_TAG_BITS) || (ctag == tag && cepoch > epoch))
-            {
+            if calls != 0 && keep_cell(ctag, cepoch, tag, epoch, buckets) {
                 return;
             }
             (calls, sum) = (0, 0);

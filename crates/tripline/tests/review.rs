@@ -134,14 +134,16 @@ fn in_flight_calls_started_after_a_width_change_keep_counting() {
     let ms = 1_000_000u64;
     let f = InFlight::new(60_000 * ms); // cohorts of 30 s
     let _before = f.enter(ms, 0); // a call in flight at the change: its cohort ends at 30 s
-    f.set_slow_call_duration(100 * ms); // cohorts of 50 ms from now
+    f.set_slow_call_duration(100 * ms, 2 * ms); // at 2 ms: cohorts of 50 ms from now
     let slow = 100 * ms;
     // A call that starts after the change, at 1 s, and hangs.
     let _hung = f.enter(1_000 * ms, 0);
+    // Both count at 1.15 s: the call in flight at the change (running since 1 ms, its cohort
+    // folded as if it ended at the change, 2 ms) and the one hung since 1 s.
     assert_eq!(
         f.overdue(1_150 * ms, slow, 0),
-        1,
-        "the hung call counts at 1.15 s"
+        2,
+        "the hung calls count at 1.15 s"
     );
     // Ordinary traffic: a short call every 10 ms, recycling every cohort slot.
     for t in (1_010..=1_400).step_by(10) {
@@ -150,7 +152,7 @@ fn in_flight_calls_started_after_a_width_change_keep_counting() {
     }
     assert_eq!(
         f.overdue(1_400 * ms, slow, 0),
-        1,
+        2,
         "the call hung since 1 s (running 400 ms, slow-call duration 100 ms) stopped counting"
     );
 }
@@ -491,12 +493,11 @@ fn racing_lookups_never_take_the_registry_past_max_breakers() {
     );
 }
 
-/// `CircuitBreaker::metrics_only` says it "starts a fresh window", and
-/// `transition_to_metrics_only` says "to MetricsOnly (shadow mode, fresh window), from any
-/// state"; the operator table says MetricsOnly -> MetricsOnly does nothing, and that is what
-/// happens: a second `metrics_only()` (a tuning run restarted) keeps the old window.
+/// Entering MetricsOnly starts a fresh window; calling `metrics_only()` while already
+/// MetricsOnly changes nothing (the operator table's "same state: nothing"), as its docs now
+/// say.
 #[test]
-fn metrics_only_starts_a_fresh_window_as_documented() {
+fn metrics_only_again_keeps_the_window_as_documented() {
     let (b, _clock) = breaker(BreakerConfig::default());
     b.metrics_only();
     for _ in 0..5 {
@@ -505,8 +506,15 @@ fn metrics_only_starts_a_fresh_window_as_documented() {
     b.metrics_only();
     assert_eq!(
         b.metrics().window.calls,
+        5,
+        "a second metrics_only() keeps the window"
+    );
+    b.reset();
+    b.metrics_only();
+    assert_eq!(
+        b.metrics().window.calls,
         0,
-        "metrics_only() promised a fresh window"
+        "entering MetricsOnly starts a fresh window"
     );
 }
 
