@@ -496,7 +496,11 @@ impl Ramp {
             } else if step < i {
                 // The first call of a new step computes its share.
                 let share = self.config().share_ppm(i as u32);
-                (i << RAMP_STEP_SHIFT | share << RAMP_SHARE_SHIFT | 1, share, 0)
+                (
+                    i << RAMP_STEP_SHIFT | share << RAMP_SHARE_SHIFT | 1,
+                    share,
+                    0,
+                )
             } else {
                 // A newer step is in place (this reading is old): judge by it.
                 (cur + u64::from(n < RAMP_COUNT_MAX), share, n)

@@ -240,5 +240,8 @@ fn a_ramp_admits_and_refuses_without_allocating() {
         }
     });
     assert_eq!(n, 0, "a ramping breaker allocated");
-    assert!(admitted > 0 && refused > 0, "{admitted} admitted, {refused} refused");
+    assert!(
+        admitted > 0 && refused > 0,
+        "{admitted} admitted, {refused} refused"
+    );
 }

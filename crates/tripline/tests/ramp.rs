@@ -71,7 +71,10 @@ fn each_step_admits_exactly_its_share() {
         b.try_acquire().expect("ramp over").record(Outcome::Success);
     }
     let m = b.metrics();
-    assert_eq!(m.rejections.in_state(State::Closed), m.rejections.ramping_up);
+    assert_eq!(
+        m.rejections.in_state(State::Closed),
+        m.rejections.ramping_up
+    );
     let admitted: u64 = (0..10).map(|i| 100 * LINEAR.share_ppm(i) / 1_000_000).sum();
     assert_eq!(admitted, 505); // 10 + 19 + 28 + ... + 91
     assert_eq!(m.rejections.ramping_up, 1000 - admitted);
@@ -146,9 +149,30 @@ fn an_exponential_ramp_starts_slower() {
 #[test]
 fn bad_ramps_are_refused_with_what_is_allowed() {
     let b = |r: RampUp| BreakerConfig::builder().ramp_up(r).build().unwrap_err();
-    assert_eq!(b(RampUp { from: 100.0, ..LINEAR }).field(), "ramp_up.from");
-    assert_eq!(b(RampUp { from: f64::NAN, ..LINEAR }).field(), "ramp_up.from");
-    assert_eq!(b(RampUp { over: Duration::ZERO, ..LINEAR }).field(), "ramp_up.over");
+    assert_eq!(
+        b(RampUp {
+            from: 100.0,
+            ..LINEAR
+        })
+        .field(),
+        "ramp_up.from"
+    );
+    assert_eq!(
+        b(RampUp {
+            from: f64::NAN,
+            ..LINEAR
+        })
+        .field(),
+        "ramp_up.from"
+    );
+    assert_eq!(
+        b(RampUp {
+            over: Duration::ZERO,
+            ..LINEAR
+        })
+        .field(),
+        "ramp_up.over"
+    );
     assert_eq!(b(RampUp { steps: 0, ..LINEAR }).field(), "ramp_up.steps");
     let e = b(RampUp {
         over: Duration::from_millis(5),
