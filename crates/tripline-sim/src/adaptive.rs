@@ -671,7 +671,7 @@ impl ChaosSection {
                 return Err((
                     format!("{at}fault"),
                     "\"hang\"".into(),
-                    "needs a timeout at this tier (a hung call only ends at the timeout; set the variant's timeout or the client's)".into(),
+                    "must be \"latency\" or \"error\" without a timeout at this tier (a hung call ends only at its timeout: set the variant's timeout or the client's)".into(),
                 ));
             }
             b = b.rule(rule);

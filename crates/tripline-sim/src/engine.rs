@@ -998,25 +998,24 @@ impl<'p> Engine<'p> {
         let free = rep.busy < tm.workers;
         if let Some(shedder) = self.clients[k].pool_shedders.get(replica as usize) {
             // A shedder at the workers: a request takes a worker only within its priority's
-            // share, and waits for one only if it may use every worker.
+            // share of them; with every worker busy, only a priority that may use them all
+            // waits in the queue, and the others are refused at once.
             let p = self.m.priorities[self.reqs[slot as usize].endpoint as usize];
-            let admitted = if free {
-                shedder.try_acquire(p).ok()
-            } else {
-                None
-            };
-            match admitted {
-                Some(permit) => {
-                    put_permit(&mut self.pool_permits, slot, permit);
-                    self.start(slot, t);
-                    return;
+            if free || shedder.cutoff(p) < shedder.capacity() {
+                match shedder.try_acquire(p) {
+                    Ok(permit) if free => {
+                        put_permit(&mut self.pool_permits, slot, permit);
+                        self.start(slot, t);
+                        return;
+                    }
+                    // Its slots are the busy workers: no slot is free while they all are.
+                    Ok(_) => {}
+                    Err(_) => {
+                        self.tiers[k].shed_by_priority += 1;
+                        self.answer(slot, t, Out::Shed, false);
+                        return;
+                    }
                 }
-                None if free || shedder.cutoff(p) < shedder.capacity() => {
-                    self.tiers[k].shed_by_priority += 1;
-                    self.answer(slot, t, Out::Shed, false);
-                    return;
-                }
-                None => {}
             }
         }
         if free {

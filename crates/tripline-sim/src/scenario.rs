@@ -1422,6 +1422,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../scenarios/backoff-contention.toml"),
     ),
     ("metastable", include_str!("../scenarios/metastable.toml")),
+    (
+        "sustained-errors",
+        include_str!("../scenarios/sustained-errors.toml"),
+    ),
+    (
+        "slow-recovery",
+        include_str!("../scenarios/slow-recovery.toml"),
+    ),
 ];
 
 /// The TOML source of a built-in scenario.
