@@ -1,9 +1,12 @@
 //! One call through each breaker, single-threaded, every subject side by side (divan):
 //!
 //! * `closed`: permit + success. Tripline reads the clock at acquire and at record (the
-//!   call's duration, for the slow-call rule); recloser and failsafe take no duration.
-//! * `open`: the rejection of an open breaker. No `quanta::Upkeep` thread runs here, so
-//!   tripline's coarse clock read falls back to a precise one (see `hot_path_upkeep`).
+//!   call's duration, for the slow-call rule) — the coarse clock `CircuitBreaker::new` picks for
+//!   these configurations, or the precise one in the `_precise` case — except judged by the
+//!   failure rate alone (`failure_rate_only`), which reads none; recloser and failsafe take no
+//!   duration.
+//! * `open`: the rejection of an open breaker. The first default tripline breaker starts the
+//!   coarse clock's upkeep thread, so the open cases read the coarse clock too.
 //! * `baseline`: clock reads and single atomic operations, for scale.
 //!
 //! `cargo bench -p tripline-bench --bench hot_path`
@@ -87,6 +90,22 @@ mod closed {
     #[divan::bench]
     fn tripline_count_manual_clock_in_flight_off(bencher: Bencher) {
         let b = subjects::tripline_count_manual(false);
+        let op = || ops::tripline_permit_success(&b);
+        tripline_bench::warm_up(op);
+        bencher.bench(op);
+    }
+
+    #[divan::bench]
+    fn tripline_count_precise(bencher: Bencher) {
+        let b = subjects::tripline_count_precise(true);
+        let op = || ops::tripline_permit_success(&b);
+        tripline_bench::warm_up(op);
+        bencher.bench(op);
+    }
+
+    #[divan::bench]
+    fn tripline_count_failure_rate_only(bencher: Bencher) {
+        let b = subjects::tripline_count_failure_rate_only();
         let op = || ops::tripline_permit_success(&b);
         tripline_bench::warm_up(op);
         bencher.bench(op);

@@ -13,9 +13,10 @@ use divan::Bencher;
 use tripline_bench::{ops, subjects};
 
 fn main() {
-    let _upkeep = quanta::Upkeep::new(Duration::from_millis(1))
-        .start()
-        .expect("start the quanta upkeep thread");
+    // The process-wide upkeep thread the coarse clock starts (a second `quanta::Upkeep` could
+    // not start beside it, and the coarse clock would fall back to precise readings).
+    let _ = tripline::MonotonicClock::coarse();
+    assert!(quanta::Instant::recent() > quanta::Instant::now() - Duration::from_secs(1));
     // A fixed sample size: divan's automatic one is fooled by a slow first call.
     // `--sample-count` and `--sample-size` on the command line still override these.
     divan::Divan::default()

@@ -32,6 +32,8 @@ const CASES: &[&str] = &[
     "closed/tripline_count_owned_permit",
     "closed/tripline_count_manual_clock",
     "closed/tripline_count_manual_clock_in_flight_off",
+    "closed/tripline_count_precise",
+    "closed/tripline_count_failure_rate_only",
     "closed/tripline_count_coarse_clock",
     "closed/tripline_count_held_quanta_clock",
     "closed/tripline_count_call_durations",
@@ -99,6 +101,14 @@ fn run_case(case: &str, n: u64) {
         }
         "closed/tripline_count_manual_clock_in_flight_off" => {
             let b = subjects::tripline_count_manual(false);
+            go(n, || ops::tripline_permit_success(&b));
+        }
+        "closed/tripline_count_precise" => {
+            let b = subjects::tripline_count_precise(true);
+            go(n, || ops::tripline_permit_success(&b));
+        }
+        "closed/tripline_count_failure_rate_only" => {
+            let b = subjects::tripline_count_failure_rate_only();
             go(n, || ops::tripline_permit_success(&b));
         }
         "closed/tripline_count_coarse_clock" => {

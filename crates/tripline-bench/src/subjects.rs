@@ -18,10 +18,28 @@ pub const COUNT_WINDOW: u32 = 100;
 /// The time window's length and bucket: 10 s in 1 s buckets.
 pub const TIME_WINDOW: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(1));
 
-/// Tripline with a count window of 100 on the production clock. `in_flight` sets
-/// `count_in_flight_as_slow` (on by default).
+/// Tripline with a count window of 100 on the production clock `CircuitBreaker::new` picks (the
+/// coarse one for this configuration, whose shortest duration is the 60 s slow-call duration).
+/// `in_flight` sets `count_in_flight_as_slow` (on by default).
 pub fn tripline_count(in_flight: bool) -> CircuitBreaker {
     CircuitBreaker::new("bench", count_config(in_flight))
+}
+
+/// [`tripline_count`] on the precise clock (a time-stamp-counter read per reading), as every
+/// breaker read before the default clock followed the configuration.
+pub fn tripline_count_precise(in_flight: bool) -> CircuitBreaker {
+    CircuitBreaker::with_clock("bench", count_config(in_flight), MonotonicClock::new())
+}
+
+/// Tripline judged by its failure rate alone (the slow-call rule off): recloser's semantics.
+/// A count window then reads no clock on its closed path.
+pub fn tripline_count_failure_rate_only() -> CircuitBreaker {
+    let config = count_config(false)
+        .to_builder()
+        .slow_call_rule(false)
+        .build()
+        .expect("valid");
+    CircuitBreaker::new("bench", config)
 }
 
 /// [`tripline_count`] on a [`ManualClock`], which costs one atomic load per reading: the

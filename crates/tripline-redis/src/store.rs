@@ -533,6 +533,9 @@ fn hosted(config: &BreakerConfig) -> Result<(), ConfigError> {
     if config.ramp_up().is_some() {
         return not_yet("ramp_up", "set", "unset");
     }
+    if !config.slow_call_rule() {
+        return not_yet("slow_call_rule", "false", "true");
+    }
     Ok(())
 }
 
@@ -2120,6 +2123,7 @@ mod tests {
                 }),
                 "ramp_up",
             ),
+            (b().slow_call_rule(false), "slow_call_rule"),
         ] {
             let err = hosted(&config.build().unwrap()).unwrap_err();
             assert_eq!(err.field(), field);

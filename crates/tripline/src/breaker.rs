@@ -116,13 +116,23 @@ struct Hot {
     /// the cold part).
     failure_rules: AtomicU32,
     in_flight: AtomicBool,
+    /// Whether closed calls are timed: [`TIMED_BY_RULES`] when the configuration needs a
+    /// clock reading per call ([`BreakerConfig::needs_time`]), [`TIMED_FOR_LISTENERS`] once a
+    /// listener asked for outcome events (which carry durations). 0: the closed path reads no
+    /// clock.
+    timed: AtomicU32,
     /// Closed and ramping traffic back up after recovery (the ramp's state is in the cold
     /// part); false whenever no ramp runs, so a breaker without one pays one load.
     ramping: AtomicBool,
-    /// MetricsOnly: `generation tag << 32 | rules that fired at the last evaluation` (bits of
-    /// [`Rules`]), so each rule is reported once each time it starts firing.
-    would_trip: AtomicU64,
 }
+
+/// [`Hot::timed`]: the configuration's rules need a clock reading per closed call.
+const TIMED_BY_RULES: u32 = 1;
+/// [`Hot::timed`]: a listener wants outcome events, which carry each call's duration.
+const TIMED_FOR_LISTENERS: u32 = 2;
+/// The time an untimed closed call passes around: a stand-in never used as a reading (the
+/// paths that need the time read the clock when they get it).
+const NO_TIME: u64 = u64::MAX;
 
 /// The trip rules, as bits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -176,8 +186,8 @@ impl Hot {
             success_mark: AtomicU64::new(0),
             failure_rules: AtomicU32::new(0),
             in_flight: AtomicBool::new(false),
+            timed: AtomicU32::new(0),
             ramping: AtomicBool::new(false),
-            would_trip: AtomicU64::new(0),
         };
         h.set(c);
         h
@@ -190,11 +200,24 @@ impl Hot {
             .store(u32::try_from(c.failure_ppm()).unwrap_or(u32::MAX), r);
         self.slow_ppm
             .store(u32::try_from(c.slow_ppm()).unwrap_or(u32::MAX), r);
-        self.slow_nanos.store(nanos(c.slow_call_duration), r);
+        // With the slow-call rule off no call is slow.
+        self.slow_nanos.store(
+            if c.slow_call_rule {
+                nanos(c.slow_call_duration)
+            } else {
+                u64::MAX
+            },
+            r,
+        );
         self.minimum_calls.store(c.minimum_calls, r);
         self.consecutive_limit
             .store(c.consecutive_failures.unwrap_or(0), r);
-        self.in_flight.store(c.count_in_flight_as_slow, r);
+        self.in_flight.store(c.counts_in_flight(), r);
+        if c.needs_time() {
+            self.timed.fetch_or(TIMED_BY_RULES, r);
+        } else {
+            self.timed.fetch_and(!TIMED_BY_RULES, r);
+        }
         let lumping = if c.lumping_interval.is_some() {
             LUMPING
         } else {
@@ -326,6 +349,10 @@ impl Lane {
     }
 }
 
+/// A striped breaker's lanes, behind one thin pointer (an unstriped breaker holds none).
+#[derive(Debug)]
+struct Lanes(Box<[PaddedLane]>);
+
 /// A lane on its own pair of cache lines (adjacent-line prefetchers fetch lines in pairs).
 #[derive(Debug)]
 #[repr(align(128))]
@@ -402,6 +429,10 @@ struct Cold {
     lump_nanos: AtomicU64,
     /// Gradual recovery after closing.
     ramp: Ramp,
+    /// MetricsOnly (which only a transition enters): `generation tag << 32 | rules that fired
+    /// at the last evaluation` (bits of [`Rules`]), so each rule is reported once each time it
+    /// starts firing.
+    would_trip: AtomicU64,
     #[cfg(feature = "tokio")]
     notify: tokio::sync::Notify,
 }
@@ -528,7 +559,7 @@ pub(crate) struct Inner<C> {
     /// The lane of an unstriped breaker.
     lane: Lane,
     /// A striped breaker's lanes, one per stripe (empty when unstriped).
-    lanes: Box<[PaddedLane]>,
+    lanes: Option<Box<Lanes>>,
     name: BreakerName,
     clock: C,
     /// The configuration the breaker was built with; the cold part's copy is the one in force
@@ -675,7 +706,8 @@ macro_rules! permit_methods {
             matches!(self.ticket.kind, Kind::Probe { .. })
         }
 
-        /// Time since the permit was granted, on the breaker's clock.
+        /// Time since the permit was granted, on the breaker's clock (zero for a breaker that
+        /// does not time its calls: see [`BreakerConfig::needs_time`]).
         pub fn elapsed(&self) -> Duration {
             Duration::from_nanos(self.inner.clock.now().saturating_sub(self.ticket.started))
         }
@@ -920,7 +952,10 @@ pub struct Metrics {
 }
 
 impl CircuitBreaker<MonotonicClock> {
-    /// A breaker on the production clock.
+    /// A breaker on the production clock: the coarse (millisecond) one where the configuration
+    /// allows it, as the defaults do, else the precise one ([`MonotonicClock::for_config`]). The
+    /// coarse clock's readings are refreshed by one process-wide background thread, started by
+    /// the first breaker that needs it. Use [`with_clock`](Self::with_clock) to choose.
     ///
     /// `config` is a [`BreakerConfig`] or an `Arc<BreakerConfig>`; breakers built from clones
     /// of one `Arc` share it instead of each holding a copy (a registry's keys do).
@@ -936,7 +971,9 @@ impl CircuitBreaker<MonotonicClock> {
     /// # drop((a, b));
     /// ```
     pub fn new(name: impl Into<BreakerName>, config: impl Into<Arc<BreakerConfig>>) -> Self {
-        Self::with_clock(name, config, MonotonicClock::new())
+        let config = config.into();
+        let clock = MonotonicClock::for_config(&config);
+        Self::with_clock(name, config, clock)
     }
 }
 
@@ -960,24 +997,24 @@ impl<C: Clock> CircuitBreaker<C> {
             WindowConfig::Count { size } => {
                 Window::Count(CountWindow::new(size, config.call_durations))
             }
-            WindowConfig::Time { length, bucket } => Window::Time(TimeWindow::new(
+            WindowConfig::Time { length, bucket } => Window::Time(Box::new(TimeWindow::new(
                 nanos(bucket),
                 // At most 4,096 buckets (validated).
                 u32::try_from(length.as_nanos() / bucket.as_nanos()).unwrap_or(u32::MAX),
                 config.stripes,
                 now,
                 config.call_durations,
-            )),
+            ))),
         };
         let slow_nanos = nanos(config.slow_call_duration);
         let lane = Lane::new(slow_nanos);
-        let lanes = if config.stripes > 1 {
-            (0..config.stripes)
-                .map(|_| PaddedLane(Lane::new(slow_nanos)))
-                .collect()
-        } else {
-            Box::default()
-        };
+        let lanes = (config.stripes > 1).then(|| {
+            Box::new(Lanes(
+                (0..config.stripes)
+                    .map(|_| PaddedLane(Lane::new(slow_nanos)))
+                    .collect(),
+            ))
+        });
         let inner = Inner {
             word: AtomicU64::new(Word::new(State::Closed, 0).0),
             open_until: AtomicU64::new(0),
@@ -1234,6 +1271,13 @@ impl<C: Clock> CircuitBreaker<C> {
     /// then every later event in order.
     pub fn subscribe(&self, listener: impl Listener) {
         let inner = &*self.inner;
+        if listener.wants_outcome_events() {
+            // Outcome events carry durations: time every call from now on.
+            inner
+                .hot
+                .timed
+                .fetch_or(TIMED_FOR_LISTENERS, Ordering::Relaxed);
+        }
         let cold = inner.cold();
         {
             let _core = lock(&cold.core);
@@ -1418,8 +1462,8 @@ impl<C: Clock> CircuitBreaker<C> {
         if config.slow_call_duration != core.config.slow_call_duration {
             let slow = nanos(config.slow_call_duration);
             inner.lane.inflight.set_slow_call_duration(slow);
-            for lane in inner.lanes.iter() {
-                lane.0.inflight.set_slow_call_duration(slow);
+            for lane in inner.striped() {
+                lane.inflight.set_slow_call_duration(slow);
             }
             // The acquire-time check follows the new cohort width from now.
             let next = inner
@@ -1534,7 +1578,9 @@ impl<C: Clock> CircuitBreaker<C> {
             }
         };
         std::mem::size_of::<Inner<C>>()
-            + std::mem::size_of_val::<[PaddedLane]>(&inner.lanes)
+            + inner.lanes.as_ref().map_or(0, |l| {
+                std::mem::size_of::<Lanes>() + std::mem::size_of_val::<[PaddedLane]>(&l.0)
+            })
             + inner.window.heap_bytes()
             + inner.name.len()
             + own_config
@@ -1568,6 +1614,7 @@ impl Cold {
             lump: AtomicU128::new(0),
             lump_nanos: AtomicU64::new(lump_nanos),
             ramp: Ramp::new(),
+            would_trip: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         }
@@ -1590,27 +1637,33 @@ impl<C: Clock> Inner<C> {
     /// The calling thread's lane and its index.
     #[inline]
     fn lane(&self) -> (u32, &Lane) {
-        if self.lanes.is_empty() {
-            (0, &self.lane)
-        } else {
-            let i = crate::sync::stripe_index() % self.lanes.len();
-            (i as u32, &self.lanes[i].0)
+        match &self.lanes {
+            None => (0, &self.lane),
+            Some(lanes) => {
+                let i = crate::sync::stripe_index() % lanes.0.len();
+                (i as u32, &lanes.0[i].0)
+            }
         }
     }
 
     /// The lane a permit entered.
     #[inline]
     fn lane_at(&self, i: u32) -> &Lane {
-        match self.lanes.get(i as usize) {
+        match self.lanes.as_ref().and_then(|l| l.0.get(i as usize)) {
             Some(l) => &l.0,
             None => &self.lane,
         }
     }
 
+    /// A striped breaker's lanes (none when unstriped).
+    fn striped(&self) -> impl Iterator<Item = &Lane> {
+        self.lanes.iter().flat_map(|l| l.0.iter().map(|p| &p.0))
+    }
+
     /// Every lane in use.
     fn lanes(&self) -> impl Iterator<Item = &Lane> {
-        let unstriped = self.lanes.is_empty().then_some(&self.lane);
-        unstriped.into_iter().chain(self.lanes.iter().map(|l| &l.0))
+        let unstriped = self.lanes.is_none().then_some(&self.lane);
+        unstriped.into_iter().chain(self.striped())
     }
 
     /// The configuration in force.
@@ -1633,8 +1686,16 @@ impl<C: Clock> Inner<C> {
             Kind::Passthrough => return Recorded::Disabled,
             Kind::Window { cohort, lane } => {
                 self.lane_at(lane).inflight.exit(cohort, t.generation);
-                let now = self.clock.now();
-                let took = elapsed.unwrap_or_else(|| now.saturating_sub(t.started));
+                // An untimed call (started at NO_TIME) took no measurable time.
+                let (now, took) = if t.started == NO_TIME {
+                    (NO_TIME, elapsed.unwrap_or(0))
+                } else {
+                    let now = self.clock.now();
+                    (
+                        now,
+                        elapsed.unwrap_or_else(|| now.saturating_sub(t.started)),
+                    )
+                };
                 (self.record_window(t.generation, took, now, c), now)
             }
             Kind::Probe { slot, token } => {
@@ -1654,6 +1715,7 @@ impl<C: Clock> Inner<C> {
         };
         // One atomic load when no listener wants outcomes (none can before the cold part).
         if let Some(cold) = self.cold.get().filter(|c| c.hub.wants_outcome_events()) {
+            let now = self.real_now(now);
             self.outcome_event(cold, t, now, elapsed, c.outcome, recorded);
         }
         recorded
@@ -1669,9 +1731,16 @@ impl<C: Clock> Inner<C> {
         outcome: Outcome,
         r: Recorded,
     ) {
-        // The caller's own measure of the call when it gave one. The failure's kind is in the
+        // The caller's own measure of the call when it gave one (an untimed call, admitted
+        // before a listener asked for outcomes, reports none). The failure's kind is in the
         // classification (`c.kind`) at the call site, for an event that carries it.
-        let elapsed = took.unwrap_or_else(|| now.saturating_sub(t.started));
+        let elapsed = took.unwrap_or_else(|| {
+            if t.started == NO_TIME {
+                0
+            } else {
+                now.saturating_sub(t.started)
+            }
+        });
         cold.hub.outcome_event(
             now,
             &self.name,
@@ -1792,7 +1861,12 @@ impl<C: Clock> Inner<C> {
             let word = Word(self.word.load(Ordering::Acquire));
             match word.state() {
                 State::Closed | State::MetricsOnly => {
-                    let now = self.clock.now();
+                    // A count window judged by its failure rate alone reads no clock.
+                    let now = if self.hot.timed.load(Ordering::Relaxed) != 0 {
+                        self.clock.now()
+                    } else {
+                        NO_TIME
+                    };
                     if self.hot.ramping.load(Ordering::Relaxed) && !self.ramp_admits(word, now) {
                         return Err(self.ramp_reject(now));
                     }
@@ -2037,7 +2111,7 @@ impl<C: Clock> Inner<C> {
     ) -> Recorded {
         let word = Word(self.word.load(Ordering::Acquire));
         if word.generation() != generation {
-            return self.stale(generation, now);
+            return self.stale(generation, self.real_now(now));
         }
         let r = Ordering::Relaxed;
         let slow = elapsed > self.hot.slow_nanos.load(r);
@@ -2064,7 +2138,7 @@ impl<C: Clock> Inner<C> {
             nanos: elapsed,
         };
         let Some(filling) = self.window.record(generation, now, sample) else {
-            return self.stale(generation, now);
+            return self.stale(generation, self.real_now(now));
         };
         self.lane().1.count(c.outcome, slow);
         // Failure kinds in outcome events: `EventKind::CallOutcome` (sent from `settle`) does
@@ -2076,19 +2150,31 @@ impl<C: Clock> Inner<C> {
             None
         };
         if word.state() == State::MetricsOnly {
-            self.shadow_evaluate(word, now, consecutive);
+            self.shadow_evaluate(word, self.real_now(now), consecutive);
         } else if failure
             || slow
             || consecutive.is_some()
             || self.evaluate_on_success(filling, generation, now)
         {
+            // An untimed call's rules (a count window, no calls in flight) need no time; the
+            // trip does.
             if let Some((reason, snap)) =
                 self.trip_reason(generation, now, consecutive, failure || slow)
             {
-                self.trip_from(word, now, reason, snap, c.retry_after);
+                self.trip_from(word, self.real_now(now), reason, snap, c.retry_after);
             }
         }
         Recorded::Counted
+    }
+
+    /// `now`, or a fresh reading for an untimed call.
+    #[inline]
+    fn real_now(&self, now: u64) -> u64 {
+        if now == NO_TIME {
+            self.clock.now()
+        } else {
+            now
+        }
     }
 
     /// MetricsOnly: evaluates every rule as Closed would (in-flight calls included) and
@@ -2099,13 +2185,13 @@ impl<C: Clock> Inner<C> {
         let (fired, window) = self.rules(generation, now, consecutive, true);
         let t = tag32(generation);
         let packed = t << 32 | u64::from(fired.0);
-        let before = self.hot.would_trip.swap(packed, Ordering::Relaxed);
+        let cold = self.cold();
+        let before = cold.would_trip.swap(packed, Ordering::Relaxed);
         let before = if before >> 32 == t { before as u32 } else { 0 };
         let new = fired.0 & !before;
         if new == 0 {
             return;
         }
-        let cold = self.cold();
         let core = lock(&cold.core);
         if word == Word(self.word.load(Ordering::Acquire)) {
             for reason in Rules(new).reasons(consecutive) {
@@ -2533,7 +2619,9 @@ impl<C: Clock> Inner<C> {
                 // the word announcing the generation is published.
                 let g = new.generation();
                 self.window.begin(g);
-                self.hot.would_trip.store(tag32(g) << 32, Ordering::Relaxed);
+                self.cold()
+                    .would_trip
+                    .store(tag32(g) << 32, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
                 self.closed_generation.store(g, Ordering::Release);
                 self.next_inflight_check.store(

@@ -51,18 +51,21 @@ pub trait Clock: Send + Sync + 'static {
 #[derive(Clone, Copy, Debug)]
 pub struct MonotonicClock {
     base: &'static Base,
-    coarse: bool,
 }
 
-/// The calibrated clock and the origin every [`MonotonicClock`] of the process reads from.
+/// The calibrated clock and the origin every [`MonotonicClock`] of the process reads from, and
+/// whether its readings are coarse: two of them, one precise and one coarse, so a clock is one
+/// pointer.
 #[derive(Debug)]
 struct Base {
     clock: quanta::Clock,
     origin_raw: u64,
     origin: quanta::Instant,
+    coarse: bool,
 }
 
 static BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
+static COARSE_BASE: std::sync::OnceLock<Base> = std::sync::OnceLock::new();
 
 /// The process-wide upkeep thread behind [`MonotonicClock::coarse`]; it runs while the process
 /// does.
@@ -79,12 +82,10 @@ impl MonotonicClock {
                 clock,
                 origin_raw,
                 origin,
+                coarse: false,
             }
         });
-        Self {
-            base,
-            coarse: false,
-        }
+        Self { base }
     }
 
     /// A clock whose every reading is quanta's coarse time, refreshed each millisecond by one
@@ -103,10 +104,52 @@ impl MonotonicClock {
         let running = UPKEEP
             .get_or_init(|| quanta::Upkeep::new(Duration::from_millis(1)).start().ok())
             .is_some();
-        Self {
-            coarse: running,
-            ..Self::new()
+        let precise = Self::new();
+        if !running {
+            return precise;
         }
+        let base = COARSE_BASE.get_or_init(|| Base {
+            clock: precise.base.clock.clone(),
+            coarse: true,
+            ..*precise.base
+        });
+        Self { base }
+    }
+}
+
+impl MonotonicClock {
+    /// The clock a breaker built with [`CircuitBreaker::new`](crate::CircuitBreaker::new) reads:
+    /// the coarse one (millisecond readings, one load each; see [`coarse`](Self::coarse)) when
+    /// every duration the configuration compares call times against is at least 100 ms (so a
+    /// reading is off by 1 % at most), or when it times no call at all; the precise one when a
+    /// rule needs finer time (a slow-call duration, a time-window bucket, a lumping interval or
+    /// a ramp step under 100 ms) or the window keeps call durations.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline::{BreakerConfig, MonotonicClock};
+    ///
+    /// // The defaults compare durations with 60 s: millisecond readings serve.
+    /// assert!(MonotonicClock::for_config(&BreakerConfig::default()).is_coarse()
+    ///     || !MonotonicClock::coarse().is_coarse()); // (no upkeep thread: precise everywhere)
+    /// let fine = BreakerConfig::builder().slow_call_duration(Duration::from_millis(20)).build()?;
+    /// assert!(!MonotonicClock::for_config(&fine).is_coarse());
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn for_config(config: &crate::config::BreakerConfig) -> Self {
+        const COARSE_ENOUGH: Duration = Duration::from_millis(100);
+        let coarse_serves =
+            !config.call_durations() && config.finest_duration().is_none_or(|d| d >= COARSE_ENOUGH);
+        if coarse_serves {
+            Self::coarse()
+        } else {
+            Self::new()
+        }
+    }
+
+    /// Whether readings are coarse (millisecond) ones.
+    pub fn is_coarse(&self) -> bool {
+        self.base.coarse
     }
 }
 
@@ -124,7 +167,7 @@ pub(crate) fn nanos(d: Duration) -> u64 {
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> u64 {
-        if self.coarse {
+        if self.base.coarse {
             // Never mixed with precise readings, so it never goes backwards; 0 until the first
             // tick after the origin.
             let r = self.base.clock.recent();

@@ -10,6 +10,7 @@
 //! | `failure_rate_threshold` | 50 % | resilience4j, Hystrix |
 //! | `slow_call_rate_threshold` | 100 % | resilience4j: the slow-call rule is effectively opt-in |
 //! | `slow_call_duration` | 60 s | resilience4j; set it near your latency SLO |
+//! | `slow_call_rule` | on | off: no call is slow, calls in flight are not counted, and a count window's closed path reads no clock at all (failure rate only, as recloser and gobreaker judge) |
 //! | `consecutive_failures` | off | the classic (Fowler) rule, for low-traffic dependencies |
 //! | `count_in_flight_as_slow` | on | a hung dependency trips the slow rule before timeouts fire |
 //! | `open.duration` | 60 s | resilience4j's `waitDurationInOpenState` |
@@ -258,6 +259,7 @@ pub struct BreakerConfig {
     pub(crate) failure_rate_threshold: f64,
     pub(crate) slow_call_rate_threshold: f64,
     pub(crate) slow_call_duration: Duration,
+    pub(crate) slow_call_rule: bool,
     pub(crate) consecutive_failures: Option<u32>,
     pub(crate) count_in_flight_as_slow: bool,
     pub(crate) open_duration: Duration,
@@ -286,6 +288,7 @@ impl Default for BreakerConfig {
             failure_rate_threshold: 50.0,
             slow_call_rate_threshold: 100.0,
             slow_call_duration: Duration::from_secs(60),
+            slow_call_rule: true,
             consecutive_failures: None,
             count_in_flight_as_slow: true,
             open_duration: Duration::from_secs(60),
@@ -315,6 +318,45 @@ macro_rules! getters {
 }
 
 impl BreakerConfig {
+    /// Whether calls in flight past the slow-call duration count as slow: the slow-call rule
+    /// is on and `count_in_flight_as_slow` asks for it.
+    pub fn counts_in_flight(&self) -> bool {
+        self.slow_call_rule && self.count_in_flight_as_slow
+    }
+
+    /// Whether the closed path needs a clock reading per call: for the slow-call rule (call
+    /// durations, calls in flight), a time window's buckets, call durations, lumping or a
+    /// ramp. A count window judged by its failure rate alone needs none.
+    pub fn needs_time(&self) -> bool {
+        self.slow_call_rule
+            || matches!(self.window, WindowConfig::Time { .. })
+            || self.call_durations
+            || self.lumping_interval.is_some()
+            || self.ramp_up.is_some()
+    }
+
+    /// The finest duration the configuration compares call times against: the slow-call
+    /// duration (with the slow-call rule on), a time window's bucket, the lumping interval;
+    /// `None` when calls are not timed. A clock that reads to the millisecond serves every
+    /// configuration whose finest duration is at least 100 ms (an error of 1 % at most).
+    pub fn finest_duration(&self) -> Option<Duration> {
+        let mut finest: Option<Duration> = None;
+        let mut take = |d: Duration| finest = Some(finest.map_or(d, |f| f.min(d)));
+        if self.slow_call_rule {
+            take(self.slow_call_duration);
+        }
+        if let WindowConfig::Time { bucket, .. } = self.window {
+            take(bucket);
+        }
+        if let Some(l) = self.lumping_interval {
+            take(l);
+        }
+        if let Some(r) = self.ramp_up {
+            take(r.over / r.steps.max(1));
+        }
+        finest
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> BreakerConfigBuilder {
         BreakerConfigBuilder {
@@ -348,6 +390,8 @@ impl BreakerConfig {
         slow_call_rate_threshold: f64;
         /// A call slower than this counts as slow.
         slow_call_duration: Duration;
+        /// Whether the slow-call rule is on (see [`BreakerConfigBuilder::slow_call_rule`]).
+        slow_call_rule: bool;
         /// Trip after this many consecutive failures, whatever the window holds.
         consecutive_failures: Option<u32>;
         /// Whether calls still running past the slow-call duration count as slow.
@@ -655,6 +699,21 @@ impl BreakerConfigBuilder {
         slow_call_rate_threshold(slow_call_rate_threshold: f64) => slow_call_rate_threshold;
         /// A call slower than this counts as slow.
         slow_call_duration(slow_call_duration: Duration) => slow_call_duration;
+        /// Whether the slow-call rule is on (default). Off, no call is slow, calls in flight
+        /// are not counted (`count_in_flight_as_slow` is then moot), and a breaker whose rules
+        /// need no time (a count window, no lumping, no ramp, no call durations) reads no clock
+        /// on its closed path: it judges by the failure rate (and consecutive failures) alone,
+        /// as recloser and gobreaker do.
+        ///
+        /// ```
+        /// use tripline::BreakerConfig;
+        /// let c = BreakerConfig::builder().slow_call_rule(false).build()?;
+        /// assert!(!c.slow_call_rule());
+        /// assert!(!c.needs_time());
+        /// assert!(BreakerConfig::default().needs_time());
+        /// # Ok::<(), tripline::ConfigError>(())
+        /// ```
+        slow_call_rule(slow_call_rule: bool) => slow_call_rule;
         /// Whether calls running past the slow-call duration count as slow while in flight.
         count_in_flight_as_slow(count_in_flight_as_slow: bool) => count_in_flight_as_slow;
         /// The base open wait.
@@ -933,6 +992,8 @@ mod raw {
         )]
         slow_call_duration: Option<Duration>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        slow_call_rule: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         consecutive_failures: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         count_in_flight_as_slow: Option<bool>,
@@ -978,6 +1039,7 @@ mod raw {
                     .slow_call_rate_threshold
                     .unwrap_or(d.slow_call_rate_threshold),
                 slow_call_duration: r.slow_call_duration.unwrap_or(d.slow_call_duration),
+                slow_call_rule: r.slow_call_rule.unwrap_or(d.slow_call_rule),
                 consecutive_failures: r.consecutive_failures,
                 count_in_flight_as_slow: r
                     .count_in_flight_as_slow
@@ -1030,6 +1092,7 @@ mod raw {
                 failure_rate_threshold: Some(c.failure_rate_threshold),
                 slow_call_rate_threshold: Some(c.slow_call_rate_threshold),
                 slow_call_duration: Some(c.slow_call_duration),
+                slow_call_rule: Some(c.slow_call_rule),
                 consecutive_failures: c.consecutive_failures,
                 count_in_flight_as_slow: Some(c.count_in_flight_as_slow),
                 stripes: Some(c.stripes),

@@ -21,12 +21,12 @@
 //! is simply ignored, then recycled.
 //!
 //! # Representation
-//! Four cohort slots, each one 128-bit atomic holding the cohort's end time (a full 64-bit
+//! Three cohort slots, each one 128-bit atomic holding the cohort's end time (a full 64-bit
 //! reading: no tag that can wrap) beside a 32-bit generation tag and a 32-bit count; older
 //! cohorts of the generation are folded into one "aged" slot that keeps the count and the
 //! latest end among them, and counts when that end is overdue. A cohort is folded when its
-//! slot is needed four cohorts later, by which time it is already overdue, so folding loses
-//! no precision. After a change of the slow-call duration ([`InFlight::set_slow_call_duration`])
+//! slot is needed three cohorts later, at `end + 2W = end + slow_call_duration` at the
+//! earliest, when it is due anyway, so folding loses no precision. After a change of the slow-call duration ([`InFlight::set_slow_call_duration`])
 //! new calls use cohorts of the new width at once; calls already in flight keep the end of the
 //! cohort they joined (at worst counting as slow one old cohort width later than the rule says).
 //! A call that leaves before its cohort's fold is accounted in the aged slot (whose count may
@@ -37,7 +37,7 @@
 
 use crate::sync::{AtomicU64, AtomicU128, Ordering, tag};
 
-const SLOTS: usize = 4;
+const SLOTS: usize = 3;
 const TAG_BITS: u32 = 32;
 const AGED: u8 = SLOTS as u8;
 const UNTRACKED: u8 = u8::MAX;
@@ -98,6 +98,9 @@ fn gen_tag(generation: u64) -> u64 {
 #[derive(Debug)]
 pub struct InFlight {
     width: AtomicU64,
+    /// The latest cohort number an enter computed: the next enter checks it with two
+    /// multiplications instead of dividing (it sits in the padding before the 16-byte slots).
+    hint: AtomicU64,
     slots: [AtomicU128; SLOTS],
     aged: AtomicU128,
 }
@@ -107,6 +110,7 @@ impl InFlight {
     pub fn new(slow_nanos: u64) -> Self {
         Self {
             width: AtomicU64::new((slow_nanos / 2).max(1)),
+            hint: AtomicU64::new(0),
             slots: std::array::from_fn(|_| AtomicU128::new(0)),
             aged: AtomicU128::new(0),
         }
@@ -142,7 +146,15 @@ impl InFlight {
     #[inline]
     pub fn enter(&self, now: u64, generation: u64) -> Cohort {
         let width = self.width.load(Ordering::Relaxed);
-        let cohort = now / width;
+        let hint = self.hint.load(Ordering::Relaxed);
+        let start = hint.saturating_mul(width);
+        let cohort = if now >= start && now - start < width {
+            hint
+        } else {
+            let c = now / width;
+            self.hint.store(c, Ordering::Relaxed);
+            c
+        };
         let end = cohort.saturating_add(1).saturating_mul(width);
         let t = gen_tag(generation);
         let i = (cohort % SLOTS as u64) as usize;
@@ -280,7 +292,7 @@ mod tests {
     fn recycled_slots_fold_into_aged() {
         let f = InFlight::new(100 * MS);
         let old = f.enter(0, 0); // cohort 0, slot 0
-        let newer = f.enter(4 * 50 * MS, 0); // cohort 4, slot 0 again: cohort 0 moves to aged
+        let newer = f.enter(3 * 50 * MS, 0); // cohort 3, slot 0 again: cohort 0 moves to aged
         assert_eq!(f.overdue(10_000 * MS, 100 * MS, 0), 2);
         f.exit(old, 0);
         assert_eq!(f.overdue(10_000 * MS, 100 * MS, 0), 1);

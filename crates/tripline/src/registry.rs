@@ -13,7 +13,7 @@
 //!   the registry holds a handle to it: a missing breaker reads as a fresh Closed one, so
 //!   evicting an Open breaker would admit everything.
 //! * Keys are cheap: every breaker of a named configuration shares one `Arc` of it, and a
-//!   breaker holds only its closed-path part (about 460 bytes with a count window of 100) until
+//!   breaker holds only its closed-path part (about 410 bytes with a count window of 100) until
 //!   it first transitions, is reconfigured by a reload, or gets a listener
 //!   ([`Registry::subscribe`], or the `tracing` feature's listener on every key); then it also
 //!   allocates the part transitions need (about 470 bytes).
@@ -657,9 +657,20 @@ impl Listener for Shared {
 }
 
 impl Registry<MonotonicClock> {
-    /// A registry on the production clock.
+    /// A registry on the production clock: the coarse (millisecond) one when every named
+    /// configuration (and the default) allows it, else the precise one (see
+    /// [`MonotonicClock::for_config`]; a configuration reloaded later with finer durations
+    /// keeps the registry's clock, so build with [`with_clock`](Self::with_clock) to choose).
     pub fn new(config: RegistryConfig) -> Result<Self, ConfigError> {
-        Self::with_clock(config, MonotonicClock::new())
+        let coarse = std::iter::once(&BreakerConfig::default())
+            .chain(config.configs.values())
+            .all(|c| MonotonicClock::for_config(c).is_coarse());
+        let clock = if coarse {
+            MonotonicClock::coarse()
+        } else {
+            MonotonicClock::new()
+        };
+        Self::with_clock(config, clock)
     }
 }
 

@@ -128,7 +128,8 @@ pub(crate) struct Durations {
 #[derive(Debug)]
 pub(crate) enum Window {
     Count(CountWindow),
-    Time(TimeWindow),
+    /// Boxed: a count window's breaker (the default) does not carry a time window's size.
+    Time(Box<TimeWindow>),
 }
 
 impl Window {
@@ -178,7 +179,8 @@ impl Window {
                     })
             }
             Window::Time(w) => {
-                w.cells.len() * 16
+                std::mem::size_of::<TimeWindow>()
+                    + w.cells.len() * 16
                     + w.duration_cells
                         .as_ref()
                         .map_or(0, |d| std::mem::size_of::<DurationCells>() + d.0.len() * 16)
@@ -448,6 +450,8 @@ pub(crate) struct TimeWindow {
     origin: u64,
     /// The next bucket boundary; the first good result past it evaluates the rules.
     next_success_eval: AtomicU64,
+    /// The latest bucket number computed (see [`TimeWindow::epoch`]).
+    epoch_hint: AtomicU64,
     /// `generation tag << 1 | below`: whether the last evaluation in that generation saw fewer
     /// than the minimum calls (then every good result evaluates, so the one that brings the
     /// window to the minimum is not missed).
@@ -483,6 +487,7 @@ impl TimeWindow {
             bucket_nanos: bucket_nanos.max(1),
             origin,
             next_success_eval: AtomicU64::new(0),
+            epoch_hint: AtomicU64::new(0),
             below_minimum: AtomicU64::new(1),
             cells: (0..stride as usize * stripes as usize)
                 .map(|_| AtomicU128::new(0))
@@ -500,10 +505,19 @@ impl TimeWindow {
         }
     }
 
-    /// The bucket number of `now`, saturating (it never wraps).
+    /// The bucket number of `now`, saturating (it never wraps). The latest one computed is kept
+    /// as a hint, checked with two multiplications, so most records do not divide.
     #[inline]
     fn epoch(&self, now: u64) -> u64 {
-        (now.saturating_sub(self.origin) / self.bucket_nanos).min(EPOCH_MAX)
+        let t = now.saturating_sub(self.origin);
+        let hint = self.epoch_hint.load(Ordering::Relaxed);
+        let start = hint.saturating_mul(self.bucket_nanos);
+        if t >= start && t - start < self.bucket_nanos {
+            return hint;
+        }
+        let e = (t / self.bucket_nanos).min(EPOCH_MAX);
+        self.epoch_hint.store(e, Ordering::Relaxed);
+        e
     }
 
     /// Whether a good result recorded at `now` in `generation` should evaluate the rules: when

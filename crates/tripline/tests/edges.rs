@@ -549,3 +549,95 @@ fn an_unscoped_key_and_its_dependency_are_different_selectors() {
     assert_eq!(b.state(), State::Disabled);
     assert_eq!(r.operator_overrides().len(), 1);
 }
+
+#[test]
+fn without_the_slow_call_rule_a_count_window_reads_no_clock() {
+    use std::sync::atomic::AtomicUsize;
+    #[derive(Clone, Default)]
+    struct Counting(Arc<AtomicUsize>, ManualClock);
+    impl Clock for Counting {
+        fn now(&self) -> u64 {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            self.1.now()
+        }
+    }
+    let clock = Counting::default();
+    let config = BreakerConfig::builder()
+        .count_window(10)
+        .minimum_calls(4)
+        .failure_rate_threshold(50.0)
+        .slow_call_rule(false)
+        .open_duration(10 * S)
+        .build()
+        .unwrap();
+    assert!(!config.needs_time());
+    let b = CircuitBreaker::with_clock("dep", config, clock.clone());
+    let before = clock.0.load(Ordering::Relaxed);
+    for _ in 0..1000 {
+        let p = b.try_acquire().unwrap();
+        clock.1.advance(S); // a slow call: the rule is off, it counts as a plain success
+        let _ = p.record(Outcome::Success);
+    }
+    assert_eq!(
+        clock.0.load(Ordering::Relaxed),
+        before,
+        "no clock read while Closed"
+    );
+    assert_eq!(b.metrics().slow_calls, 0);
+    // The trip reads the clock: the open wait runs from the trip.
+    for _ in 0..5 {
+        let _ = b.try_acquire().unwrap().record(Outcome::Failure);
+    }
+    assert_eq!(b.state(), State::Open, "5 of the last 10 failed");
+    assert!(clock.0.load(Ordering::Relaxed) > before);
+    clock.1.advance(10 * S);
+    assert!(b.try_acquire().unwrap().is_probe());
+
+    // A listener that asks for outcome events turns timing on (they carry durations).
+    let b = CircuitBreaker::with_clock(
+        "dep2",
+        BreakerConfig::builder()
+            .slow_call_rule(false)
+            .build()
+            .unwrap(),
+        clock.clone(),
+    );
+    struct Outcomes;
+    impl tripline::Listener for Outcomes {
+        fn on_event(&self, _: &tripline::Event) {}
+        fn wants_outcome_events(&self) -> bool {
+            true
+        }
+    }
+    b.subscribe(Outcomes);
+    let before = clock.0.load(Ordering::Relaxed);
+    let _ = b.try_acquire().unwrap().record(Outcome::Success);
+    assert!(clock.0.load(Ordering::Relaxed) >= before + 2);
+}
+
+#[test]
+fn the_default_clock_follows_the_configuration() {
+    use tripline::MonotonicClock;
+    let fine = BreakerConfig::builder()
+        .slow_call_duration(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    assert!(!MonotonicClock::for_config(&fine).is_coarse());
+    let fine_window = BreakerConfig::builder()
+        .time_window(S, Duration::from_millis(10))
+        .build()
+        .unwrap();
+    assert!(!MonotonicClock::for_config(&fine_window).is_coarse());
+    let durations = BreakerConfig::builder()
+        .call_durations(true)
+        .build()
+        .unwrap();
+    assert!(!MonotonicClock::for_config(&durations).is_coarse());
+    // The defaults (60 s slow-call duration) read to the millisecond, where the upkeep thread
+    // runs.
+    let coarse_available = MonotonicClock::coarse().is_coarse();
+    assert_eq!(
+        MonotonicClock::for_config(&BreakerConfig::default()).is_coarse(),
+        coarse_available
+    );
+}

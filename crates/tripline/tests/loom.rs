@@ -114,8 +114,8 @@ fn in_flight(f: &tripline::inflight::InFlight) -> u64 {
     f.overdue(u64::MAX / 2, 0, 0)
 }
 
-/// A slow-call duration of 100 gives cohorts 50 wide; cohort 4 reuses cohort 0's slot.
-const RECYCLING_START: u64 = 4 * 50;
+/// A slow-call duration of 100 gives cohorts 50 wide; cohort 3 reuses cohort 0's slot.
+const RECYCLING_START: u64 = 3 * 50;
 
 #[test]
 fn an_exit_racing_the_recycling_of_its_slot_keeps_the_count() {
