@@ -45,8 +45,10 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use tripline::{CircuitBreaker, ManualClock, Outcome, State};
+use tripline_policies::chaos::{Chaos, Fault};
 use tripline_policies::retry::budget::RetryCause;
 use tripline_policies::retry::{AttemptResult, RetryPolicy, RetryState};
+use tripline_policies::shed::{Priority, ShedPermit, Shedder};
 
 use crate::dist::{Dist, Rate, nanos};
 use crate::layers::{Cx, POLICIES, Policy, PolicyReport, TierPolicies, Woken};
@@ -198,6 +200,10 @@ pub(crate) struct TierOutput {
     pub(crate) counts: [u64; 5],
     pub(crate) refused: [u64; POLICIES],
     pub(crate) rejected_healthy: u64,
+    /// Refused attempts to the dependency that would have succeeded (`[service]` only).
+    pub(crate) rejected_would_succeed: u64,
+    /// Requests a shedder at the tier's workers refused for their priority.
+    pub(crate) shed_by_priority: u64,
     pub(crate) rejected_on_retry: u64,
     pub(crate) calls_below: u64,
     pub(crate) pool_peak: u32,
@@ -216,6 +222,9 @@ pub(crate) struct RunOutput {
     pub(crate) rejected_healthy: u64,
     pub(crate) rejected_on_retry: u64,
     pub(crate) stale_view_calls: u64,
+    /// Refused attempts that would have succeeded (one tier, no hosts, no optimistic
+    /// writes: `None` otherwise).
+    pub(crate) rejected_would_succeed: Option<u64>,
     pub(crate) dependency_calls: u64,
     pub(crate) pool_peak: u32,
     pub(crate) queue_peak: u32,
@@ -239,8 +248,10 @@ enum Kind {
     WorkDone = 3,
     /// A call to the tier below reached its timeout.
     Timeout = 4,
-    /// A wait for a bulkhead's slot reached `max_wait`.
+    /// A wait for a slot (a bulkhead's, a shedder's, a limiter's) reached `max_wait`.
     Expire = 5,
+    /// An attempt held back by an injected latency goes out.
+    Dispatch = 6,
 }
 
 /// A scheduled event, packed in one `u128` so the heap compares and moves 16 bytes: the time
@@ -271,7 +282,8 @@ impl Ev {
             2 => Kind::Retry,
             3 => Kind::WorkDone,
             4 => Kind::Timeout,
-            _ => Kind::Expire,
+            5 => Kind::Expire,
+            _ => Kind::Dispatch,
         }
     }
     fn slot(self) -> u32 {
@@ -385,6 +397,8 @@ pub(crate) struct Model {
     tiers: Vec<TierModel>,
     uses: Vec<bool>,
     work: Vec<Dist>,
+    /// Each endpoint's priority, carried by its requests.
+    priorities: Vec<Priority>,
     cum_weights: Vec<f64>,
     base: Phase,
     phases: Vec<Phase>,
@@ -466,6 +480,7 @@ impl Model {
             tiers,
             uses: s.endpoints.iter().map(|e| e.uses_dependency).collect(),
             work: s.endpoints.iter().map(|e| e.work).collect(),
+            priorities: s.endpoints.iter().map(|e| e.priority.0).collect(),
             cum_weights,
             base,
             phases,
@@ -574,18 +589,49 @@ struct Client<'p> {
     retries: &'p [RetryPolicy],
     timeout: Option<u64>,
     fallback: bool,
+    /// The fault injectors, per replica, switched on over `[chaos_from, chaos_until)`.
+    chaos: &'p [Chaos],
+    chaos_from: u64,
+    chaos_until: u64,
+    chaos_on: bool,
+    /// The shedders at the tier's workers, per replica.
+    pool_shedders: &'p [Shedder],
 }
 
 impl<'p> Client<'p> {
     fn new(p: &'p TierPolicies) -> Self {
         let (outer, inner) = p.layers();
+        let window = p.spec.chaos.as_ref().map_or((0, u64::MAX), |c| {
+            (nanos(c.from), c.until.map_or(u64::MAX, nanos))
+        });
         Self {
             outer,
             inner,
             retries: &p.retries,
             timeout: p.spec.timeout.map(nanos),
             fallback: p.spec.fallback,
+            chaos: &p.chaos,
+            chaos_from: window.0,
+            chaos_until: window.1,
+            chaos_on: false,
+            pool_shedders: &p.pool_shedders,
         }
+    }
+
+    /// The fault the injector of `replica` decides for an attempt sent at `t`: switched on
+    /// and off (`Chaos::set_enabled`) as the game day's window opens and closes.
+    fn chaos_at(&mut self, replica: u32, t: u64) -> Option<Fault> {
+        if self.chaos.is_empty() {
+            return None;
+        }
+        let on = self.chaos_from <= t && t < self.chaos_until;
+        if on != self.chaos_on {
+            for c in self.chaos {
+                c.set_enabled(on);
+            }
+            self.chaos_on = on;
+        }
+        self.chaos.get(replica as usize).and_then(Chaos::decide)
     }
 }
 
@@ -604,6 +650,8 @@ struct TierRt {
     counts: [u64; 5],
     refused: [u64; POLICIES],
     rejected_healthy: u64,
+    rejected_would_succeed: u64,
+    shed_by_priority: u64,
     rejected_on_retry: u64,
     calls_below: u64,
     pool_peak: u32,
@@ -624,6 +672,8 @@ struct Engine<'p> {
     seq: u64,
     reqs: Vec<Req>,
     retry: Vec<Option<RetryState>>,
+    /// Per request slot: the slot a shedder at its tier's workers gave it.
+    pool_permits: Vec<Option<ShedPermit>>,
     free: Vec<u32>,
     tiers: Vec<TierRt>,
     dep_done: BinaryHeap<std::cmp::Reverse<u64>>,
@@ -670,6 +720,8 @@ impl<'p> Engine<'p> {
                 counts: [0; 5],
                 refused: [0; POLICIES],
                 rejected_healthy: 0,
+                rejected_would_succeed: 0,
+                shed_by_priority: 0,
                 rejected_on_retry: 0,
                 calls_below: 0,
                 pool_peak: 0,
@@ -687,6 +739,7 @@ impl<'p> Engine<'p> {
             seq: 0,
             reqs: Vec::with_capacity(1024),
             retry: Vec::with_capacity(1024),
+            pool_permits: Vec::new(),
             free: Vec::with_capacity(1024),
             tiers,
             dep_done: BinaryHeap::new(),
@@ -848,6 +901,7 @@ impl<'p> Engine<'p> {
                 }
                 Kind::Timeout => self.on_timeout(slot, at),
                 Kind::Expire => self.on_expire(slot, at),
+                Kind::Dispatch => self.on_dispatch(slot, at),
             }
             while !self.woken.is_empty() || !self.freed.is_empty() {
                 self.drain_woken(at);
@@ -941,7 +995,30 @@ impl<'p> Engine<'p> {
         self.touch(k as u8, replica);
         let tm = &self.m.tiers[k];
         let rep = &self.tiers[k].replicas[replica as usize];
-        if rep.busy < tm.workers {
+        let free = rep.busy < tm.workers;
+        if let Some(shedder) = self.clients[k].pool_shedders.get(replica as usize) {
+            // A shedder at the workers: a request takes a worker only within its priority's
+            // share of them; with every worker busy, only a priority that may use them all
+            // waits in the queue, and the others are refused at once.
+            let p = self.m.priorities[self.reqs[slot as usize].endpoint as usize];
+            if free || shedder.cutoff(p) < shedder.capacity() {
+                match shedder.try_acquire(p) {
+                    Ok(permit) if free => {
+                        put_permit(&mut self.pool_permits, slot, permit);
+                        self.start(slot, t);
+                        return;
+                    }
+                    // Its slots are the busy workers: no slot is free while they all are.
+                    Ok(_) => {}
+                    Err(_) => {
+                        self.tiers[k].shed_by_priority += 1;
+                        self.answer(slot, t, Out::Shed, false);
+                        return;
+                    }
+                }
+            }
+        }
+        if free {
             self.start(slot, t);
         } else if rep.queue.len() < tm.queue_limit {
             // The seconds before `t` keep the queue as it was.
@@ -1025,6 +1102,18 @@ impl<'p> Engine<'p> {
                 };
                 tier.total_queued -= 1;
                 self.reqs[slot as usize].queued = false;
+                if let Some(shedder) = self.clients[k as usize].pool_shedders.get(replica as usize)
+                {
+                    let p = self.m.priorities[self.reqs[slot as usize].endpoint as usize];
+                    match shedder.try_acquire(p) {
+                        Ok(permit) => put_permit(&mut self.pool_permits, slot, permit),
+                        Err(_) => {
+                            self.tiers[k as usize].shed_by_priority += 1;
+                            self.answer(slot, t, Out::Shed, false);
+                            continue;
+                        }
+                    }
+                }
                 self.start(slot, t);
             }
         }
@@ -1061,6 +1150,7 @@ impl<'p> Engine<'p> {
             replica: r.replica,
             shard: r.shard,
             now: t,
+            priority: self.m.priorities[r.endpoint as usize],
         }
     }
 
@@ -1152,14 +1242,62 @@ impl<'p> Engine<'p> {
         self.woken.clear();
     }
 
-    /// The attempt goes out: to the dependency, or to the tier below.
+    /// The attempt passed every layer and its timer starts. The fault injector, playing the
+    /// tier below inside the timeout, may hold it back (an injected latency: it goes out
+    /// after the delay, with what is left of its timeout, or times out first), fail it at
+    /// once, or hang it until its timeout; such an attempt never reaches the tier below.
     fn send(&mut self, slot: u32, t: u64) {
+        let (k, replica) = {
+            let r = &mut self.reqs[slot as usize];
+            r.stage = Stage::InCall;
+            (r.tier as usize, r.replica)
+        };
+        let timeout = self.clients[k].timeout;
+        match self.clients[k].chaos_at(replica, t) {
+            None => self.dispatch(slot, t, timeout),
+            Some(Fault::Latency(d)) => match timeout {
+                Some(to) if nanos(d) >= to => self.injected(slot, t.saturating_add(to), true),
+                _ => {
+                    self.reqs[slot as usize].deadline =
+                        timeout.map_or(u64::MAX, |to| t.saturating_add(to));
+                    self.schedule(t.saturating_add(nanos(d)), Kind::Dispatch, slot);
+                }
+            },
+            Some(Fault::Error) => self.injected(slot, t, false),
+            // A hang needs a timeout (checked when the scenario is read).
+            Some(Fault::Hang) => {
+                let end = timeout.map_or(u64::MAX, |to| t.saturating_add(to));
+                self.injected(slot, end, true);
+            }
+        }
+    }
+
+    /// An attempt the fault injector failed (`timed_out`: hung, or held back, until its
+    /// timeout) ends at `at`, without reaching the tier below.
+    fn injected(&mut self, slot: u32, at: u64, timed_out: bool) {
+        let r = &mut self.reqs[slot as usize];
+        r.ok = false;
+        r.timed_out = timed_out;
+        self.schedule(at, Kind::AttemptDone, slot);
+    }
+
+    /// An attempt held back by an injected latency goes out, with what is left of its
+    /// timeout.
+    fn on_dispatch(&mut self, slot: u32, t: u64) {
+        let r = &self.reqs[slot as usize];
+        if r.stage != Stage::InCall {
+            return;
+        }
+        let left = (r.deadline != u64::MAX).then(|| r.deadline.saturating_sub(t));
+        self.dispatch(slot, t, left);
+    }
+
+    /// The attempt goes out: to the dependency, or to the tier below.
+    fn dispatch(&mut self, slot: u32, t: u64, timeout: Option<u64>) {
         let k = self.reqs[slot as usize].tier as usize;
-        self.reqs[slot as usize].stage = Stage::InCall;
         let b = self.bin(t);
         self.tiers[k].calls_below += 1;
         self.tiers[k].bins[b].dependency_calls += 1;
-        let timeout = self.clients[k].timeout;
         if k < self.m.last() {
             self.send_below(slot, t, timeout);
             return;
@@ -1330,9 +1468,9 @@ impl<'p> Engine<'p> {
         let (k, layer) = (r.tier as usize, r.wait_layer as usize);
         self.reqs[slot as usize].stage = Stage::Idle;
         let cx = self.cx(slot, t);
-        self.clients[k].inner[layer].expire(&cx, &mut self.woken);
+        let policy = self.clients[k].inner[layer].expire(&cx, &mut self.woken);
         self.unwind(k, &cx, layer);
-        self.refused(slot, t, Policy::Bulkhead, true);
+        self.refused(slot, t, policy, true);
     }
 
     /// The current attempt of `slot` ended: the layers learn its outcome, and the retry loop
@@ -1425,10 +1563,14 @@ impl<'p> Engine<'p> {
             r.stage = Stage::Idle;
             (r.tier as usize, r.shard, r.attempt)
         };
+        let would_succeed = self.would_succeed(slot, t);
         let tier = &mut self.tiers[k];
         tier.refused[p as usize] += 1;
         if self.m.phase(t, shard).is_none() {
             tier.rejected_healthy += 1;
+        }
+        if would_succeed {
+            tier.rejected_would_succeed += 1;
         }
         if attempt > 0 {
             tier.rejected_on_retry += 1;
@@ -1458,6 +1600,27 @@ impl<'p> Engine<'p> {
         }
     }
 
+    /// Whether a refused attempt of `slot` to the dependency would have succeeded had it been
+    /// sent at `t`: drawn from the phase in force for its shard (its error rate, then its
+    /// latency against the timeout), as `dispatch` draws, the capacity aside. Only at
+    /// `[service]`, without hosts or optimistic writes. The draws come from the request's own
+    /// generator, which a refused request never uses again.
+    fn would_succeed(&mut self, slot: u32, t: u64) -> bool {
+        let m = self.m;
+        let k = self.reqs[slot as usize].tier as usize;
+        if k != m.last() || m.hosts.is_some() || m.occ {
+            return false;
+        }
+        let timeout = self.clients[k].timeout;
+        let req = &mut self.reqs[slot as usize];
+        let phase = m.phase(t, req.shard).unwrap_or(&m.base);
+        if phase.error_rate.happens(&mut req.rng) {
+            return false;
+        }
+        let lat = phase.latency.sample(&mut req.rng);
+        timeout.is_none_or(|to| lat <= to)
+    }
+
     /// Answers a request: records its outcome (and, at the first tier, its latency), frees its
     /// worker (if it held one) and its slot, and hands the outcome to the caller above.
     fn answer(&mut self, slot: u32, t: u64, out: Out, held_worker: bool) {
@@ -1479,6 +1642,10 @@ impl<'p> Engine<'p> {
             Out::Shed => bin.shed += 1,
         }
         tier.counts[out as usize] += 1;
+        if let Some(p) = self.pool_permits.get_mut(slot as usize) {
+            // Its worker is given back below: so is its share of them.
+            drop(p.take());
+        }
         if held_worker {
             let workers = self.m.tiers[k].workers;
             let rep = &mut tier.replicas[replica as usize];
@@ -1517,6 +1684,8 @@ impl<'p> Engine<'p> {
                 counts: t.counts,
                 refused: t.refused,
                 rejected_healthy: t.rejected_healthy,
+                rejected_would_succeed: t.rejected_would_succeed,
+                shed_by_priority: t.shed_by_priority,
                 rejected_on_retry: t.rejected_on_retry,
                 calls_below: t.calls_below,
                 pool_peak: t.pool_peak,
@@ -1564,6 +1733,8 @@ impl<'p> Engine<'p> {
             rejected_healthy: entry.rejected_healthy,
             rejected_on_retry: entry.rejected_on_retry,
             stale_view_calls: 0,
+            rejected_would_succeed: (last == 0 && self.hosts.is_none() && !self.m.occ)
+                .then_some(entry.rejected_would_succeed),
             dependency_calls: self.dependency_calls,
             pool_peak: tiers[last].pool_peak,
             queue_peak: tiers[last].queue_peak,
@@ -1580,4 +1751,12 @@ impl<'p> Engine<'p> {
 
 fn nanos_of(d: Duration) -> u64 {
     nanos(d)
+}
+
+fn put_permit(v: &mut Vec<Option<ShedPermit>>, slot: u32, p: ShedPermit) {
+    let i = slot as usize;
+    if v.len() <= i {
+        v.resize_with(i + 1, || None);
+    }
+    v[i] = Some(p);
 }

@@ -4,10 +4,10 @@
 //! From the outside in, as `tripline_policies::pipeline::Pipeline` composes them:
 //!
 //! ```text
-//! retry → breaker → gate → bulkhead → throttle → timeout → the call
+//! retry → breaker → partial → gate → bulkhead → shed → limiter → throttle → timeout → chaos → the call
 //! ```
 //!
-//! or, with `retry_inside_breaker`, `breaker → retry → gate → bulkhead → throttle → timeout`.
+//! or, with `retry_inside_breaker`, `breaker → retry → partial → gate → ...`.
 //! The retry is the request's [`RetryState`](tripline_policies::retry::RetryState) (the real
 //! retry loop, told each attempt's result, its delays waited by the engine on virtual time);
 //! the timeout is an event of the engine; every other policy is a `Layer`: it admits an
@@ -22,6 +22,12 @@
 //! | gate + bulkhead | `Bulkhead::enter`, then `Gate::try_request`, or `try_pending` while queued and `activate` once served | the slots are dropped, and the bulkhead's next waiter served |
 //! | throttle | `try_acquire` | `record(outcome)`; a refusal further in is `not_sent` |
 //!
+//! and the partial breaker (after the breaker), the shedder and the adaptive limiter (after
+//! the bulkhead), in [`adaptive`]. The fault injector plays the tier below, inside the
+//! timeout: it is the engine's, at the moment an attempt is sent
+//! ([`Chaos::decide`](tripline_policies::chaos::Chaos::decide)); and a shedder at a tier's
+//! workers is the engine's too, at the moment a request takes a worker.
+//!
 //! The gate also gives each retry its retry slot (`try_retry`), held through the backoff and
 //! the retry's attempt. Every policy reads the run's `ManualClock`, set by the engine to each
 //! event's time.
@@ -29,6 +35,8 @@
 //! A new policy is one more `Layer`: its section in [`crate::protection`], a field of the
 //! resolved client (`ClientSpec`), its objects in `TierPolicies`, and its place in
 //! `TierPolicies::layers`.
+
+mod adaptive;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -38,9 +46,17 @@ use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
 use tripline::{BreakerConfig, CircuitBreaker, EventKind, ManualClock, Outcome, Permit, State};
 use tripline_policies::bulkhead::{Bulkhead, BulkheadPermit, BulkheadWaiter, Entry};
+use tripline_policies::chaos::Chaos;
 use tripline_policies::gate::{Gate, GateGuard};
+use tripline_policies::limiter::Limiter;
+use tripline_policies::partial::PartialBreaker;
 use tripline_policies::retry::RetryPolicy;
+use tripline_policies::shed::{Priority, Shedder};
 use tripline_policies::throttle::{Throttle, ThrottleTicket};
+
+use crate::adaptive::ShedAt;
+pub use adaptive::{ChaosReport, LimiterReport, PartialReport, ShedReport};
+use adaptive::{PartialLayer, SlotLayer};
 
 use crate::dist::nanos;
 use crate::engine::{Tr, mix};
@@ -54,6 +70,8 @@ pub(crate) struct Cx {
     pub(crate) replica: u32,
     pub(crate) shard: u32,
     pub(crate) now: u64,
+    /// The request's priority (its endpoint's).
+    pub(crate) priority: Priority,
 }
 
 /// The policy that refused a call.
@@ -64,10 +82,13 @@ pub(crate) enum Policy {
     Gate = 1,
     Bulkhead = 2,
     Throttle = 3,
+    Shed = 4,
+    Limiter = 5,
+    Partial = 6,
 }
 
 /// How many kinds of [`Policy`] there are.
-pub(crate) const POLICIES: usize = 4;
+pub(crate) const POLICIES: usize = 7;
 
 /// A layer's answer to an attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,9 +114,11 @@ pub(crate) trait Layer {
     /// The attempt this layer admitted ended with `outcome`, or did not go (`None`: refused
     /// further in).
     fn settle(&mut self, cx: &Cx, outcome: Option<Outcome>, woken: &mut Vec<Woken>);
-    /// The attempt waiting in this layer ran out of time: it gives up its place.
-    fn expire(&mut self, cx: &Cx, woken: &mut Vec<Woken>) {
+    /// The attempt waiting in this layer ran out of time: it gives up its place. Returns the
+    /// policy that refuses it.
+    fn expire(&mut self, cx: &Cx, woken: &mut Vec<Woken>) -> Policy {
         let _ = (cx, woken);
+        Policy::Bulkhead
     }
     /// A retry of `cx.slot` is about to wait its backoff: takes its retry slot, if this
     /// layer limits retries. `false` refuses the retry.
@@ -141,6 +164,14 @@ pub struct PolicyReport {
     pub bulkhead: Option<BulkheadReport>,
     /// The adaptive throttles.
     pub throttle: Option<ThrottleReport>,
+    /// The partial breakers.
+    pub partial: Option<PartialReport>,
+    /// The shedders (in the client, or at the tier's workers).
+    pub shed: Option<ShedReport>,
+    /// The adaptive limiters.
+    pub limiter: Option<LimiterReport>,
+    /// The fault injectors.
+    pub chaos: Option<ChaosReport>,
 }
 
 /// What the retry policies did ([`RetryStats`](tripline_policies::retry::RetryStats)).
@@ -169,6 +200,9 @@ pub struct BreakerReport {
     pub count: u32,
     /// Attempts they refused.
     pub rejected: u64,
+    /// Of those, refused while Closed and ramping traffic back up after recovery
+    /// (`RejectReason::RampingUp`).
+    pub ramping_up: u64,
     /// Attempts admitted from a shared store's outdated view.
     pub stale_view_calls: u64,
 }
@@ -211,6 +245,13 @@ pub(crate) struct TierPolicies {
     gates: Vec<Gate>,
     bulkheads: Vec<Bulkhead>,
     throttles: Vec<Throttle>,
+    partials: Vec<PartialBreaker>,
+    shedders: Vec<Shedder>,
+    /// Shedders at the tier's own workers, per replica (`[protection.shed] at = "workers"`).
+    pub(crate) pool_shedders: Vec<Shedder>,
+    limiters: Vec<Limiter>,
+    /// Fault injectors, per replica.
+    pub(crate) chaos: Vec<Chaos>,
     /// Breaker transitions, as they happen.
     pub(crate) log: Arc<Mutex<Vec<Tr>>>,
     replicas: u32,
@@ -308,6 +349,46 @@ impl TierPolicies {
                 })
                 .collect()
         });
+        let partials = spec.partial.map_or_else(Vec::new, |c| {
+            (0..replicas)
+                .map(|r| {
+                    PartialBreaker::with_clock_and_rng(
+                        c,
+                        clock.clone(),
+                        Pcg64Mcg::seed_from_u64(mix(tseed, 0x9A47_0000 + u64::from(r))),
+                    )
+                })
+                .collect()
+        });
+        let (shedders, pool_shedders) = match spec.shed {
+            None => (Vec::new(), Vec::new()),
+            Some(s) => {
+                let all = (0..replicas).map(|_| Shedder::new(s.config)).collect();
+                match s.at {
+                    ShedAt::Client => (all, Vec::new()),
+                    ShedAt::Workers => (Vec::new(), all),
+                }
+            }
+        };
+        let limiters = spec.limiter.map_or_else(Vec::new, |c| {
+            (0..replicas)
+                .map(|r| {
+                    let c =
+                        crate::adaptive::seeded_limiter(&c, mix(tseed, 0x1171_0000 + u64::from(r)));
+                    Limiter::with_clock(c, clock.clone())
+                })
+                .collect()
+        });
+        let chaos = spec.chaos.as_ref().map_or_else(Vec::new, |c| {
+            (0..replicas)
+                .map(|r| {
+                    Chaos::with_rng(
+                        c.config.clone(),
+                        Pcg64Mcg::seed_from_u64(mix(tseed, 0xC4A0_0000 + u64::from(r))),
+                    )
+                })
+                .collect()
+        });
         Self {
             spec,
             breakers,
@@ -315,6 +396,11 @@ impl TierPolicies {
             gates,
             bulkheads,
             throttles,
+            partials,
+            shedders,
+            pool_shedders,
+            limiters,
+            chaos,
             log,
             replicas,
             shards,
@@ -346,12 +432,20 @@ impl TierPolicies {
                 },
                 stale_view_calls: 0,
                 rejected: 0,
+                ramping_up: 0,
             });
             if self.spec.retry_inside_breaker {
                 outer.push(layer);
             } else {
                 inner.push(layer);
             }
+        }
+        if !self.partials.is_empty() {
+            inner.push(Box::new(PartialLayer {
+                breakers: &self.partials,
+                permits: Vec::new(),
+                highest: 0.0,
+            }));
         }
         if !self.gates.is_empty() || !self.bulkheads.is_empty() {
             inner.push(Box::new(AdmissionLayer {
@@ -364,6 +458,12 @@ impl TierPolicies {
                 max_wait: self.spec.bulkhead.map_or(0, |b| nanos(b.max_wait())),
                 waited: 0,
             }));
+        }
+        if !self.shedders.is_empty() {
+            inner.push(Box::new(SlotLayer::new(&self.shedders)));
+        }
+        if !self.limiters.is_empty() {
+            inner.push(Box::new(SlotLayer::new(&self.limiters)));
         }
         if !self.throttles.is_empty() {
             inner.push(Box::new(ThrottleLayer {
@@ -415,6 +515,43 @@ impl TierPolicies {
             r.throttle = Some(ThrottleReport {
                 rejected: self.throttles.iter().map(Throttle::rejected).sum(),
             });
+        }
+        for (shedders, at) in [(&self.shedders, "client"), (&self.pool_shedders, "workers")] {
+            if !shedders.is_empty() {
+                let mut x = ShedReport {
+                    at,
+                    ..ShedReport::default()
+                };
+                for s in shedders {
+                    x.add(s.stats());
+                }
+                r.shed = Some(x);
+            }
+        }
+        if let Some(first) = self.limiters.first() {
+            let x = r.limiter.get_or_insert_with(LimiterReport::default);
+            let a = first.config().algorithm();
+            x.algorithm = a.name();
+            x.initial_limit = a.initial_limit();
+            for l in &self.limiters {
+                let s = l.snapshot();
+                x.final_limit += s.limit;
+                x.successes += s.successes;
+                x.drops += s.drops;
+                x.slots.add(s.slots);
+            }
+            x.slots.at = "client";
+        }
+        if !self.chaos.is_empty() {
+            let mut x = ChaosReport::default();
+            for c in &self.chaos {
+                let s = c.stats();
+                x.calls += s.calls;
+                x.latency += s.latency;
+                x.errors += s.errors;
+                x.hangs += s.hangs;
+            }
+            r.chaos = Some(x);
         }
     }
 }
@@ -471,6 +608,7 @@ struct BreakerLayer<'p> {
     views: Vec<View>,
     stale_view_calls: u64,
     rejected: u64,
+    ramping_up: u64,
 }
 
 impl BreakerLayer<'_> {
@@ -530,8 +668,11 @@ impl<'p> Layer for BreakerLayer<'p> {
                 put(&mut self.permits, cx.slot, p);
                 Admit::Go
             }
-            Err(_) => {
+            Err(e) => {
                 self.rejected += 1;
+                if e.reason() == tripline::RejectReason::RampingUp {
+                    self.ramping_up += 1;
+                }
                 Admit::Refused(Policy::Breaker)
             }
         }
@@ -552,6 +693,7 @@ impl<'p> Layer for BreakerLayer<'p> {
         r.breaker = Some(BreakerReport {
             count: self.breakers.len() as u32,
             rejected: self.rejected,
+            ramping_up: self.ramping_up,
             stale_view_calls: self.stale_view_calls,
         });
     }
@@ -656,7 +798,7 @@ impl Layer for AdmissionLayer<'_> {
         }
     }
 
-    fn expire(&mut self, cx: &Cx, woken: &mut Vec<Woken>) {
+    fn expire(&mut self, cx: &Cx, woken: &mut Vec<Woken>) -> Policy {
         if let Some((waiter, pending)) = take(&mut self.waiting, cx.slot) {
             let q = &mut self.queues[cx.replica as usize];
             if let Some(i) = q.iter().position(|&s| s == cx.slot) {
@@ -667,6 +809,7 @@ impl Layer for AdmissionLayer<'_> {
             // A slot handed to it, uncollected, went on to the next waiter.
             self.serve(cx.replica, woken);
         }
+        Policy::Bulkhead
     }
 
     fn take_retry_slot(&mut self, cx: &Cx) -> bool {

@@ -18,6 +18,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod adaptive;
 pub mod chart;
 mod dist;
 pub mod engine;

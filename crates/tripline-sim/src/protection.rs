@@ -31,6 +31,12 @@ use tripline_policies::retry::budget::{
 use tripline_policies::retry::{Backoff, Jitter, MAX_ATTEMPTS};
 use tripline_policies::throttle::ThrottleConfig;
 
+use tripline_policies::limiter::LimiterConfig;
+use tripline_policies::partial::PartialConfig;
+
+use crate::adaptive::{
+    ChaosSection, ChaosSpec, LimiterSection, PartialSection, ShedAt, ShedSection, ShedSpec,
+};
 use crate::dist::{Rate, fmt_d};
 use crate::scenario::{Scope, Sharing};
 
@@ -480,6 +486,14 @@ pub struct Policies<'a> {
     pub gate: Option<&'a GateSection>,
     /// The throttle section.
     pub throttle: Option<&'a ThrottleSection>,
+    /// The partial breaker section.
+    pub partial: Option<&'a PartialSection>,
+    /// The shedder section.
+    pub shed: Option<&'a ShedSection>,
+    /// The adaptive limiter section.
+    pub limiter: Option<&'a LimiterSection>,
+    /// The fault injector section.
+    pub chaos: Option<&'a ChaosSection>,
 }
 
 /// `[protection.tiers.NAME]`: a variant's policies at a tier in front of the service.
@@ -513,6 +527,18 @@ pub struct TierProtection {
     /// A throttle per replica.
     #[serde(default)]
     pub throttle: Option<ThrottleSection>,
+    /// A partial breaker per replica.
+    #[serde(default)]
+    pub partial: Option<PartialSection>,
+    /// A shedder per replica (in the client, or at this tier's workers).
+    #[serde(default)]
+    pub shed: Option<ShedSection>,
+    /// An adaptive limiter per replica.
+    #[serde(default)]
+    pub limiter: Option<LimiterSection>,
+    /// A fault injector per replica, playing the tier below.
+    #[serde(default)]
+    pub chaos: Option<ChaosSection>,
 }
 
 impl TierProtection {
@@ -531,6 +557,10 @@ impl TierProtection {
             bulkhead: self.bulkhead.as_ref(),
             gate: self.gate.as_ref(),
             throttle: self.throttle.as_ref(),
+            partial: self.partial.as_ref(),
+            shed: self.shed.as_ref(),
+            limiter: self.limiter.as_ref(),
+            chaos: self.chaos.as_ref(),
         }
     }
 }
@@ -602,6 +632,10 @@ pub(crate) struct ClientSpec {
     pub(crate) bulkhead: Option<BulkheadConfig>,
     pub(crate) gate: Option<GateConfig>,
     pub(crate) throttle: Option<ThrottleConfig>,
+    pub(crate) partial: Option<PartialConfig>,
+    pub(crate) shed: Option<ShedSpec>,
+    pub(crate) limiter: Option<LimiterConfig>,
+    pub(crate) chaos: Option<ChaosSpec>,
     pub(crate) fallback: bool,
     pub(crate) retry_inside_breaker: bool,
 }
@@ -623,12 +657,14 @@ const SMALLEST_BACKOFF: Duration = Duration::from_nanos(1);
 impl ClientSpec {
     /// Resolves a client: `base` its own settings, `p` a variant's policies at that tier.
     /// `prefix` names the variant's section in errors (`protection[2].`, or
-    /// `protection[2].tiers.gateway.`), `base_prefix` the client's own (`client.`).
+    /// `protection[2].tiers.gateway.`), `base_prefix` the client's own (`client.`);
+    /// `workers` is the tier's workers per replica (a shedder at the workers has as many slots).
     pub(crate) fn resolve(
         base: &Client,
         base_prefix: &str,
         p: Option<&Policies<'_>>,
         prefix: &str,
+        workers: u32,
     ) -> Result<Self, Bad> {
         if !(1..=MAX_ATTEMPTS).contains(&base.attempts) {
             return Err((
@@ -755,6 +791,22 @@ impl ClientSpec {
                 };
                 from_config(&format!("{prefix}throttle."), field, &e)
             })?;
+        let partial = p
+            .and_then(|p| p.partial)
+            .map(|s| s.config(&format!("{prefix}partial.")))
+            .transpose()?;
+        let shed = p
+            .and_then(|p| p.shed)
+            .map(|s| s.resolve(workers, &format!("{prefix}shed.")))
+            .transpose()?;
+        let limiter = p
+            .and_then(|p| p.limiter)
+            .map(|s| s.config(&format!("{prefix}limiter.")))
+            .transpose()?;
+        let chaos = p
+            .and_then(|p| p.chaos)
+            .map(|s| s.resolve(&format!("{prefix}chaos."), timeout))
+            .transpose()?;
         let breaker = p.and_then(|p| {
             p.breaker.map(|c| BreakerSpec {
                 config: c.clone(),
@@ -775,6 +827,10 @@ impl ClientSpec {
             bulkhead,
             gate,
             throttle,
+            partial,
+            shed,
+            limiter,
+            chaos,
             fallback: p.and_then(|p| p.fallback).unwrap_or(false),
             retry_inside_breaker: p.is_some_and(|p| p.retry_inside_breaker),
         })
@@ -791,9 +847,24 @@ impl ClientSpec {
             .fold(Duration::ZERO, |a, b| a.saturating_add(b))
     }
 
-    /// The longest an attempt may wait for a bulkhead's slot.
+    /// The longest an attempt may wait for its slots: the bulkhead's, the shedder's and the
+    /// limiter's queues, one after the other.
     pub(crate) fn longest_wait(&self) -> Duration {
-        self.bulkhead.map_or(Duration::ZERO, |b| b.max_wait())
+        let shed = self
+            .shed
+            .filter(|s| s.at == ShedAt::Client)
+            .map_or(Duration::ZERO, |s| s.config.max_wait());
+        self.bulkhead
+            .map_or(Duration::ZERO, |b| b.max_wait())
+            .saturating_add(shed)
+            .saturating_add(self.limiter.map_or(Duration::ZERO, |l| l.max_wait()))
+    }
+
+    /// The longest extra delay the fault injector adds to an attempt.
+    pub(crate) fn longest_injected(&self) -> Duration {
+        self.chaos
+            .as_ref()
+            .map_or(Duration::ZERO, ChaosSpec::longest_delay)
     }
 }
 

@@ -166,6 +166,8 @@ pub struct EndpointReport {
     pub name: String,
     /// Whether it calls the dependency.
     pub uses_dependency: bool,
+    /// Its priority: `critical`, `default`, `sheddable` or a number.
+    pub priority: crate::adaptive::EndpointPriority,
     /// Requests to it.
     pub requests: u64,
     /// Answered with real data.
@@ -212,6 +214,12 @@ pub struct RejectedBy {
     pub bulkhead: u64,
     /// By the adaptive throttle.
     pub throttle: u64,
+    /// By the priority shedder in the client.
+    pub shed: u64,
+    /// By the adaptive limiter.
+    pub limiter: u64,
+    /// By the partial breaker.
+    pub partial: u64,
 }
 
 impl RejectedBy {
@@ -222,7 +230,15 @@ impl RejectedBy {
             gate: r[P::Gate as usize],
             bulkhead: r[P::Bulkhead as usize],
             throttle: r[P::Throttle as usize],
+            shed: r[P::Shed as usize],
+            limiter: r[P::Limiter as usize],
+            partial: r[P::Partial as usize],
         }
+    }
+
+    /// Refusals by policies other than the breaker.
+    fn others(&self) -> u64 {
+        self.gate + self.bulkhead + self.throttle + self.shed + self.limiter + self.partial
     }
 }
 
@@ -248,6 +264,8 @@ pub struct TierReport {
     pub fallback: u64,
     /// Shed by the worker pool.
     pub shed: u64,
+    /// Of those, refused for their priority by a shedder at its workers.
+    pub shed_by_priority: u64,
     /// Refusals by policy.
     pub rejected_by: RejectedBy,
     /// Calls it made to the tier below (or the dependency), retries included.
@@ -380,11 +398,19 @@ pub struct RunReport {
     pub fallback_served: u64,
     /// Rejected although no fault touched the request at that moment.
     pub rejected_while_healthy: u64,
+    /// Rejected although the call would have succeeded: drawn, at the moment of the refusal,
+    /// from the dependency's behaviour then (its error rate for the request's shard, and its
+    /// latency against the timeout), its capacity aside: the healthy calls a protection
+    /// refused. `None` with `[[tiers]]`, `[dependency.hosts]` or optimistic writes.
+    pub rejected_would_succeed: Option<u64>,
     /// Attempts a replica admitted from a shared store's view that still said Closed after
     /// the fleet's breaker had moved on (their results were stale; 0 unless `view_ttl`).
     pub stale_view_calls: u64,
-    /// Shed by a full queue or the queue timeout.
+    /// Shed by a full queue or the queue timeout, or (with a shedder at the workers) for
+    /// their priority.
     pub shed: u64,
+    /// Of `shed`, refused for their priority by a shedder at the workers (at the first tier).
+    pub shed_by_priority: u64,
     /// Attempts that reached the dependency.
     pub dependency_calls: u64,
     /// `dependency_calls / requests`.
@@ -576,6 +602,7 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
             EndpointReport {
                 name: e.name.clone(),
                 uses_dependency: e.uses_dependency,
+                priority: e.priority,
                 requests: c.iter().sum(),
                 succeeded: c[Out::Succeeded as usize],
                 failed: c[Out::Failed as usize],
@@ -687,6 +714,7 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
                 rejected: c[Out::Rejected as usize] + c[Out::Fallback as usize],
                 fallback: c[Out::Fallback as usize],
                 shed: c[Out::Shed as usize],
+                shed_by_priority: t.shed_by_priority,
                 rejected_by: RejectedBy::of(&t.refused),
                 calls_below: t.calls_below,
                 amplification: if requests == 0 {
@@ -708,6 +736,7 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
         })
         .collect();
     let entry_refused = tiers.first().map(|t| t.rejected_by).unwrap_or_default();
+    let entry_shed_by_priority = tiers.first().map_or(0, |t| t.shed_by_priority);
     let policies = tiers.last().map(|t| t.policies.clone()).unwrap_or_default();
     let series = Series {
         using_dependency: per_bin(&o.samples, using, bins),
@@ -741,8 +770,10 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
         rejected_on_retry: o.rejected_on_retry,
         fallback_served: c[Out::Fallback as usize],
         rejected_while_healthy: o.rejected_healthy,
+        rejected_would_succeed: o.rejected_would_succeed,
         stale_view_calls: o.stale_view_calls,
         shed: c[Out::Shed as usize],
+        shed_by_priority: entry_shed_by_priority,
         dependency_calls: o.dependency_calls,
         load_amplification: if o.requests == 0 {
             0.0
@@ -959,6 +990,64 @@ fn policy_rows_of(p: &[&crate::layers::PolicyReport], prefix: &str) -> Vec<(Stri
             col(&|r| r.throttle.as_ref().map(|t| t.rejected.to_string())),
         ));
     }
+    if p.iter()
+        .any(|r| r.breaker.as_ref().is_some_and(|b| b.ramping_up > 0))
+    {
+        rows.push((
+            format!("{prefix}breaker: refused while ramping up"),
+            col(&|r| r.breaker.as_ref().map(|b| b.ramping_up.to_string())),
+        ));
+    }
+    if p.iter().any(|r| r.partial.is_some()) {
+        rows.push((
+            format!("{prefix}partial breaker: refused (highest rate)"),
+            col(&|r| {
+                r.partial
+                    .as_ref()
+                    .map(|x| format!("{} ({:.0}%)", x.rejected, 100.0 * x.highest_rejection_rate))
+            }),
+        ));
+    }
+    if p.iter().any(|r| r.shed.is_some()) {
+        rows.push((
+            format!("{prefix}shedder: shed / full / queue full, timed out"),
+            col(&|r| {
+                r.shed.as_ref().map(|x| {
+                    format!(
+                        "{} / {} / {} ({})",
+                        x.shed,
+                        x.full,
+                        x.queue_full + x.evicted + x.timed_out,
+                        x.at
+                    )
+                })
+            }),
+        ));
+    }
+    if p.iter().any(|r| r.limiter.is_some()) {
+        rows.push((
+            format!("{prefix}limiter: lowest–highest limit"),
+            col(&|r| {
+                r.limiter
+                    .as_ref()
+                    .map(|x| format!("{} {}–{}", x.algorithm, x.lowest_limit, x.highest_limit))
+            }),
+        ));
+        rows.push((
+            format!("{prefix}limiter: refused"),
+            col(&|r| r.limiter.as_ref().map(|x| x.slots.refused().to_string())),
+        ));
+    }
+    if p.iter().any(|r| r.chaos.is_some()) {
+        rows.push((
+            format!("{prefix}faults injected (latency / errors / hangs)"),
+            col(&|r| {
+                r.chaos
+                    .as_ref()
+                    .map(|x| format!("{} / {} / {}", x.latency, x.errors, x.hangs))
+            }),
+        ));
+    }
     rows
 }
 
@@ -985,10 +1074,7 @@ impl Report {
             Some(name) if self.tiers.len() > 1 => format!("{name} "),
             _ => String::new(),
         };
-        let others = self.runs.iter().any(|r| {
-            let b = r.rejected_by;
-            b.gate + b.bulkhead + b.throttle > 0
-        });
+        let others = self.runs.iter().any(|r| r.rejected_by.others() > 0);
         let rejected = if others {
             "rejected fast by a local policy"
         } else {
@@ -1010,7 +1096,10 @@ impl Report {
                     (|b: &RejectedBy| b.breaker) as fn(&RejectedBy) -> u64,
                 ),
                 ("  by the gate", |b: &RejectedBy| b.gate),
+                ("  by the partial breaker", |b: &RejectedBy| b.partial),
                 ("  by the bulkhead", |b: &RejectedBy| b.bulkhead),
+                ("  by the shedder", |b: &RejectedBy| b.shed),
+                ("  by the limiter", |b: &RejectedBy| b.limiter),
                 ("  by the throttle", |b: &RejectedBy| b.throttle),
             ] {
                 if self.runs.iter().any(|r| f(&r.rejected_by) > 0) {
@@ -1031,15 +1120,34 @@ impl Report {
                 "  rejected while healthy".into(),
                 self.col(|r| r.rejected_while_healthy.to_string()),
             ),
-            (
-                "shed by the worker pool".into(),
-                self.col(|r| r.shed.to_string()),
-            ),
-            (
-                format!("calls that reached {dep}"),
-                self.col(|r| r.dependency_calls.to_string()),
-            ),
         ]);
+        if self
+            .runs
+            .iter()
+            .any(|r| r.rejected_fast > 0 && r.rejected_would_succeed.is_some())
+        {
+            rows.push((
+                "  rejected that would have succeeded".into(),
+                self.col(|r| {
+                    r.rejected_would_succeed
+                        .map_or_else(|| "—".into(), |v| v.to_string())
+                }),
+            ));
+        }
+        rows.push((
+            "shed by the worker pool".into(),
+            self.col(|r| r.shed.to_string()),
+        ));
+        if self.runs.iter().any(|r| r.shed_by_priority > 0) {
+            rows.push((
+                "  of them for their priority".into(),
+                self.col(|r| r.shed_by_priority.to_string()),
+            ));
+        }
+        rows.extend([(
+            format!("calls that reached {dep}"),
+            self.col(|r| r.dependency_calls.to_string()),
+        )]);
         if self.runs.iter().any(|r| r.stale_view_calls > 0) {
             // Right after "calls that reached ...": the stale-view calls are among them.
             rows.push((

@@ -263,6 +263,11 @@ pub struct Endpoint {
     /// Its own work, done while holding the worker, after the dependency answered (default 0).
     #[serde(default = "zero_dist")]
     pub work: Dist,
+    /// How much its requests matter when capacity is short: `"critical"`, `"default"`
+    /// (default), `"sheddable"` or a number in [0, 255]. Its requests carry it to the
+    /// shedder and the limiter at every tier.
+    #[serde(default)]
+    pub priority: crate::adaptive::EndpointPriority,
 }
 
 /// The dependency.
@@ -423,6 +428,19 @@ pub struct Protection {
     /// The Google SRE book's client-side throttle per replica.
     #[serde(default)]
     pub throttle: Option<crate::protection::ThrottleSection>,
+    /// Shopify Semian's partial opening per replica: a share of calls refused in proportion
+    /// to the excess error rate.
+    #[serde(default)]
+    pub partial: Option<crate::adaptive::PartialSection>,
+    /// Priority shedding per replica, in the client or at the service's workers.
+    #[serde(default)]
+    pub shed: Option<crate::adaptive::ShedSection>,
+    /// An adaptive concurrency limit per replica (Vegas, Gradient2, AIMD or fixed).
+    #[serde(default)]
+    pub limiter: Option<crate::adaptive::LimiterSection>,
+    /// Fault injection per replica (a game day), playing the dependency.
+    #[serde(default)]
+    pub chaos: Option<crate::adaptive::ChaosSection>,
     /// Puts the retry inside the breaker: the breaker admits the retried call once and
     /// records its final result (default false: every attempt asks the breaker).
     #[serde(default)]
@@ -563,6 +581,12 @@ impl Scenario {
     /// Reads and checks a scenario from TOML text.
     pub fn from_toml(src: &str) -> Result<Self, ScenarioError> {
         let scenario: Scenario = toml::from_str(src).map_err(|e| {
+            if let Some(v) = e
+                .span()
+                .and_then(|s| table_field_error(src, s.start, e.message()))
+            {
+                return ScenarioError::Invalid(Box::new(v));
+            }
             let line = e.span().map(|s| line_of(src, s.start));
             let field = e.span().and_then(|s| key_at(src, s.start));
             let mut message = e.to_string().trim_end().to_string();
@@ -671,12 +695,18 @@ impl Scenario {
                     None => String::new(),
                 };
                 let pol = over.map(|o| o.policies());
-                ClientSpec::resolve(&t.client, &base_prefix, pol.as_ref(), &prefix)
+                ClientSpec::resolve(&t.client, &base_prefix, pol.as_ref(), &prefix, t.workers)
             }
             None => {
                 let pol = p.map(Protection::policies);
                 let prefix = variant.map_or(String::new(), |i| format!("protection[{i}]."));
-                ClientSpec::resolve(&self.client, "client.", pol.as_ref(), &prefix)
+                ClientSpec::resolve(
+                    &self.client,
+                    "client.",
+                    pol.as_ref(),
+                    &prefix,
+                    self.service.workers,
+                )
             }
         }
     }
@@ -756,9 +786,11 @@ impl Scenario {
                                 .unwrap_or_default(),
                         ),
                     };
+                    // An injected latency comes before the call, inside the timeout.
+                    let call = below.saturating_add(spec.longest_injected());
                     let attempt = spec
                         .longest_wait()
-                        .saturating_add(spec.timeout.map_or(below, |t| t.min(below)));
+                        .saturating_add(spec.timeout.map_or(call, |t| t.min(call)));
                     let hold = attempt
                         .saturating_mul(spec.attempts)
                         .saturating_add(spec.longest_backoffs())
@@ -1185,6 +1217,10 @@ impl Protection {
             bulkhead: self.bulkhead.as_ref(),
             gate: self.gate.as_ref(),
             throttle: self.throttle.as_ref(),
+            partial: self.partial.as_ref(),
+            shed: self.shed.as_ref(),
+            limiter: self.limiter.as_ref(),
+            chaos: self.chaos.as_ref(),
         }
     }
 }
@@ -1221,6 +1257,63 @@ fn pos_dur(field: &str, v: Duration) -> Result<(), Bad> {
         return Err(bad(field, fmt_d(v), "must be between 1ns and 1h"));
     }
     Ok(())
+}
+
+/// A table's own check failing on one of its fields (a `[protection.breaker]` whose
+/// `ramp_up.from` is 0: `tripline::BreakerConfig` checks its fields when it is read, and the
+/// TOML reader reports the whole table), as an error naming that field, its line, its value
+/// and what is allowed, like every other field's. `None` unless the message is a field's
+/// check (`ramp_up.from must be ..., got 0`) and the field is found in the table.
+fn table_field_error(src: &str, offset: usize, message: &str) -> Option<InvalidValue> {
+    let (field, rest) = message.split_once(" must ")?;
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']');
+    if field.is_empty() || !field.chars().all(ok) {
+        return None;
+    }
+    let (allowed, value) = rest.rsplit_once(", got ")?;
+    let at = line_of(src, offset);
+    let lines: Vec<&str> = src.lines().collect();
+    let header = |l: &str| {
+        let t = l.trim();
+        t.starts_with('[')
+            .then(|| t.trim_matches(['[', ']']).trim().to_string())
+    };
+    // The table's path: its header's, or the key of an inline table under the header above.
+    let here = lines.get(at - 1)?;
+    let table = match header(here) {
+        Some(h) => h,
+        None => {
+            let key = here.split_once('=')?.0.trim();
+            let above = lines[..at - 1].iter().rev().find_map(|l| header(l));
+            match above {
+                Some(h) => format!("{h}.{key}"),
+                None => key.to_string(),
+            }
+        }
+    };
+    // `protection` is an array of tables: this is the one opened last before the line.
+    let path = match table.strip_prefix("protection") {
+        Some(rest) if rest.is_empty() || rest.starts_with('.') => {
+            let n = lines[..at]
+                .iter()
+                .filter(|l| l.trim() == "[[protection]]")
+                .count();
+            format!("protection[{}]{rest}", n.checked_sub(1)?)
+        }
+        _ => table,
+    };
+    let full = format!("{path}.{field}");
+    let line = locate(src, &full)?;
+    Some(InvalidValue {
+        origin: None,
+        line: Some(line),
+        snippet: lines
+            .get(line - 1)
+            .map(|t| format!("{line:>4} | {}", t.trim_end())),
+        field: full,
+        value: value.to_string(),
+        allowed: format!("must {allowed}"),
+    })
 }
 
 fn line_of(src: &str, offset: usize) -> usize {
@@ -1329,6 +1422,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../scenarios/backoff-contention.toml"),
     ),
     ("metastable", include_str!("../scenarios/metastable.toml")),
+    (
+        "sustained-errors",
+        include_str!("../scenarios/sustained-errors.toml"),
+    ),
+    (
+        "slow-recovery",
+        include_str!("../scenarios/slow-recovery.toml"),
+    ),
 ];
 
 /// The TOML source of a built-in scenario.

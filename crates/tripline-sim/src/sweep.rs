@@ -14,8 +14,8 @@
 //! ```
 //!
 //! The fields that can be swept: `arrivals.count`, `arrivals.rate`, `duration`,
-//! `dependency.capacity`, and `dependency.faults[N].from`, `.until` and `.capacity`. The
-//! figures: see [`METRICS`].
+//! `dependency.capacity`, and `dependency.faults[N].from`, `.until`, `.capacity` and
+//! `.error_rate`. The figures: see [`METRICS`].
 
 use std::time::Duration;
 
@@ -33,6 +33,14 @@ pub const METRICS: &[(&str, &str)] = &[
         "requests answered with an error after their attempts",
     ),
     ("rejected_fast", "requests refused by a local policy"),
+    (
+        "rejected_while_healthy",
+        "requests refused although no fault touched them then",
+    ),
+    (
+        "rejected_would_succeed",
+        "requests refused although their call would have succeeded",
+    ),
     ("shed", "requests shed by the worker pool"),
     ("dependency_calls", "calls that reached the dependency"),
     (
@@ -52,7 +60,7 @@ pub const METRICS: &[(&str, &str)] = &[
 ];
 
 const UNKNOWN: &str = "must be one of the fields that can be swept:";
-const FIELDS: &str = "arrivals.count, arrivals.rate, duration, dependency.capacity, dependency.faults[N].from, dependency.faults[N].until, dependency.faults[N].capacity";
+const FIELDS: &str = "arrivals.count, arrivals.rate, duration, dependency.capacity, dependency.faults[N].from, dependency.faults[N].until, dependency.faults[N].capacity, dependency.faults[N].error_rate";
 
 /// The most values a sweep may list.
 pub const MAX_VALUES: usize = 12;
@@ -143,6 +151,12 @@ impl Sweep {
                     "from" => fault.from = as_duration(f, value)?,
                     "until" => fault.until = as_duration(f, value)?,
                     "capacity" => fault.capacity = Some(as_u32(f, value)?),
+                    "error_rate" => {
+                        fault.error_rate = Some(
+                            crate::dist::Rate::deserialize(value.clone())
+                                .map_err(|e| format!("{f} takes a rate: {}", e.message().trim()))?,
+                        )
+                    }
                     _ => return Err(self.unknown()),
                 }
             }
@@ -240,6 +254,8 @@ pub fn metric(run: &RunReport, name: &str) -> Option<f64> {
         "succeeded" => run.succeeded as f64,
         "failed" => run.failed as f64,
         "rejected_fast" => run.rejected_fast as f64,
+        "rejected_while_healthy" => run.rejected_while_healthy as f64,
+        "rejected_would_succeed" => return run.rejected_would_succeed.map(|v| v as f64),
         "shed" => run.shed as f64,
         "dependency_calls" => run.dependency_calls as f64,
         "load_amplification" => run.load_amplification,

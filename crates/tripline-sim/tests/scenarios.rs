@@ -96,6 +96,7 @@ fn gymfolks_breaker_keeps_the_pool_and_unrelated_endpoints_healthy() {
     let r = run("gymfolks");
     check_gymfolks(&r);
     check_second_attempt(&r);
+    check_gymfolks_beside_the_breaker(&r);
 }
 
 fn check_fraud_checkout(r: &Report) {
@@ -168,6 +169,7 @@ fn retry_storm_amplification_is_higher_without_a_breaker() {
     let r = run("retry-storm");
     check_retry_storm(&r);
     check_retry_storm_cures(&r);
+    check_retry_storm_limits(&r);
 }
 
 fn check_hot_shard(r: &Report) {
@@ -204,6 +206,7 @@ fn hot_shard_single_breaker_short_circuits_healthy_shards() {
     let r = run("hot-shard");
     check_hot_shard(&r);
     check_hot_shard_throttle(&r);
+    check_hot_shard_partial(&r);
 }
 
 /// GymFolks' second attempt: the shared breaker plus a 10 % retry budget and no retries
@@ -304,6 +307,241 @@ fn check_hot_shard_throttle(r: &Report) {
     // Its few refusals all came while its window was filling, before the faults.
     let refused_late: u32 = throttle.series.bins[1..].iter().map(|b| b.rejected).sum();
     assert_eq!(refused_late, 0);
+}
+
+fn endpoint<'a>(run: &'a RunReport, name: &str) -> &'a tripline_sim::report::EndpointReport {
+    run.endpoints
+        .iter()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("no endpoint {name}"))
+}
+
+/// The policies beside the breaker on GymFolks, each without one: a fixed bulkhead, the
+/// adaptive limit (Vegas, concurrency-limits' default algorithm), and priority shedding at
+/// the worker pool.
+fn check_gymfolks_beside_the_breaker(r: &Report) {
+    let without = get(r, "without");
+    let bulkhead = get(r, "bulkhead 25");
+    let limit = get(r, "adaptive limit");
+    // Both cap what the vendor can hold: the pool never fills, the other endpoints keep
+    // their p99, refused cards get the cached catalog.
+    for run in [bulkhead, limit] {
+        assert_eq!(run.pool_full_s, 0, "{}", run.label);
+        assert_eq!(run.shed, 0, "{}", run.label);
+        let o = run.latency.other;
+        assert!(ms(o.p99_ms) <= 1.5 * ms(o.baseline_p99_ms), "{}", run.label);
+        assert_eq!(run.fallback_served, run.rejected_fast, "{}", run.label);
+        assert_eq!(run.recovery_s, Some(0.0), "{}", run.label);
+    }
+    assert_eq!(bulkhead.rejected_by.bulkhead, bulkhead.rejected_fast);
+    assert_eq!(limit.rejected_by.limiter, limit.rejected_fast);
+    // The limit follows the vendor's round-trip times down: far fewer calls reach the sick
+    // vendor than through the fixed bulkhead, and the card's p99 is the fallback's...
+    assert!(
+        limit.dependency_calls * 2 < bulkhead.dependency_calls,
+        "{} vs {}",
+        limit.dependency_calls,
+        bulkhead.dependency_calls
+    );
+    assert!(ms(limit.latency.using_dependency.p99_ms) < 1500.0);
+    assert!(ms(bulkhead.latency.using_dependency.p99_ms) > 2500.0);
+    // ...at a price the bulkhead does not pay: Vegas reads the spread of a healthy vendor's
+    // latency (300 ms median, 900 ms p99) as a queue, and refuses healthy calls.
+    assert!(
+        limit.rejected_while_healthy > 20 * bulkhead.rejected_while_healthy.max(1),
+        "{} vs {}",
+        limit.rejected_while_healthy,
+        bulkhead.rejected_while_healthy
+    );
+    let l = limit
+        .policies
+        .limiter
+        .as_ref()
+        .expect("the limiter's figures");
+    assert_eq!((l.algorithm, l.initial_limit), ("vegas", 20));
+    assert!(l.lowest_limit >= 1 && l.highest_limit <= 1000, "{l:?}");
+    assert_eq!(l.slots.refused(), limit.rejected_fast);
+
+    // Priority shedding at the pool: POST /log-set (critical) always finds a worker; the
+    // workout card (sheddable) may hold half of them and is shed first.
+    let shed = get(r, "shed by priority");
+    let log = endpoint(shed, "/log-set");
+    assert_eq!(log.priority.0, tripline_policies::shed::Priority::CRITICAL);
+    assert_eq!((log.succeeded, log.failed, log.shed), (log.requests, 0, 0));
+    assert!(endpoint(without, "/log-set").shed as f64 > 0.2 * log.requests as f64);
+    let card = endpoint(shed, "/workout-card");
+    assert!(card.shed as f64 > 0.3 * card.requests as f64, "{card:?}");
+    assert_eq!(shed.shed, card.shed, "only cards are shed");
+    assert_eq!(shed.shed_by_priority, shed.shed);
+    let stats = shed.policies.shed.as_ref().expect("the shedder's figures");
+    assert_eq!(stats.at, "workers");
+    assert_eq!(stats.refused(), shed.shed_by_priority);
+    assert_eq!(shed.pool_full_s, 0);
+    assert!(
+        shed.pool_peak <= shed.pool_size * 3 / 5,
+        "{}",
+        shed.pool_peak
+    );
+    for e in shed.endpoints.iter().filter(|e| !e.uses_dependency) {
+        assert_eq!(e.succeeded, e.requests, "{}", e.name);
+    }
+}
+
+/// The fixed bulkhead and the adaptive limit on the retry storm, each without a breaker.
+fn check_retry_storm_limits(r: &Report) {
+    let without = get(r, "without");
+    let bulkhead = get(r, "bulkhead 25");
+    let limit = get(r, "adaptive limit");
+    // Both end the storm with the slowdown: the calls in flight are capped, so is the load.
+    for run in [bulkhead, limit] {
+        assert_eq!(run.recovery_s, Some(0.0), "{}", run.label);
+        assert_eq!(run.pool_full_s, 0, "{}", run.label);
+        assert!(run.load_amplification < 1.0, "{}", run.label);
+        assert!(run.succeeded > 2 * without.succeeded, "{}", run.label);
+    }
+    // The limit sends fewer calls than the bulkhead, and refuses more healthy ones (Vegas
+    // reads the latency's spread as a queue): fewer requests get real data.
+    assert!(limit.dependency_calls * 4 < bulkhead.dependency_calls * 3);
+    assert!(limit.rejected_while_healthy > 2 * bulkhead.rejected_while_healthy);
+    assert!(limit.succeeded < bulkhead.succeeded);
+    // The breaker does better than either here.
+    assert!(get(r, "breaker").succeeded > bulkhead.succeeded);
+}
+
+/// Partial opening on a hot shard: a share of the calls refused, not all of them.
+fn check_hot_shard_partial(r: &Report) {
+    let without = get(r, "without");
+    let one = get(r, "one breaker");
+    let partial = get(r, "partial");
+    let i = r.incident.unwrap();
+    let during = without.requests as f64 * (i.end_s - i.start_s) / r.duration_s;
+    // About 0.1 / 0.9 of the calls during the incident, Semian's steady state for a 10 %
+    // excess, where the single breaker refuses nearly all of them.
+    let share = partial.rejected_fast as f64 / during;
+    assert!((0.05..0.2).contains(&share), "{share}");
+    assert_eq!(partial.rejected_by.partial, partial.rejected_fast);
+    assert!(
+        partial.rejected_while_healthy * 8 < one.rejected_while_healthy,
+        "{} vs {}",
+        partial.rejected_while_healthy,
+        one.rejected_while_healthy
+    );
+    assert_eq!(
+        partial.rejected_would_succeed,
+        Some(partial.rejected_while_healthy),
+        "a healthy shard's call succeeds, a failing shard's fails"
+    );
+    assert!(partial.succeeded as f64 > 0.9 * without.succeeded as f64);
+    let p = partial.policies.partial.as_ref().unwrap();
+    assert!(
+        (0.05..0.3).contains(&p.highest_rejection_rate),
+        "{}",
+        p.highest_rejection_rate
+    );
+    assert_eq!(p.rejected, partial.rejected_fast);
+}
+
+#[test]
+fn sustained_errors_partial_opening_refuses_a_share_and_still_closes_on_an_outage() {
+    let r = &run("sustained-errors");
+    let without = get(r, "without");
+    let classic = get(r, "classic 10%");
+    let default = get(r, "classic 50%");
+    let partial = get(r, "partial");
+    let throttle = get(r, "SRE throttle");
+    let would = |run: &RunReport| run.rejected_would_succeed.expect("known at one tier");
+    // 20 % errors: the breaker tuned to see it opens and refuses the four calls in five that
+    // would have succeeded too; at resilience4j's 50 % it never trips.
+    assert!(would(classic) as f64 > 0.7 * classic.rejected_fast as f64);
+    assert_eq!((default.rejected_fast, default.transitions.len()), (0, 0));
+    // Partial opening refuses a share, about Δ / (1 − Δ) of the calls during the incident...
+    let i = r.incident.unwrap();
+    let during = without.requests as f64 * (i.end_s - i.start_s) / r.duration_s;
+    let share = partial.rejected_fast as f64 / during;
+    assert!((0.12..0.3).contains(&share), "{share}");
+    // ...so far fewer healthy calls than the classic breaker.
+    assert!(
+        would(partial) * 3 < would(classic),
+        "{} vs {}",
+        would(partial),
+        would(classic)
+    );
+    // The SRE throttle refuses nothing at 20 % (K = 2: only below half the requests accepted).
+    assert!(throttle.rejected_fast * 1000 < throttle.requests);
+    // The sweep: at 100 % errors, a total outage, partial opening keeps the calls away
+    // nearly as the breakers do; at 10 % it refuses a tenth of what the classic breaker does.
+    let sw = r.sweep.as_ref().unwrap();
+    assert_eq!(
+        sw.metrics,
+        ["rejected_would_succeed", "dependency_calls", "failed"]
+    );
+    let at = |value: &str, label: &str, m: usize| {
+        let p = sw.points.iter().find(|p| p.value == value).unwrap();
+        p.runs.iter().find(|x| x.label == label).unwrap().figures[m].unwrap()
+    };
+    let healthy_share = 1.0 - (i.end_s - i.start_s) / r.duration_s;
+    assert!(at("100%", "partial", 2) < 0.05 * at("100%", "without", 2));
+    assert!(at("100%", "partial", 1) < 1.05 * healthy_share * at("100%", "without", 1));
+    assert!(at("100%", "classic 10%", 2) < 0.05 * at("100%", "without", 2));
+    assert!(at("100%", "SRE throttle", 2) > 5.0 * at("100%", "partial", 2));
+    assert!(at("10%", "partial", 0) * 5.0 < at("10%", "classic 10%", 0));
+    assert_eq!(at("10%", "classic 50%", 0), 0.0);
+}
+
+#[test]
+fn slow_recovery_a_ramp_after_closing_spares_the_barely_recovered_dependency() {
+    let r = &run("slow-recovery");
+    let breaker = get(r, "breaker");
+    let ramp = get(r, "breaker + ramp");
+    // The restart ends at 120 s; both breakers close at the first probe after it.
+    let first_close = |run: &RunReport| {
+        run.transitions
+            .iter()
+            .find(|t| t.at_s >= 120.0 && t.to == State::Closed)
+            .map(|t| t.at_s)
+            .expect("closes after the restart")
+    };
+    assert_eq!(first_close(breaker), first_close(ramp));
+    let close = first_close(breaker);
+    assert!((120.0..121.0).contains(&close), "{close}");
+    // Without the ramp the full load floods the index at a tenth of its capacity: the
+    // breaker re-trips within a second, and again at every probe until the capacity is half
+    // back (160 s). With it, the index sees a growing share and the breaker stays closed.
+    let retrips = |run: &RunReport| {
+        run.transitions
+            .iter()
+            .filter(|t| t.at_s > close && t.to == State::Open)
+            .count()
+    };
+    assert!(retrips(breaker) >= 3, "{}", retrips(breaker));
+    assert_eq!(retrips(ramp), 0);
+    // Fewer calls at once on the recovering index right after closing, and far fewer of them
+    // time out.
+    let peak = |run: &RunReport| {
+        run.series.bins[120..140]
+            .iter()
+            .map(|b| b.dependency_in_flight_peak)
+            .max()
+            .unwrap()
+    };
+    assert!(
+        peak(ramp) * 4 < peak(breaker),
+        "{} vs {}",
+        peak(ramp),
+        peak(breaker)
+    );
+    assert!(
+        ramp.failed * 5 < breaker.failed,
+        "{} vs {}",
+        ramp.failed,
+        breaker.failed
+    );
+    let refused = ramp.policies.breaker.as_ref().unwrap().ramping_up;
+    assert!(refused > 0 && refused < ramp.rejected_fast);
+    assert_eq!(breaker.policies.breaker.as_ref().unwrap().ramping_up, 0);
+    // Neither is worse off for the users: the refused calls got the cached answer.
+    assert!(ramp.succeeded >= breaker.succeeded);
+    assert_eq!(ramp.recovery_s, Some(0.0));
 }
 
 #[test]
@@ -441,6 +679,8 @@ fn every_builtin_scenario_is_checked() {
         "mercari",
         "backoff-contention",
         "metastable",
+        "sustained-errors",
+        "slow-recovery",
     ];
     let builtin: Vec<&str> = tripline_sim::scenario::BUILTIN
         .iter()
@@ -494,7 +734,7 @@ fn json_has_the_documented_fields() {
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["scenario"], "hot-shard");
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 4);
+    assert_eq!(runs.len(), 5);
     assert_eq!(runs[0]["label"], "without");
     assert_eq!(v["tiers"][0], "service");
     assert!(v["sweep"].is_null());
@@ -505,7 +745,9 @@ fn json_has_the_documented_fields() {
         "rejected_fast",
         "fallback_served",
         "rejected_while_healthy",
+        "rejected_would_succeed",
         "shed",
+        "shed_by_priority",
         "dependency_calls",
         "load_amplification",
         "pool_size",
@@ -542,6 +784,18 @@ fn json_has_the_documented_fields() {
         runs[3]["rejected_by"]["throttle"]
     );
     assert!(runs[2]["policies"]["breaker"]["rejected"].is_u64());
+    assert!(runs[2]["policies"]["breaker"]["ramping_up"].is_u64());
+    // Partial opening's own counters, and the endpoints' priorities.
+    assert_eq!(
+        runs[4]["policies"]["partial"]["rejected"],
+        runs[4]["rejected_by"]["partial"]
+    );
+    assert!(runs[4]["policies"]["partial"]["highest_rejection_rate"].is_f64());
+    assert!(runs[4]["rejected_would_succeed"].is_u64());
+    assert_eq!(runs[0]["endpoints"][0]["priority"], "default");
+    for key in ["shed", "limiter", "partial"] {
+        assert!(runs[0]["rejected_by"][key].is_u64(), "rejected_by.{key}");
+    }
     let tier = &runs[2]["tiers"][0];
     assert_eq!(tier["name"], "service");
     assert_eq!(tier["calls_below"], runs[2]["dependency_calls"]);

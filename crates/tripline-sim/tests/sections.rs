@@ -1,4 +1,6 @@
-//! The policy sections, tiers, sweeps and new dependency fields of a scenario file: each bad
+//! The policy sections (the breaker's ramp-up, the partial breaker, the shedder, the limiter
+//! and the fault injector among them), endpoint priorities, tiers, sweeps and new dependency
+//! fields of a scenario file: each bad
 //! value gets an error naming its line, its field, the value and what is allowed, whether the
 //! serde layer refuses it (a wrong type, an unknown name) or the policy's own builder does
 //! (a value out of range), and no mutation of those fields makes the parser panic.
@@ -27,6 +29,12 @@ name = "api"
 [[endpoints]]
 name = "/a"
 uses_dependency = true
+priority = "critical"
+
+[[endpoints]]
+name = "/b"
+uses_dependency = true
+priority = 40
 
 [client]
 timeout = "1s"
@@ -69,11 +77,44 @@ k = 2
 window = "60s"
 bucket = "1s"
 
+[protection.breaker]
+ramp_up = { from = 10, over = "30s", steps = 10, curve = "exponential" }
+
+[protection.partial]
+kp = 1.0
+window = "10s"
+interval = "1s"
+
+[protection.shed]
+capacity = 30
+shares = { critical = 100, default = 80, sheddable = 40 }
+max_waiting = 4
+max_wait = "20ms"
+
+[protection.limiter]
+algorithm = { kind = "gradient2", min_limit = 5, max_limit = 50, rtt_tolerance = 2.0 }
+shares = { sheddable = 50 }
+max_waiting = 8
+max_wait = "30ms"
+
+[protection.chaos]
+from = "5s"
+until = "8s"
+rules = [
+  { fault = "latency", rate = 0.5, delay = "20ms" },
+  { fault = "error", rate = 0.1 },
+  { fault = "hang", rate = 0.01 },
+]
+
 [protection.tiers.gateway]
 attempts = 2
 
 [protection.tiers.gateway.bulkhead]
 max_concurrent = 40
+
+[protection.tiers.gateway.shed]
+at = "workers"
+shares = { sheddable = 60 }
 
 [sweep]
 field = "dependency.faults[0].until"
@@ -98,7 +139,14 @@ fn the_base_scenario_is_valid_and_runs() {
     let p = &all.policies;
     assert_eq!(p.retry.as_ref().unwrap().budget, ["tps", "error-rate"]);
     assert!(p.bulkhead.is_some() && p.gate.is_some() && p.throttle.is_some());
+    assert!(p.partial.is_some() && p.shed.is_some() && p.limiter.is_some());
+    assert_eq!(p.shed.as_ref().unwrap().at, "client");
+    assert_eq!(p.limiter.as_ref().unwrap().algorithm, "gradient2");
+    let chaos = p.chaos.as_ref().unwrap();
+    assert!(chaos.calls > 0 && chaos.latency > 0, "{chaos:?}");
     assert!(all.tiers[0].policies.bulkhead.is_some());
+    assert_eq!(all.tiers[0].policies.shed.as_ref().unwrap().at, "workers");
+    assert_eq!(s.endpoints[1].priority.0.get(), 40);
     assert_eq!(r.sweep.as_ref().unwrap().points.len(), 2);
 }
 
@@ -268,6 +316,168 @@ const CASES: &[(&str, &str, &str, &str)] = &[
         "bucket = \"0s\"",
         "protection[0].throttle.bucket",
         "0ns",
+    ),
+    // The breaker's ramp-up (checked by tripline's own configuration).
+    (
+        "ramp_up = { from = 10,",
+        "ramp_up = { from = 0,",
+        "protection[0].breaker.ramp_up.from",
+        "0",
+    ),
+    (
+        "steps = 10, curve",
+        "steps = 0, curve",
+        "protection[0].breaker.ramp_up.steps",
+        "0",
+    ),
+    (
+        "over = \"30s\", steps",
+        "over = \"2h\", steps",
+        "protection[0].breaker.ramp_up.over",
+        "2h",
+    ),
+    // The partial breaker.
+    ("kp = 1.0", "kp = -1", "protection[0].partial.kp", "-1"),
+    (
+        "kp = 1.0",
+        "kp = 0\nki = 0",
+        "protection[0].partial.kp",
+        "0",
+    ),
+    (
+        "window = \"10s\"\ninterval",
+        "window = \"10500ms\"\ninterval",
+        "protection[0].partial.window",
+        "10.5s",
+    ),
+    (
+        "interval = \"1s\"",
+        "interval = \"0s\"",
+        "protection[0].partial.interval",
+        "0ns",
+    ),
+    // The shedder.
+    (
+        "capacity = 30",
+        "capacity = 0",
+        "protection[0].shed.capacity",
+        "0",
+    ),
+    (
+        "capacity = 30",
+        "at = \"workers\"\ncapacity = 30",
+        "protection[0].shed.capacity",
+        "30",
+    ),
+    (
+        "default = 80, sheddable = 40",
+        "default = 120, sheddable = 40",
+        "protection[0].shed.shares.default",
+        "120",
+    ),
+    (
+        "default = 80, sheddable = 40",
+        "default = 80, sheddable = 90",
+        "protection[0].shed.shares.sheddable",
+        "90",
+    ),
+    (
+        "max_wait = \"20ms\"",
+        "max_wait = \"0s\"",
+        "protection[0].shed.max_wait",
+        "0ns",
+    ),
+    // The limiter.
+    (
+        "min_limit = 5,",
+        "min_limit = 0,",
+        "protection[0].limiter.algorithm.min_limit",
+        "0",
+    ),
+    (
+        "max_limit = 50,",
+        "max_limit = 2000000,",
+        "protection[0].limiter.algorithm.max_limit",
+        "2000000",
+    ),
+    (
+        "rtt_tolerance = 2.0",
+        "rtt_tolerance = 0.5",
+        "protection[0].limiter.algorithm.rtt_tolerance",
+        "0.5",
+    ),
+    (
+        "kind = \"gradient2\", min_limit",
+        "kind = \"vegas\", min_limit",
+        "protection[0].limiter.algorithm.rtt_tolerance",
+        "2",
+    ),
+    (
+        "algorithm = { kind = \"gradient2\", min_limit = 5, max_limit = 50, rtt_tolerance = 2.0 }",
+        "algorithm = { kind = \"fixed\" }",
+        "protection[0].limiter.algorithm.limit",
+        "nothing",
+    ),
+    (
+        "algorithm = { kind = \"gradient2\", min_limit = 5, max_limit = 50, rtt_tolerance = 2.0 }",
+        "algorithm = { kind = \"vegas\", alpha = 9, beta = 6 }",
+        "protection[0].limiter.algorithm.beta",
+        "6",
+    ),
+    (
+        "algorithm = { kind = \"gradient2\", min_limit = 5, max_limit = 50, rtt_tolerance = 2.0 }",
+        "algorithm = { kind = \"aimd\", backoff_ratio = 1.0 }",
+        "protection[0].limiter.algorithm.backoff_ratio",
+        "1",
+    ),
+    (
+        "shares = { sheddable = 50 }",
+        "shares = { critical = 0 }",
+        "protection[0].limiter.shares.critical",
+        "0",
+    ),
+    (
+        "max_waiting = 8",
+        "max_waiting = 2000000",
+        "protection[0].limiter.max_waiting",
+        "2000000",
+    ),
+    // The fault injector.
+    (
+        "{ fault = \"latency\", rate = 0.5,",
+        "{ fault = \"latency\", rate = 1.5,",
+        "protection[0].chaos.rules[0].rate",
+        "1.5",
+    ),
+    (
+        "delay = \"20ms\" }",
+        "delay = \"0s\" }",
+        "protection[0].chaos.rules[0].delay",
+        "0ns",
+    ),
+    (
+        "{ fault = \"latency\", rate = 0.5, delay = \"20ms\" }",
+        "{ fault = \"latency\", rate = 0.5 }",
+        "protection[0].chaos.rules[0].delay",
+        "nothing",
+    ),
+    (
+        "{ fault = \"error\", rate = 0.1 }",
+        "{ fault = \"error\", rate = 0.1, delay = \"1s\" }",
+        "protection[0].chaos.rules[1].delay",
+        "1s",
+    ),
+    (
+        "until = \"8s\"\nrules",
+        "until = \"4s\"\nrules",
+        "protection[0].chaos.until",
+        "4s",
+    ),
+    (
+        "[client]\ntimeout = \"1s\"\n",
+        "[client]\n",
+        "protection[0].chaos.rules[2].fault",
+        "\"hang\"",
     ),
     // Tiers, and a variant's policies at a tier.
     ("name = \"gateway\"", "name = \"\"", "tiers[0].name", "\"\""),
@@ -439,6 +649,42 @@ const PARSE_CASES: &[(&str, &str, &[&str])] = &[
         "capacity = 100\noverload = \"explode\"",
         &["unknown variant `explode`", "`fail`"],
     ),
+    // Priorities, and the new sections' names.
+    (
+        "priority = \"critical\"",
+        "priority = \"urgent\"",
+        &["got \"urgent\"", "\"sheddable\"", "[0, 255]"],
+    ),
+    (
+        "priority = 40",
+        "priority = 256",
+        &["got 256", "\"critical\""],
+    ),
+    (
+        "kind = \"gradient2\", min_limit",
+        "kind = \"bbr\", min_limit",
+        &["unknown variant `bbr`", "`vegas`", "`aimd`"],
+    ),
+    (
+        "{ fault = \"error\", rate = 0.1 }",
+        "{ fault = \"abort\", rate = 0.1 }",
+        &["unknown variant `abort`", "`hang`"],
+    ),
+    (
+        "capacity = 30",
+        "capacity = 30\nat = \"server\"",
+        &["unknown variant `server`", "`workers`"],
+    ),
+    (
+        "kp = 1.0",
+        "kp = 1.0\ngain = 2",
+        &["unknown field `gain`", "`ki`"],
+    ),
+    (
+        "ramp_up = { from = 10,",
+        "ramp_up = { start = 10,",
+        &["unknown field `start`", "`from`"],
+    ),
 ];
 
 #[test]
@@ -551,6 +797,9 @@ fn targets() -> Vec<(&'static str, usize, String, std::ops::Range<usize>)> {
         "gymfolks-cascade",
         "retry-storm",
         "gymfolks",
+        "hot-shard",
+        "sustained-errors",
+        "slow-recovery",
     ] {
         let src = builtin(name).unwrap();
         let mut offset = 0;
@@ -561,7 +810,8 @@ fn targets() -> Vec<(&'static str, usize, String, std::ops::Range<usize>)> {
                 section = t.to_string();
             }
             let new_section = [
-                "retry", "bulkhead", "gate", "throttle", "tiers", "sweep", "budget",
+                "retry", "bulkhead", "gate", "throttle", "tiers", "sweep", "budget", "limiter",
+                "shed", "partial", "chaos",
             ]
             .iter()
             .any(|k| section.contains(k));
@@ -577,6 +827,14 @@ fn targets() -> Vec<(&'static str, usize, String, std::ops::Range<usize>)> {
                 "overload",
                 "repeat",
                 "values",
+                "priority",
+                "bulkhead",
+                "error_rate",
+                "ramp_up",
+                "limiter",
+                "shed",
+                "partial",
+                "chaos",
             ]
             .iter()
             .any(|k| t.starts_with(k) || t.contains(&format!("{k} =")));
@@ -611,13 +869,36 @@ fn targets() -> Vec<(&'static str, usize, String, std::ops::Range<usize>)> {
                             offset + vstart..offset + vstart + value.len(),
                         ));
                     }
-                    i = vend.max(vstart);
+                    // An inline table's own pairs are fields too.
+                    i = if value.starts_with('{') {
+                        vstart + 1
+                    } else {
+                        vend.max(vstart)
+                    };
                 }
             }
             offset += line.len();
         }
     }
     out
+}
+
+/// The property test below reaches the new sections of the built-in scenarios: priorities,
+/// the ramp-up, the shedder's shares, the limiter's algorithm, partial opening's column and
+/// the swept error rates.
+#[test]
+fn the_mutated_fields_include_the_new_sections() {
+    let all = targets();
+    let has = |name: &str, key: &str| all.iter().any(|(n, _, k, _)| *n == name && k == key);
+    assert!(has("gymfolks", "priority"));
+    assert!(has("gymfolks", "kind"), "the limiter's algorithm");
+    assert!(has("gymfolks", "sheddable"), "the shedder's shares");
+    assert!(has("gymfolks", "at"));
+    assert!(has("slow-recovery", "from"), "the ramp-up");
+    assert!(has("slow-recovery", "curve"));
+    assert!(has("sustained-errors", "field"), "the swept error rate");
+    assert!(has("sustained-errors", "error_rate"));
+    assert!(has("retry-storm", "max_concurrent"));
 }
 
 proptest! {
