@@ -79,3 +79,35 @@ async fn reset_after_redis_lost_the_record_resets_the_breaker() {
     );
     assert!(b.acquire().await.is_ok(), "a reset breaker admits");
 }
+
+/// Steps (functions on the replica's manual clock): the record is created at 0 µs (epoch 0);
+/// an operator forces it open and resets it (epoch 2); a call is admitted (its permit carries
+/// epoch 2); Redis loses the record (`FLUSHALL`); 2 µs later another call recreates it; the
+/// first call then fails.
+///
+/// Promised (crate docs, "Epochs and origins"): "A missing record reads as Closed and starts
+/// over with an epoch taken from the clock (so permits of a lost record cannot match it)".
+/// Observed: the new record's epoch is the clock's 2 µs, equal to the lost record's epoch 2
+/// (an epoch from the clock plus one per transition), and the lost record's permit is counted
+/// in the new window instead of being stale.
+#[tokio::test]
+async fn a_permit_of_a_lost_record_never_counts_in_its_successor() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let b = breaker(&server, "review:lost-epoch", "r0", &clock);
+    b.acquire().await.unwrap().abandon().await;
+    b.force_open().await.unwrap();
+    b.reset().await.unwrap();
+    let old = b.acquire().await.unwrap();
+    assert_eq!(server.cli(&["FLUSHALL"]).unwrap(), "OK");
+    clock.advance(Duration::from_micros(2));
+    b.acquire().await.unwrap().abandon().await;
+    let new_epoch = b.refresh().await.unwrap().epoch;
+
+    assert_eq!(
+        old.record(Outcome::Failure).await,
+        Recorded::Stale,
+        "a permit of epoch 2 counted in the new record (epoch {new_epoch})"
+    );
+    assert_eq!(b.refresh().await.unwrap().window.failures, 0);
+}
