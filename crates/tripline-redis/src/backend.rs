@@ -20,7 +20,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, Value};
 /// first time a node answers that the function is missing.
 pub(crate) const LIBRARY: &str = include_str!("breaker.lua");
 /// The library's function names start with this (the library's name and layout version).
-pub(crate) const FUNCTION_PREFIX: &str = "tripline_3_";
+pub(crate) const FUNCTION_PREFIX: &str = "tripline_4_";
 
 /// How long one connection attempt (TCP, TLS, `AUTH`, `SELECT`) may take. It runs in the
 /// supervisor, never inside a call's bound.
@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn the_library_names_its_functions_with_the_prefix() {
-        assert!(LIBRARY.starts_with("#!lua name=tripline_3\n"));
+        assert!(LIBRARY.starts_with("#!lua name=tripline_4\n"));
         let registered = LIBRARY.matches("function_name = '").count();
         let prefixed = LIBRARY
             .matches(&format!("function_name = '{FUNCTION_PREFIX}"))

@@ -1,4 +1,4 @@
-#!lua name=tripline_3
+#!lua name=tripline_4
 -- tripline shared breaker: the rules of tripline's in-process breaker as a Redis 7 Functions
 -- library. Loaded once per node (FUNCTION LOAD); every helper below is created at load time,
 -- not per call. Each function runs atomically.
@@ -15,7 +15,7 @@
 --   5 events    stream of transitions, capped.
 --   6 config    hash: version -> configuration (comma-separated numbers, see FIELDS).
 --
--- ARGV (every function but tripline_3_config)
+-- ARGV (every function but tripline_4_config)
 --   1 now in microseconds, or "" to use Redis TIME (clamped so it never goes backwards)
 --   2 replica id
 --   3 configuration version (a field of the config hash)
@@ -24,7 +24,8 @@
 --
 -- Rates are compared in integers: failures * 1000000 >= threshold_ppm * calls.
 -- Reply: verdict, state, epoch, open deadline, now, expired leases, origin, notes (1: the
--- window was lost, 2: the record was missing), the number n of the verdict's fields, the n
+-- window was lost, 2: the record was missing, 4: the record started over at an operator's
+-- action), the number n of the verdict's fields, the n
 -- fields, then transitions as "from>to>reason".
 
 local FIELDS = {
@@ -786,17 +787,31 @@ local function record_window(epoch, outcome, slow, hint)
   return 'counted'
 end
 
--- ARGV[5] epoch, [6] outcome (s, f, i), [7] slow (0/1), [8] in-flight report ("epoch:count" or
--- -1), [9] Retry-After hint in us (0 = none).
-local function record(args)
-  report_in_flight(args[8])
-  return { record_window(tonumber(args[5]), args[6], tonumber(args[7]), tonumber(args[9])) }
+-- A result's epoch argument, "epoch/origin" (or a bare epoch): the epoch when the origin is
+-- this record's, else -1, which matches no epoch. A record that replaced a lost one starts from
+-- the clock and may reach an epoch the lost one had; it never has the lost one's origin too.
+local function permit_epoch(a)
+  local e, o = string.match(a or '', '^(%d+)/(%d+)$')
+  if e == nil then
+    return tonumber(a)
+  end
+  if tonumber(o) ~= geti('o') then
+    return -1
+  end
+  return tonumber(e)
 end
 
--- ARGV[5] epoch, [6] outcomes: one character per call, s f i (fast) or S F I (slow), oldest
--- first, [7] in-flight report ("epoch:count" or -1).
+-- ARGV[5] epoch/origin, [6] outcome (s, f, i), [7] slow (0/1), [8] in-flight report
+-- ("epoch:count" or -1), [9] Retry-After hint in us (0 = none).
+local function record(args)
+  report_in_flight(args[8])
+  return { record_window(permit_epoch(args[5]), args[6], tonumber(args[7]), tonumber(args[9])) }
+end
+
+-- ARGV[5] epoch/origin, [6] outcomes: one character per call, s f i (fast) or S F I (slow),
+-- oldest first, [7] in-flight report ("epoch:count" or -1).
 local function batch(args)
-  local epoch = tonumber(args[5])
+  local epoch = permit_epoch(args[5])
   local outcomes = args[6]
   if #outcomes > MAX_BATCH then
     return redis.error_reply('tripline: a batch holds at most ' .. MAX_BATCH .. ' outcomes')
@@ -951,6 +966,11 @@ end
 -- ARGV[5] target state.
 local function operator(args)
   local to = args[5]
+  if fresh then
+    -- The record was missing (lost) and starts over at an operator's word: replicas that
+    -- remember the lost record Open take this one as it is (reply note 4) instead of restoring.
+    set('ox', 1)
+  end
   if st ~= to or to == 'closed' then
     transition(to, 'operator')
   end
@@ -974,6 +994,7 @@ local function restore(args)
   ep = math.max(ep, epoch) + 1
   set('ep', ep)
   set('o', origin)
+  unset('ox')
   if to == 'open' then
     set('ou', now + math.max(tonumber(args[8]) or 0, 0))
     set('eo', 1)
@@ -1034,6 +1055,9 @@ local function finish(reply)
     redis.call('PEXPIRE', C, CFG.idle)
   end
   local nr = #reply
+  if rec.ox then
+    notes = notes + 4
+  end
   local out = { reply[1], st, ep, rec.ou or 0, now, expired, rec.o or 0, notes, nr - 1 }
   if nr > 1 or #trans > 0 then
     for i = 2, nr do
@@ -1081,13 +1105,13 @@ local function config(keys, args)
 end
 
 local OOM = { 'allow-oom' }
-redis.register_function { function_name = 'tripline_3_admit', callback = entry(admit), flags = OOM }
-redis.register_function { function_name = 'tripline_3_record', callback = entry(record), flags = OOM }
-redis.register_function { function_name = 'tripline_3_batch', callback = entry(batch), flags = OOM }
-redis.register_function { function_name = 'tripline_3_probe', callback = entry(probe), flags = OOM }
-redis.register_function { function_name = 'tripline_3_release', callback = entry(release), flags = OOM }
-redis.register_function { function_name = 'tripline_3_tick', callback = entry(tick), flags = OOM }
-redis.register_function { function_name = 'tripline_3_operator', callback = entry(operator), flags = OOM }
-redis.register_function { function_name = 'tripline_3_restore', callback = entry(restore), flags = OOM }
-redis.register_function { function_name = 'tripline_3_read', callback = entry(read), flags = OOM }
-redis.register_function { function_name = 'tripline_3_config', callback = config, flags = OOM }
+redis.register_function { function_name = 'tripline_4_admit', callback = entry(admit), flags = OOM }
+redis.register_function { function_name = 'tripline_4_record', callback = entry(record), flags = OOM }
+redis.register_function { function_name = 'tripline_4_batch', callback = entry(batch), flags = OOM }
+redis.register_function { function_name = 'tripline_4_probe', callback = entry(probe), flags = OOM }
+redis.register_function { function_name = 'tripline_4_release', callback = entry(release), flags = OOM }
+redis.register_function { function_name = 'tripline_4_tick', callback = entry(tick), flags = OOM }
+redis.register_function { function_name = 'tripline_4_operator', callback = entry(operator), flags = OOM }
+redis.register_function { function_name = 'tripline_4_restore', callback = entry(restore), flags = OOM }
+redis.register_function { function_name = 'tripline_4_read', callback = entry(read), flags = OOM }
+redis.register_function { function_name = 'tripline_4_config', callback = config, flags = OOM }

@@ -29,14 +29,15 @@
 //!
 //! # How it works
 //! * **One library, the same rules.** Admission, recording, probe release, timers and operator
-//!   actions are functions of one Redis Functions library (`tripline_3`, loaded with
+//!   actions are functions of one Redis Functions library (`tripline_4`, loaded with
 //!   `FUNCTION LOAD` the first time a node answers that it lacks it), called with `FCALL`; each
-//!   runs atomically. It is a second implementation of the in-process breaker's rules, and it
+//!   runs atomically. The name changes whenever the functions' arguments do, so during a
+//!   rolling upgrade replicas of two releases each call their own library over the same keys. It is a second implementation of the in-process breaker's rules, and it
 //!   passes the same conformance vectors (`tripline::conformance`): identical decisions,
 //!   verdicts, states, windows and transitions. A differential property test runs random
 //!   configurations and histories on both and requires them to agree at every step. One known
-//!   difference: past 65,535 calls in one time-window bucket the in-process window halves that
-//!   bucket's 16-bit counts (keeping its rates), while the library counts exactly (up to 2³²
+//!   difference: past 2,097,151 calls in one time-window bucket the in-process window halves that
+//!   bucket's 21-bit counts (keeping its rates), while the library counts exactly (up to 2³²
 //!   per bucket). Rates are compared in integers, in parts per million
 //!   (`failures * 1_000_000 >= ppm * calls`), the same integers the in-process breaker uses; a
 //!   100 % threshold still trips. Redis 7.0 or later is required (Functions); Valkey works too.
@@ -58,9 +59,11 @@
 //!   slow-call rule) with their own monotonic clocks, which needs no agreement. The functions
 //!   keep time and durations in whole microseconds.
 //! * **Epochs and origins.** Every transition bumps the epoch except Open → HalfOpen. A permit
-//!   carries the epoch it was admitted in; a result from another epoch is discarded as stale. A
-//!   missing record reads as Closed and starts over with an epoch taken from the clock (so
-//!   permits of a lost record cannot match it) and a new *origin*, which every reply carries.
+//!   carries the epoch it was admitted in and the record's *origin*; a result from another
+//!   epoch or origin is discarded as stale. A missing record reads as Closed and starts over
+//!   with an epoch taken from the clock and a new origin, which every reply carries: the
+//!   new record may reach an epoch the lost one had, never with the lost one's origin, so
+//!   permits of a lost record never count in the record that replaced it.
 //! * **Probes** are fleet-wide: HalfOpen admits at most `half_open.permitted_calls` probes
 //!   across all replicas, each holding a lease with a token (chosen at random by the replica)
 //!   and a deadline (`half_open.probe_lease`, which must exceed the slowest probe: put the
@@ -143,7 +146,9 @@
 //!   [`SharedMetrics::lost_state`], and brings the state back, once fleet-wide (an event with
 //!   reason `restored`): Open until the deadline it saw (or with no wait left, so that the
 //!   fleet probes before it closes), or ForcedOpen. So deleting a breaker's keys does not reset
-//!   it while replicas remember it: use [`SharedBreaker::reset`]. A window lost while its
+//!   it while replicas remember it: use [`SharedBreaker::reset`]. A record that starts over at
+//!   an operator's action (a reset, or a forced state, from any replica, after the loss) is
+//!   the operator's word: replicas take it as it is and restore nothing. A window lost while its
 //!   record says it held calls is counted in [`SharedMetrics::lost_windows`].
 //! * **Events.** Exactly one replica performs each transition; it publishes it to its
 //!   subscribers ([`SharedBreaker::subscribe`]) and the functions append it to the events

@@ -263,6 +263,8 @@ struct Flight {
 #[derive(Debug, Default)]
 struct Batch {
     epoch: u64,
+    /// The origin of the record the buffered outcomes' permits came from.
+    origin: u64,
     outcomes: String,
     first_at: u64,
     /// When the first failure or slow call in the buffer was recorded (local clock).
@@ -384,10 +386,15 @@ struct Reply {
     now: u64,
     expired: u64,
     origin: u64,
-    /// 1: the window was lost; 2: the record was missing and started over.
+    /// 1: the window was lost; 2: the record was missing and started over; 4
+    /// ([`NOTE_OPERATOR`]): the record started over at an operator's action.
     notes: u64,
     transitions: Vec<Transition>,
 }
+
+/// A reply note: the record was missing and started over at an operator's action (a reset,
+/// a forced state), so a replica that remembers the lost record takes it as it is.
+const NOTE_OPERATOR: u64 = 4;
 
 /// Redis did not answer in time, failed, or was not asked (its breaker is open); the counters
 /// and [`SharedBreaker::last_redis_error`] say which.
@@ -897,6 +904,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             breaker: self.clone(),
             kind,
             epoch: ticket.epoch,
+            origin: ticket.origin,
             started: ticket.started,
             cohort: ticket.cohort,
             shadow,
@@ -1077,12 +1085,18 @@ enum FromView<C: Clock> {
 struct Ticket<C: Clock> {
     kind: Kind<OwnedPermit<C>>,
     epoch: u64,
+    origin: u64,
     started: u64,
     cohort: Option<Cohort>,
 }
 
 impl<C: Clock + Clone> Inner<C> {
-    fn ticket(&self, kind: Kind<OwnedPermit<C>>, epoch: u64, now: u64) -> Ticket<C> {
+    fn ticket(
+        &self,
+        kind: Kind<OwnedPermit<C>>,
+        (epoch, origin): (u64, u64),
+        now: u64,
+    ) -> Ticket<C> {
         let cohort = match kind {
             Kind::Window if self.config.count_in_flight_as_slow() => {
                 Some(lock(&self.flight).calls.enter(now, epoch))
@@ -1092,6 +1106,7 @@ impl<C: Clock + Clone> Inner<C> {
         Ticket {
             kind,
             epoch,
+            origin,
             started: now,
             cohort,
         }
@@ -1173,9 +1188,9 @@ impl<C: Clock + Clone> Inner<C> {
                         return FromView::Ask(report);
                     }
                 }
-                Ok(self.ticket(Kind::Window, v.epoch, now))
+                Ok(self.ticket(Kind::Window, (v.epoch, v.origin), now))
             }
-            State::Disabled => Ok(self.ticket(Kind::Pass, v.epoch, now)),
+            State::Disabled => Ok(self.ticket(Kind::Pass, (v.epoch, v.origin), now)),
             State::Open => {
                 let est = Self::redis_now_estimate(&v, now);
                 if est >= v.open_until {
@@ -1253,13 +1268,21 @@ impl<C: Clock + Clone> Inner<C> {
             match self.invoke("admit", now, &args).await {
                 Ok(reply) => {
                     match reply.verdict.as_str() {
-                        "permit" => return Ok(self.ticket(Kind::Window, reply.epoch, now)),
+                        "permit" => {
+                            return Ok(self.ticket(Kind::Window, (reply.epoch, reply.origin), now));
+                        }
                         "probe" => {
                             let slot = u32::try_from(reply.field(0)).unwrap_or(0);
                             let token = u64::try_from(reply.field(1)).unwrap_or(0);
-                            return Ok(self.ticket(Kind::Probe { slot, token }, reply.epoch, now));
+                            return Ok(self.ticket(
+                                Kind::Probe { slot, token },
+                                (reply.epoch, reply.origin),
+                                now,
+                            ));
                         }
-                        "pass" => return Ok(self.ticket(Kind::Pass, reply.epoch, now)),
+                        "pass" => {
+                            return Ok(self.ticket(Kind::Pass, (reply.epoch, reply.origin), now));
+                        }
                         "late" => {
                             bump(&self.counters.late_admissions, 1);
                             if attempt == 0 {
@@ -1313,6 +1336,7 @@ impl<C: Clock + Clone> Inner<C> {
                 Ok(p) => Ok(Ticket {
                     kind: Kind::Local(p),
                     epoch: 0,
+                    origin: 0,
                     started: now,
                     cohort: None,
                 }),
@@ -1328,13 +1352,17 @@ impl<C: Clock + Clone> Inner<C> {
     /// Whether `reply` contradicts this replica's view: Redis says Closed for a breaker this
     /// replica saw Open, HalfOpen or ForcedOpen, from a record that started over (another
     /// origin) or went back (an older epoch). A Closed record that follows from the view (same
-    /// origin, a later epoch) does not; neither does anything once the view is older than the
-    /// idle TTL (the record may then have closed and expired as it should).
+    /// origin, a later epoch) does not; neither does a record that started over at an
+    /// operator's action (reply note 4: a reset after the loss is the operator's word, from any
+    /// replica), nor anything once the view is older than the idle TTL (the record may then
+    /// have closed and expired as it should).
     fn contradicts(&self, v: &View, reply: &Reply, now: u64) -> bool {
+        let started_over = reply.origin != v.origin && reply.notes & NOTE_OPERATOR == 0;
+        let went_back = reply.origin == v.origin && reply.epoch < v.epoch;
         v.valid
             && matches!(v.state, State::Open | State::HalfOpen | State::ForcedOpen)
             && reply.state == State::Closed
-            && (reply.origin != v.origin || reply.epoch < v.epoch)
+            && (started_over || went_back)
             && now.saturating_sub(v.at) < nanos(self.shared.idle_ttl)
     }
 
@@ -1579,7 +1607,7 @@ impl<C: Clock + Clone> Inner<C> {
 
     async fn record_window(
         self: &Arc<Self>,
-        epoch: u64,
+        (epoch, origin): (u64, u64),
         elapsed: u64,
         now: u64,
         c: Classification,
@@ -1590,7 +1618,8 @@ impl<C: Clock + Clone> Inner<C> {
             Outcome::Failure => 'f',
             Outcome::Ignored => {
                 // Nothing to record, so no round trip: stale or not, by the last answer.
-                if lock(&self.view).epoch != epoch {
+                let v = *lock(&self.view);
+                if (v.epoch, v.origin) != (epoch, origin) {
                     bump(&self.counters.stale_results, 1);
                     return Recorded::Stale;
                 }
@@ -1600,7 +1629,7 @@ impl<C: Clock + Clone> Inner<C> {
         if let Some(b) = self.shared.batching {
             let closed = {
                 let v = lock(&self.view);
-                v.valid && v.state == State::Closed && v.epoch == epoch
+                v.valid && v.state == State::Closed && (v.epoch, v.origin) == (epoch, origin)
             };
             if closed && c.retry_after.is_none() {
                 let bad = slow || code == 'f';
@@ -1611,7 +1640,8 @@ impl<C: Clock + Clone> Inner<C> {
                 };
                 let (first, spawn) = {
                     let mut batch = lock(&self.batch);
-                    if !batch.outcomes.is_empty() && batch.epoch != epoch {
+                    if !batch.outcomes.is_empty() && (batch.epoch, batch.origin) != (epoch, origin)
+                    {
                         // Epochs only grow: the older side is stale, no need to send it.
                         if epoch < batch.epoch {
                             bump(&self.counters.stale_results, 1);
@@ -1630,6 +1660,7 @@ impl<C: Clock + Clone> Inner<C> {
                     if batch.outcomes.is_empty() {
                         batch.first_at = now;
                         batch.epoch = epoch;
+                        batch.origin = origin;
                         batch.ticks = 0;
                     }
                     if bad && batch.bad_since.is_none() {
@@ -1664,7 +1695,7 @@ impl<C: Clock + Clone> Inner<C> {
         let report = self.in_flight_report(now);
         let hint = c.retry_after.map_or(0, micros);
         let args = [
-            epoch.to_string(),
+            stamp(epoch, origin),
             code.to_string(),
             u8::from(slow).to_string(),
             report,
@@ -1737,14 +1768,14 @@ impl<C: Clock + Clone> Inner<C> {
         }
     }
 
-    async fn send_batch(&self, epoch: u64, outcomes: String, now: u64) {
+    async fn send_batch(&self, (epoch, origin): (u64, u64), outcomes: String, now: u64) {
         if outcomes.is_empty() {
             return;
         }
         let n = outcomes.len() as u64;
         self.counters.largest_batch.fetch_max(n, Ordering::Relaxed);
         let report = self.in_flight_report(now);
-        let args = [epoch.to_string(), outcomes, report];
+        let args = [stamp(epoch, origin), outcomes, report];
         match self.invoke("batch", now, &args).await {
             Ok(reply) => {
                 bump(&self.counters.batches, 1);
@@ -1786,7 +1817,7 @@ impl<C: Clock + Clone> Inner<C> {
     /// Sends one batch as this replica's one sender, then lets the next one go. If the
     /// caller's future is dropped mid-send, the guard gives the sender's role back and counts
     /// the batch as unconfirmed.
-    async fn drain(&self, (epoch, outcomes): (u64, String)) {
+    async fn drain(&self, (stamp, outcomes): ((u64, u64), String)) {
         struct Sending<'a> {
             batch: &'a Mutex<Batch>,
             idle: &'a tokio::sync::Notify,
@@ -1806,7 +1837,7 @@ impl<C: Clock + Clone> Inner<C> {
             lost: &self.counters.lost_records,
             outcomes: outcomes.len() as u64,
         };
-        self.send_batch(epoch, outcomes, self.clock.now()).await;
+        self.send_batch(stamp, outcomes, self.clock.now()).await;
         // Sent (send_batch counted it either way): nothing is lost on the way out.
         guard.outcomes = 0;
     }
@@ -1853,7 +1884,7 @@ impl<C: Clock + Clone> Inner<C> {
 
 impl Batch {
     /// Takes the oldest `max` outcomes (all, if fewer) to send.
-    fn take(&mut self, max: usize) -> (u64, String) {
+    fn take(&mut self, max: usize) -> ((u64, u64), String) {
         let rest = if self.outcomes.len() > max {
             self.outcomes.split_off(max)
         } else {
@@ -1866,8 +1897,15 @@ impl Batch {
             self.bad_since = None;
         }
         self.ticks = 0;
-        (self.epoch, sent)
+        ((self.epoch, self.origin), sent)
     }
+}
+
+/// A result's epoch argument, `epoch/origin`: the functions count it only in the record it was
+/// admitted by (a record that replaced a lost one may reach the same epoch, never the same
+/// origin and epoch).
+fn stamp(epoch: u64, origin: u64) -> String {
+    format!("{epoch}/{origin}")
 }
 
 /// A warning about lost state, under the `tracing` feature; otherwise the metrics say it.
@@ -1885,6 +1923,8 @@ pub struct SharedPermit<C: Clock + Clone = MonotonicClock> {
     breaker: SharedBreaker<C>,
     kind: Kind<()>,
     epoch: u64,
+    /// The origin of the record that admitted it: with the epoch, what a result must match.
+    origin: u64,
     started: u64,
     cohort: Option<Cohort>,
     shadow: Option<OwnedPermit<C>>,
@@ -1952,7 +1992,11 @@ impl<C: Clock + Clone> SharedPermit<C> {
         match self.kind {
             Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
             Kind::Pass => Recorded::Disabled,
-            Kind::Window => inner.record_window(self.epoch, elapsed, now, c).await,
+            Kind::Window => {
+                inner
+                    .record_window((self.epoch, self.origin), elapsed, now, c)
+                    .await
+            }
             Kind::Probe { slot, token } => {
                 inner
                     .record_probe(self.epoch, slot, token, elapsed, now, c)

@@ -111,3 +111,43 @@ async fn a_permit_of_a_lost_record_never_counts_in_its_successor() {
     );
     assert_eq!(b.refresh().await.unwrap().window.failures, 0);
 }
+
+/// Steps: two replicas see the breaker Open; Redis loses the record; an operator resets it
+/// from a third replica that never saw it; the replicas that remember it Open call again.
+///
+/// Promised (crate docs, "Lost state"): a record that starts over at an operator's action is
+/// the operator's word, from any replica: the replicas that remember the lost record Open
+/// take it as it is and restore nothing. And a replica that did not see the reset still
+/// restores a record that was simply lost (the protection the reset overrides stays on).
+#[tokio::test]
+async fn a_reset_after_the_loss_holds_for_replicas_that_remember_it_open() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let a = breaker(&server, "review:reset-any-replica", "a", &clock);
+    let b = breaker(&server, "review:reset-any-replica", "b", &clock);
+    trip(&a).await;
+    assert_eq!(b.acquire().await.unwrap_err().state(), State::Open);
+    assert_eq!(server.cli(&["FLUSHALL"]).unwrap(), "OK");
+    clock.advance(Duration::from_secs(1));
+
+    let operator = breaker(&server, "review:reset-any-replica", "ops", &clock);
+    operator.reset().await.expect("reset");
+    for r in [&a, &b] {
+        r.acquire()
+            .await
+            .expect("the reset breaker admits")
+            .abandon()
+            .await;
+    }
+    assert_eq!(a.metrics().lost_state, 0);
+    assert_eq!(b.metrics().lost_state, 0);
+    assert_eq!(operator.refresh().await.unwrap().state, State::Closed);
+
+    // Trip again, lose it again, and let an ordinary call recreate it: restored.
+    trip(&a).await;
+    assert_eq!(server.cli(&["FLUSHALL"]).unwrap(), "OK");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(a.acquire().await.unwrap_err().state(), State::Open);
+    assert_eq!(a.metrics().lost_state, 1);
+    assert_eq!(operator.refresh().await.unwrap().state, State::Open);
+}

@@ -348,7 +348,9 @@ impl<'m> Pool<'m> {
                     Some(ejection_type.as_str()),
                     Some(duration.as_secs_f64()),
                 ),
-                OutlierEventKind::Returned => ("returned", None, None),
+                OutlierEventKind::Returned | OutlierEventKind::ReturnedEarly => {
+                    ("returned", None, None)
+                }
                 OutlierEventKind::PanicStarted => ("panic-started", None, None),
                 OutlierEventKind::PanicEnded => ("panic-ended", None, None),
                 _ => return,

@@ -182,6 +182,10 @@ pub enum OutlierEventKind {
     },
     /// The host's ejection time is over: it is back in the balancer.
     Returned,
+    /// The host set shrank ([`OutlierDetector::set_hosts`]) and this host's ejection was past
+    /// what `max_ejection_percent` (or the last-host rule) allows of the new set: it is back
+    /// before its time.
+    ReturnedEarly,
     /// The balancer entered panic: too few healthy hosts, it picks among all of them.
     PanicStarted,
     /// The balancer left panic.
@@ -1048,8 +1052,10 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
     /// Replaces the host set. Hosts in both sets keep their state (counters, ejection,
     /// multiplier); hosts only in the new set start fresh; hosts only in the old set are
     /// dropped with their state (an ejected one no longer counts as ejected). A host that
-    /// returns later starts fresh. The new set must hold at least one host, at most
-    /// `max_hosts`, no duplicates; otherwise nothing changes.
+    /// returns later starts fresh. If the kept ejections are more than `max_ejection_percent`
+    /// of the new set allows (or would leave no host in), those past the cap return at once,
+    /// the ones due back soonest first ([`OutlierEventKind::ReturnedEarly`]). The new set must hold
+    /// at least one host, at most `max_hosts`, no duplicates; otherwise nothing changes.
     ///
     /// ```
     /// use tripline_policies::outlier::{OutlierConfig, OutlierDetector};
@@ -1096,6 +1102,7 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         ctl.hosts = entries;
         ctl.ejections = ejections;
         ctl.active = ctl.ejections.iter().filter(|j| j.since.is_some()).count() as u32;
+        self.return_over_cap(ctl, now);
         for h in added {
             self.event(ctl, now, Some(h), OutlierEventKind::HostAdded);
         }
@@ -1107,6 +1114,38 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         self.publish(ctl, now);
         self.dispatch(guard);
         Ok(change)
+    }
+
+    /// A smaller host set can leave more ejected than `max_ejection_percent` (or the last-host
+    /// rule) allows of it: those past the cap return now, the ones due back soonest first.
+    fn return_over_cap(&self, ctl: &mut Control<H>, now: u64) {
+        let c = &self.inner.config;
+        let n = ctl.hosts.len() as u32;
+        while ctl.active > 0
+            && !rules::cap_allows(
+                ctl.active - 1,
+                n,
+                c.max_ejection_percent,
+                c.always_eject_one_host,
+            )
+        {
+            let Some(i) = (0..ctl.ejections.len())
+                .filter_map(|i| {
+                    let j = &ctl.ejections[i];
+                    j.since.map(|s| (s.saturating_add(j.duration), i))
+                })
+                .min()
+                .map(|(_, i)| i)
+            else {
+                break;
+            };
+            ctl.ejections[i].since = None;
+            ctl.ejections[i].returned = Some(now);
+            ctl.active -= 1;
+            ctl.hosts[i].reset_consecutive();
+            let key = ctl.hosts[i].key.clone();
+            self.event(ctl, now, Some(key), OutlierEventKind::ReturnedEarly);
+        }
     }
 
     /// Adds one host (fresh state). Fails if it is already in the set or the set is full.
