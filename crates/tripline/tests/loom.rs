@@ -185,7 +185,12 @@ fn shadow_breaker(config: BreakerConfig) -> CircuitBreaker<ManualClock> {
 #[test]
 fn a_result_racing_a_reset_lands_in_its_generation_or_nowhere() {
     for time_window in [false, true] {
-        loom::model(move || {
+        // Bounded like the two-failure model: the reset, the record and the checks after them
+        // are dozens of atomic steps, and unbounded exploration runs for many minutes; this
+        // explores every schedule with at most four preemptions.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(4);
+        model.check(move || {
             let builder = BreakerConfig::builder()
                 .minimum_calls(2)
                 .failure_rate_threshold(100.0)

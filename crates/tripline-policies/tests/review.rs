@@ -1,0 +1,41 @@
+//! Promises of the policies' docs, tried the way a careful user would.
+#![cfg(feature = "outlier")]
+
+use tripline::ManualClock;
+use tripline_policies::outlier::{HostOutcome, OutlierConfig, OutlierDetector};
+
+/// Steps: ten hosts with the defaults (`max_ejection_percent` 10); host 0 answers five 500s in
+/// a row and is ejected (1 of 10, within the cap). The set then shrinks to hosts 0 and 1 (a
+/// scale-down), then to host 0 alone, each through `set_hosts`.
+///
+/// Promised (outlier module docs): "`max_ejection_percent` (10 %): never more than that share
+/// of the hosts is ejected at once", and "the detector never ejects the last host in the set,
+/// so the balancer always has a host to pick ... here at least one always stays in".
+/// Observed: the ejection survives the shrink, so 1 host of 2 (50 %) and then the only host
+/// (100 %) stand ejected.
+#[test]
+fn shrinking_the_host_set_never_leaves_more_than_the_cap_ejected() {
+    let d = OutlierDetector::builder(OutlierConfig::default())
+        .clock(ManualClock::new())
+        .seed(7)
+        .build(0..10u32)
+        .unwrap();
+    for _ in 0..5 {
+        assert!(d.record_host(&0, HostOutcome::Status(500)));
+    }
+    assert_eq!(d.is_ejected(&0), Some(true), "1 of 10 is within the cap");
+
+    d.set_hosts([0, 1]).unwrap();
+    let active = d.stats().ejections_active;
+    assert!(
+        active * 100 <= 10 * 2,
+        "{active} of 2 hosts ejected, over the 10 % cap"
+    );
+
+    d.set_hosts([0]).unwrap();
+    assert_eq!(
+        d.is_ejected(&0),
+        Some(false),
+        "the only host in the set stands ejected"
+    );
+}
