@@ -23,10 +23,10 @@
 //! | throttle | `try_acquire` | `record(outcome)`; a refusal further in is `not_sent` |
 //!
 //! and the partial breaker (after the breaker), the shedder and the adaptive limiter (after
-//! the bulkhead), in [`adaptive`]. The fault injector plays the tier below, inside the
-//! timeout: it is the engine's, at the moment an attempt is sent
-//! ([`Chaos::decide`](tripline_policies::chaos::Chaos::decide)); and a shedder at a tier's
-//! workers is the engine's too, at the moment a request takes a worker.
+//! the bulkhead), in the `adaptive` submodule (their sections: [`crate::adaptive`]). The
+//! fault injector plays the tier below, inside the timeout: it is the engine's, at the moment
+//! an attempt is sent ([`Chaos::decide`](tripline_policies::chaos::Chaos::decide)); and a
+//! shedder at a tier's workers is the engine's too, at the moment a request takes a worker.
 //!
 //! The gate also gives each retry its retry slot (`try_retry`), held through the backoff and
 //! the retry's attempt. Every policy reads the run's `ManualClock`, set by the engine to each
