@@ -2,73 +2,29 @@
 //!
 //! # JSON schema (`schema_version` 1)
 //!
-//! Times are seconds since the start of the run (`*_s`), latencies milliseconds (`*_ms`).
-//! A field that does not apply (no incident, a breaker that never tripped) is `null`.
+//! The crate's README ("JSON schema") documents every field, the policies' and tiers' ones
+//! included; this is its outline. Times are seconds since the start of the run (`*_s`),
+//! latencies milliseconds (`*_ms`). A field that does not apply (no incident, a breaker that
+//! never tripped) is `null`.
 //!
 //! ```text
 //! {
-//!   "schema_version": 1,
-//!   "scenario": "fowler",                  name
-//!   "description": "...",                   one line
-//!   "seed": 4,                              the seed used
-//!   "duration_s": 60.0,                     arrivals stop here (the run then drains)
-//!   "dependency": "catalog",                its name
-//!   "replicas": 1, "workers_per_replica": 200,
-//!   "incident": { "start_s": 5.0, "end_s": 30.0 } | null,   first fault start, last fault end
+//!   "schema_version": 1, "scenario", "description", "seed", "duration_s", "dependency",
+//!   "replicas", "workers_per_replica", "incident": { "start_s", "end_s" } | null,
 //!   "runs": [                               "without" first, then each protection in order
-//!     {
-//!       "label": "without" | "with" | ...,
-//!       "protected": false,
-//!       "breaker": null | { "scope": "dependency"|"shard", "sharing": "local"|"shared",
-//!                           "count": 12, "fallback": true },
-//!       "timeout_ms": 1000.0 | null,        per attempt
-//!       "attempts": 3,
-//!       "requests": 60,                     arrived
-//!       "succeeded": 35,                    answered with real data
-//!       "failed": 25,                       answered with an error after their attempts
-//!       "rejected_fast": 0,                 the breaker refused an attempt and the request was
-//!                                           answered at once (fallbacks included)
-//!       "rejected_on_retry": 0,             of those, refused on a retry, after a failed
-//!                                           attempt and its backoff
-//!       "fallback_served": 0,               rejected and answered with the fallback
-//!       "rejected_while_healthy": 0,        rejected although no fault touched that request
-//!       "stale_view_calls": 0,              admitted from a shared store's outdated view
-//!       "shed": 0,                          queue full or queue timeout
-//!       "dependency_calls": 60,             attempts that reached the dependency
-//!       "load_amplification": 1.0,          dependency_calls / requests
-//!       "pool_size": 200,                   workers per replica
-//!       "pool_peak": 1,                     most busy workers on one replica
-//!       "pool_full_s": 0,                   seconds in which some replica's pool was full
-//!       "pool_full_after_recovery_s": 0.0 | null,   from incident.end_s to the end of the
-//!                                           last second with a full pool (0: none after it)
-//!       "queue_peak": 0,                    most queued requests on one replica
-//!       "latency": {
-//!         "using_dependency": { "count", "p50_ms", "p99_ms", "max_ms", "baseline_p99_ms" },
-//!         "other":            { ... }       (null fields when no such requests)
-//!       },
-//!       "endpoints": [ { "name", "uses_dependency", "requests", "succeeded", "failed",
-//!                        "rejected", "fallback", "shed", "p50_ms", "p99_ms" } ],
-//!       "first_trip_s": 7.0 | null,         first closed→open at or after the incident start
-//!       "time_to_trip_s": 2.0 | null,       first_trip_s − incident.start_s
-//!       "all_closed_s": 37.0 | null,        first time at or after incident.end_s when every
-//!                                           breaker is closed (null: none tripped, or some
-//!                                           still not closed at the end)
-//!       "time_to_close_after_recovery_s": 7.0 | null,   all_closed_s − incident.end_s
-//!       "breakers_tripped": 1,              breakers that opened at least once
-//!       "transitions": [ { "at_s": 7.0, "replica": 0 | null, "shard": null | 3,
-//!                          "from": "closed", "to": "open", "reason": "consecutive-failures" } ],
-//!       "hosts": null | { ... }             with [dependency.hosts]: see crate::hosts::HostsReport
-//!     }
+//!     { "label", "protected", "breaker", "timeout_ms", "attempts", "requests", "succeeded",
+//!       "failed", "rejected_fast", "shed", "dependency_calls", "load_amplification",
+//!       pool and queue figures, "latency", "endpoints", trip and close times,
+//!       "transitions", "policies" (retry, bulkhead, gate, throttle, limiter, shed, partial,
+//!       chaos, as configured), "tiers", "hosts" }
 //!   ]
 //! }
 //! ```
 //!
 //! `replica` is `null` for a breaker shared by all replicas, `shard` is `null` for a breaker
-//! keyed by the dependency. Reasons: `failure-rate`, `slow-call-rate`, `consecutive-failures`,
-//! `open-elapsed`, `probes-succeeded`, `probes-failed`, `half-open-timeout`, `operator`.
-//! Percentiles are nearest-rank over every answered request (shed ones included, at the time
-//! they were shed), measured from arrival to answer. A new field may appear without a version
-//! change; a field's meaning never changes without one.
+//! keyed by the dependency. Percentiles are nearest-rank over every answered request (shed
+//! ones included, at the time they were shed), measured from arrival to answer. A new field
+//! may appear without a version change; a field's meaning never changes without one.
 
 use std::fmt::Write as _;
 
