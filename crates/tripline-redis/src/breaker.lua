@@ -555,14 +555,21 @@ local function open_wait(hint)
   return wait
 end
 
+-- Probe slots run 0 .. k - 1; a round that began under a larger k (a rolling reconfiguration)
+-- may still hold leases above it, so every loop over the leases runs up to the highest slot
+-- the round claimed (field lk).
+local function slot_bound()
+  return math.max(CFG.k, geti('lk'))
+end
+
 local function clear_round()
-  for i = 0, CFG.k - 1 do
+  for i = 0, slot_bound() - 1 do
     if getn('lt' .. i) then
       unset('lt' .. i)
       unset('ld' .. i)
     end
   end
-  for _, f in ipairs({ 'rr', 'rf', 'rs', 'ru' }) do
+  for _, f in ipairs({ 'rr', 'rf', 'rs', 'ru', 'lk' }) do
     unset(f)
   end
 end
@@ -655,7 +662,7 @@ end
 
 local function leases()
   local live, soonest = 0, nil
-  for i = 0, CFG.k - 1 do
+  for i = 0, slot_bound() - 1 do
     local d = getn('ld' .. i)
     if d then
       live = live + 1
@@ -674,7 +681,7 @@ local function claim(token, deadline)
     transition('open', 'half-open-timeout')
     return nil
   end
-  for i = 0, CFG.k - 1 do
+  for i = 0, slot_bound() - 1 do
     local d = getn('ld' .. i)
     if d and d <= now then
       unset('lt' .. i)
@@ -686,6 +693,17 @@ local function claim(token, deadline)
   if CFG.policy == 1 then
     settled = geti('ru')
   end
+  if settled >= CFG.k then
+    -- A round begun under a larger k (a rolling reconfiguration) already has the results this
+    -- configuration asks for: decide it now by this configuration's rule (no probe could).
+    local rr, rf, rs = geti('rr'), geti('rf'), geti('rs')
+    if CFG.policy == 0 and (rf * 1000000 >= CFG.fppm * rr or rs * 1000000 >= CFG.sppm * rr) then
+      transition('open', 'probes-failed')
+    else
+      transition('closed', 'probes-succeeded')
+    end
+    return nil
+  end
   local live, soonest = leases()
   if live + settled < CFG.k then
     if deadline > 0 and now >= deadline then
@@ -695,6 +713,9 @@ local function claim(token, deadline)
       if not getn('ld' .. i) then
         set('lt' .. i, token)
         set('ld' .. i, now + CFG.lease)
+        if i + 1 > geti('lk') then
+          set('lk', i + 1)
+        end
         return { 'probe', i, token }
       end
     end
@@ -943,7 +964,7 @@ end
 local function release(args)
   local epoch, slot, token = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
   if st == 'half-open' and (epoch == 0 or epoch == ep) then
-    for i = 0, CFG.k - 1 do
+    for i = 0, slot_bound() - 1 do
       if (slot < 0 or slot == i) and getn('lt' .. i) == token then
         unset('lt' .. i)
         unset('ld' .. i)
