@@ -64,6 +64,8 @@ local R, W, I, Q, E, C
 local CFG, now, replica, jitter
 local rec, dirty, trans
 local fresh, st, ep, expired, notes, ttl_due, wrote_window
+-- The call only reads (tripline_4_read): a missing record is answered, not created.
+local readonly = false
 local NO_TRANSITIONS = {}
 
 -- Integers as decimal strings where Redis needs a string (numbers given to redis.call are
@@ -131,7 +133,8 @@ local function unset(f)
 end
 
 -- Loads the call's state. False when the configuration version is unknown here.
-local function begin(keys, args)
+local function begin(keys, args, ro)
+  readonly = ro
   R, W, I, Q, E, C = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
   CFG = load_cfg(args[3])
   if not CFG then
@@ -164,7 +167,9 @@ local function begin(keys, args)
     -- A missing record reads as Closed. Its epoch starts from the clock so that results of a
     -- lost record's permits cannot match it; the origin tells replicas it started over.
     ep = now
-    redis.call('DEL', W, I, Q)
+    if not readonly then
+      redis.call('DEL', W, I, Q)
+    end
     set('st', 'closed')
     set('ep', ep)
     set('o', ep)
@@ -1039,6 +1044,11 @@ local function count_check()
 end
 
 local function read()
+  if fresh then
+    -- Nothing to read, and a read creates nothing (the keys a lost record left are removed
+    -- by the next call that writes).
+    return { 'read', 0, 0, 0, 0, 0, 0 }
+  end
   count_check()
   local c, f, s = window()
   local live = leases()
@@ -1047,7 +1057,12 @@ end
 
 -- Writes back what changed; a record that is not Closed never expires (a plain SET drops any
 -- TTL), a Closed one has its idle TTL (renewed when an eighth of it has passed); then the reply.
+local answer
+
 local function finish(reply)
+  if readonly and fresh then
+    return answer(reply)
+  end
   ring_store()
   tw_save()
   local live = st == 'closed' or st == 'metrics-only'
@@ -1075,6 +1090,11 @@ local function finish(reply)
     redis.call('PEXPIRE', W, CFG.idle)
     redis.call('PEXPIRE', C, CFG.idle)
   end
+  return answer(reply)
+end
+
+-- The reply: the header, the verdict's fields, the transitions.
+answer = function(reply)
   local nr = #reply
   if rec.ox then
     notes = notes + 4
@@ -1091,9 +1111,9 @@ local function finish(reply)
   return out
 end
 
-local function entry(op)
+local function entry(op, ro)
   return function(keys, args)
-    if not begin(keys, args) then
+    if not begin(keys, args, ro == true) then
       return { 'config' }
     end
     local reply = op(args)
@@ -1134,5 +1154,5 @@ redis.register_function { function_name = 'tripline_4_release', callback = entry
 redis.register_function { function_name = 'tripline_4_tick', callback = entry(tick), flags = OOM }
 redis.register_function { function_name = 'tripline_4_operator', callback = entry(operator), flags = OOM }
 redis.register_function { function_name = 'tripline_4_restore', callback = entry(restore), flags = OOM }
-redis.register_function { function_name = 'tripline_4_read', callback = entry(read), flags = OOM }
+redis.register_function { function_name = 'tripline_4_read', callback = entry(read, true), flags = OOM }
 redis.register_function { function_name = 'tripline_4_config', callback = config, flags = OOM }

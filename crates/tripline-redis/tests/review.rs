@@ -217,3 +217,33 @@ async fn lowering_the_probe_count_mid_round_never_admits_more_probes() {
     assert_eq!(snap.state, State::Closed, "{snap:?}");
     assert_eq!(snap.probes_in_flight, 0);
 }
+
+/// Promised (crate docs, "Expiry"): "Starting a replica writes nothing." A replica that only
+/// looks (a `refresh`, a `check`) at a breaker no call has used yet creates no key in Redis.
+#[tokio::test]
+async fn looking_at_an_unused_breaker_writes_nothing() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let b = breaker(&server, "review:read-only", "r0", &clock);
+    let snap = b.refresh().await.unwrap();
+    assert_eq!((snap.state, snap.window.calls), (State::Closed, 0));
+    let _ = b.check(Duration::from_secs(2)).await.unwrap();
+    // The configuration hash is written (a replica stores its configuration once); the
+    // breaker's record, window and streams are not.
+    let keys = server.cli(&["KEYS", "*review:read-only*"]).unwrap();
+    assert!(
+        keys.lines()
+            .all(|k| k.trim().is_empty() || k.trim().ends_with(":c")),
+        "keys after a look: {keys:?}"
+    );
+    // The first real call creates it.
+    b.acquire().await.unwrap().record(Outcome::Success).await;
+    assert!(
+        server
+            .cli(&["KEYS", "*review:read-only*"])
+            .unwrap()
+            .lines()
+            .count()
+            > 1
+    );
+}
