@@ -246,6 +246,8 @@ struct View {
     reject_until: u64,
     /// When the earliest probe lease of that rejection expires (local clock).
     lease_deadline: Option<u64>,
+    /// The last read found no record (a read creates none): the next call asks Redis.
+    missing: bool,
 }
 
 /// This replica's calls in flight, by start cohort, with the in-process breaker's rule. Each
@@ -391,6 +393,10 @@ struct Reply {
     notes: u64,
     transitions: Vec<Transition>,
 }
+
+/// A reply note: the record was missing (a read answers Closed and creates nothing; any other
+/// call starts it over).
+const NOTE_MISSING: u64 = 2;
 
 /// A reply note: the record was missing and started over at an operator's action (a reset,
 /// a forced state), so a replica that remembers the lost record takes it as it is.
@@ -692,6 +698,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
                 at: 0,
                 reject_until: 0,
                 lease_deadline: None,
+                missing: false,
             }),
             flight: Mutex::new(Flight {
                 calls: InFlight::new(slow_nanos),
@@ -1175,7 +1182,7 @@ impl<C: Clock + Clone> Inner<C> {
     fn decide_from_view(&self, now: u64) -> FromView<C> {
         let ttl = nanos(self.shared.view_ttl);
         let v = *lock(&self.view);
-        if ttl == 0 || !v.valid || now.saturating_sub(v.at) >= ttl {
+        if ttl == 0 || !v.valid || v.missing || now.saturating_sub(v.at) >= ttl {
             // Ask Redis, with the in-flight count when a Closed breaker's check is due.
             let closed = !v.valid || v.state == State::Closed;
             let report = closed.then(|| self.in_flight_check(now)).flatten();
@@ -1374,6 +1381,12 @@ impl<C: Clock + Clone> Inner<C> {
             if self.contradicts(&v, reply, now) {
                 return false;
             }
+            if reply.verdict == "read" && reply.notes & NOTE_MISSING != 0 {
+                // A read of a missing record creates none: there is nothing to decide from,
+                // and the next call asks (and creates it).
+                v.missing = true;
+                return true;
+            }
             // Replies can be taken in out of order (several calls in flight): one computed
             // before the view's must not roll the view back. (The functions' clock never goes
             // back on a record; across a lost record, a reply computed later is the news.)
@@ -1391,6 +1404,7 @@ impl<C: Clock + Clone> Inner<C> {
             }
             let before = v.valid.then_some(v.state);
             v.valid = true;
+            v.missing = false;
             v.state = reply.state;
             v.epoch = reply.epoch;
             v.origin = reply.origin;
