@@ -93,3 +93,42 @@ fn replay_of_a_trace_with_a_long_gap_is_bounded_in_memory() {
         "{code:?} {out} {err}"
     );
 }
+
+/// A 200-call trace, 50 ms apart, failing from call 100 to call 139.
+fn small_trace(dir: &Path) {
+    let text: String = (0..200)
+        .map(|i| {
+            let outcome = if (100..140).contains(&i) {
+                "failure"
+            } else {
+                "success"
+            };
+            format!(
+                "{{\"start\": {}, \"duration_ms\": 10, \"outcome\": \"{outcome}\"}}\n",
+                i * 50
+            )
+        })
+        .collect();
+    write(dir, "small.jsonl", &text);
+}
+
+/// Steps: `tripline tune small.jsonl --budget 18446744073709551615` (a user asking for "as
+/// many candidates as there are").
+///
+/// Promised: bad input gets a clear error naming the field, the value and what is allowed, or
+/// the search stops when "the space is exhausted" (tune.rs); never a panic.
+/// Observed: `tune` computes `want * 50` for its tries (want = budget / 2), which overflows:
+/// "panicked at crates/tripline-sim/src/tune.rs: attempt to multiply with overflow" (exit 101).
+#[test]
+fn tune_with_the_largest_budget_does_not_panic() {
+    let dir = scratch("budget-max");
+    small_trace(&dir);
+    let (finished, code, _out, err) = tripline_bounded(
+        &dir,
+        &["tune", "small.jsonl", "--budget", "18446744073709551615"],
+        1 << 21,
+        Duration::from_secs(60),
+    );
+    assert!(finished, "still running after 60 s");
+    assert!(!err.contains("panicked"), "{code:?}: {err}");
+}
