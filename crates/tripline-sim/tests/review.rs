@@ -132,3 +132,44 @@ fn tune_with_the_largest_budget_does_not_panic() {
     assert!(finished, "still running after 60 s");
     assert!(!err.contains("panicked"), "{code:?}: {err}");
 }
+
+/// Steps: a space file with one value per dimension (one candidate), then `tripline tune
+/// small.jsonl --space one.toml --budget 10000000`.
+///
+/// Promised (README): "`--budget N`: candidates replayed", and tune.rs stops "the space is
+/// exhausted"; a one-candidate space is searched in one replay.
+/// Observed: once every candidate was seen, each batch still draws up to 50 × the batch's
+/// want (`budget / 2`) genomes before giving up, so the run is linear in the budget, not in
+/// the space: 2 s for a budget of 10⁵, 22 s for 10⁶ (debug build), minutes for 10⁷, for the
+/// same single candidate.
+#[test]
+fn tune_stops_when_the_space_is_exhausted_whatever_the_budget() {
+    let dir = scratch("exhausted");
+    small_trace(&dir);
+    write(
+        &dir,
+        "one.toml",
+        "count_windows = [10]\ntime_windows = []\nminimum_calls = [5, 5]\n\
+         failure_rate = [50.0, 50.0]\nslow_call_rate = [100.0, 100.0]\n\
+         slow_call_duration = [\"1s\", \"1s\"]\nopen_duration = [\"1s\", \"1s\"]\n\
+         half_open_calls = [1, 1]\npolicies = [\"consecutive\"]\n",
+    );
+    let (finished, code, _out, err) = tripline_bounded(
+        &dir,
+        &[
+            "tune",
+            "small.jsonl",
+            "--space",
+            "one.toml",
+            "--budget",
+            "10000000",
+        ],
+        1 << 21,
+        Duration::from_secs(60),
+    );
+    assert!(
+        finished,
+        "a one-candidate space still being searched after 60 s"
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
