@@ -64,6 +64,8 @@ local R, W, I, Q, E, C
 local CFG, now, replica, jitter
 local rec, dirty, trans
 local fresh, st, ep, expired, notes, ttl_due, wrote_window
+-- The call only reads (tripline_4_read): a missing record is answered, not created.
+local readonly = false
 local NO_TRANSITIONS = {}
 
 -- Integers as decimal strings where Redis needs a string (numbers given to redis.call are
@@ -131,7 +133,8 @@ local function unset(f)
 end
 
 -- Loads the call's state. False when the configuration version is unknown here.
-local function begin(keys, args)
+local function begin(keys, args, ro)
+  readonly = ro
   R, W, I, Q, E, C = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
   CFG = load_cfg(args[3])
   if not CFG then
@@ -164,7 +167,9 @@ local function begin(keys, args)
     -- A missing record reads as Closed. Its epoch starts from the clock so that results of a
     -- lost record's permits cannot match it; the origin tells replicas it started over.
     ep = now
-    redis.call('DEL', W, I, Q)
+    if not readonly then
+      redis.call('DEL', W, I, Q)
+    end
     set('st', 'closed')
     set('ep', ep)
     set('o', ep)
@@ -555,14 +560,21 @@ local function open_wait(hint)
   return wait
 end
 
+-- Probe slots run 0 .. k - 1; a round that began under a larger k (a rolling reconfiguration)
+-- may still hold leases above it, so every loop over the leases runs up to the highest slot
+-- the round claimed (field lk).
+local function slot_bound()
+  return math.max(CFG.k, geti('lk'))
+end
+
 local function clear_round()
-  for i = 0, CFG.k - 1 do
+  for i = 0, slot_bound() - 1 do
     if getn('lt' .. i) then
       unset('lt' .. i)
       unset('ld' .. i)
     end
   end
-  for _, f in ipairs({ 'rr', 'rf', 'rs', 'ru' }) do
+  for _, f in ipairs({ 'rr', 'rf', 'rs', 'ru', 'lk' }) do
     unset(f)
   end
 end
@@ -655,7 +667,7 @@ end
 
 local function leases()
   local live, soonest = 0, nil
-  for i = 0, CFG.k - 1 do
+  for i = 0, slot_bound() - 1 do
     local d = getn('ld' .. i)
     if d then
       live = live + 1
@@ -674,7 +686,7 @@ local function claim(token, deadline)
     transition('open', 'half-open-timeout')
     return nil
   end
-  for i = 0, CFG.k - 1 do
+  for i = 0, slot_bound() - 1 do
     local d = getn('ld' .. i)
     if d and d <= now then
       unset('lt' .. i)
@@ -686,6 +698,17 @@ local function claim(token, deadline)
   if CFG.policy == 1 then
     settled = geti('ru')
   end
+  if settled >= CFG.k then
+    -- A round begun under a larger k (a rolling reconfiguration) already has the results this
+    -- configuration asks for: decide it now by this configuration's rule (no probe could).
+    local rr, rf, rs = geti('rr'), geti('rf'), geti('rs')
+    if CFG.policy == 0 and (rf * 1000000 >= CFG.fppm * rr or rs * 1000000 >= CFG.sppm * rr) then
+      transition('open', 'probes-failed')
+    else
+      transition('closed', 'probes-succeeded')
+    end
+    return nil
+  end
   local live, soonest = leases()
   if live + settled < CFG.k then
     if deadline > 0 and now >= deadline then
@@ -695,6 +718,9 @@ local function claim(token, deadline)
       if not getn('ld' .. i) then
         set('lt' .. i, token)
         set('ld' .. i, now + CFG.lease)
+        if i + 1 > geti('lk') then
+          set('lk', i + 1)
+        end
         return { 'probe', i, token }
       end
     end
@@ -943,7 +969,7 @@ end
 local function release(args)
   local epoch, slot, token = tonumber(args[5]), tonumber(args[6]), tonumber(args[7])
   if st == 'half-open' and (epoch == 0 or epoch == ep) then
-    for i = 0, CFG.k - 1 do
+    for i = 0, slot_bound() - 1 do
       if (slot < 0 or slot == i) and getn('lt' .. i) == token then
         unset('lt' .. i)
         unset('ld' .. i)
@@ -1018,6 +1044,11 @@ local function count_check()
 end
 
 local function read()
+  if fresh then
+    -- Nothing to read, and a read creates nothing (the keys a lost record left are removed
+    -- by the next call that writes).
+    return { 'read', 0, 0, 0, 0, 0, 0 }
+  end
   count_check()
   local c, f, s = window()
   local live = leases()
@@ -1026,7 +1057,12 @@ end
 
 -- Writes back what changed; a record that is not Closed never expires (a plain SET drops any
 -- TTL), a Closed one has its idle TTL (renewed when an eighth of it has passed); then the reply.
+local answer
+
 local function finish(reply)
+  if readonly and fresh then
+    return answer(reply)
+  end
   ring_store()
   tw_save()
   local live = st == 'closed' or st == 'metrics-only'
@@ -1054,6 +1090,11 @@ local function finish(reply)
     redis.call('PEXPIRE', W, CFG.idle)
     redis.call('PEXPIRE', C, CFG.idle)
   end
+  return answer(reply)
+end
+
+-- The reply: the header, the verdict's fields, the transitions.
+answer = function(reply)
   local nr = #reply
   if rec.ox then
     notes = notes + 4
@@ -1070,9 +1111,9 @@ local function finish(reply)
   return out
 end
 
-local function entry(op)
+local function entry(op, ro)
   return function(keys, args)
-    if not begin(keys, args) then
+    if not begin(keys, args, ro == true) then
       return { 'config' }
     end
     local reply = op(args)
@@ -1113,5 +1154,5 @@ redis.register_function { function_name = 'tripline_4_release', callback = entry
 redis.register_function { function_name = 'tripline_4_tick', callback = entry(tick), flags = OOM }
 redis.register_function { function_name = 'tripline_4_operator', callback = entry(operator), flags = OOM }
 redis.register_function { function_name = 'tripline_4_restore', callback = entry(restore), flags = OOM }
-redis.register_function { function_name = 'tripline_4_read', callback = entry(read), flags = OOM }
+redis.register_function { function_name = 'tripline_4_read', callback = entry(read, true), flags = OOM }
 redis.register_function { function_name = 'tripline_4_config', callback = config, flags = OOM }

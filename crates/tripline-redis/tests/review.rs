@@ -151,3 +151,99 @@ async fn a_reset_after_the_loss_holds_for_replicas_that_remember_it_open() {
     assert_eq!(a.metrics().lost_state, 1);
     assert_eq!(operator.refresh().await.unwrap().state, State::Open);
 }
+
+fn probes_config(k: u32) -> BreakerConfig {
+    BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 4 })
+        .minimum_calls(4)
+        .failure_rate_threshold(50.0)
+        .open_duration(Duration::from_secs(60))
+        .half_open_calls(k)
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap()
+}
+
+/// Steps: a rolling reconfiguration lowers `half_open.permitted_calls` from 3 to 1. A replica
+/// of the old configuration takes the three probes of a half-open round and abandons the
+/// first (its lease is released, two stay held); a replica of the new configuration then
+/// asks for a probe.
+///
+/// Promised (crate docs, "Probes"): "HalfOpen admits at most `half_open.permitted_calls`
+/// probes across all replicas". Leases held above the new limit still count: the new replica
+/// is refused while two probes are out, and the round ends cleanly (no lease left behind).
+#[tokio::test]
+async fn lowering_the_probe_count_mid_round_never_admits_more_probes() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let make = |k: u32, replica: &str| {
+        SharedBreaker::with_clock(
+            "review:probes-reconfigured",
+            probes_config(k),
+            shared_builder(replica).build().unwrap(),
+            Backend::single(&server.url()).unwrap(),
+            clock.clone(),
+        )
+        .unwrap()
+    };
+    let old = make(3, "old");
+    trip(&old).await;
+    clock.advance(Duration::from_secs(61));
+    let mut probes = Vec::new();
+    for _ in 0..3 {
+        let p = old.acquire().await.expect("a probe of the old round");
+        assert!(p.is_probe());
+        probes.push(p);
+    }
+    probes.remove(0).abandon().await;
+
+    let new = make(1, "new");
+    let got = new.acquire().await;
+    assert!(
+        got.is_err(),
+        "a fourth probe while two are out: {:?}",
+        got.map(|p| p.is_probe())
+    );
+    // The two probes succeed; the old configuration wants a third result, the new one has
+    // its one: the new replica's next call decides the round and is admitted, Closed.
+    for p in probes {
+        assert_eq!(p.record(Outcome::Success).await, Recorded::Counted);
+    }
+    assert_eq!(new.refresh().await.unwrap().state, State::HalfOpen);
+    let p = new.acquire().await.expect("the round is decided: Closed");
+    assert!(!p.is_probe());
+    p.abandon().await;
+    let snap = new.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Closed, "{snap:?}");
+    assert_eq!(snap.probes_in_flight, 0);
+}
+
+/// Promised (crate docs, "Expiry"): "Starting a replica writes nothing." A replica that only
+/// looks (a `refresh`, a `check`) at a breaker no call has used yet creates no key in Redis.
+#[tokio::test]
+async fn looking_at_an_unused_breaker_writes_nothing() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let b = breaker(&server, "review:read-only", "r0", &clock);
+    let snap = b.refresh().await.unwrap();
+    assert_eq!((snap.state, snap.window.calls), (State::Closed, 0));
+    let _ = b.check(Duration::from_secs(2)).await.unwrap();
+    // The configuration hash is written (a replica stores its configuration once); the
+    // breaker's record, window and streams are not.
+    let keys = server.cli(&["KEYS", "*review:read-only*"]).unwrap();
+    assert!(
+        keys.lines()
+            .all(|k| k.trim().is_empty() || k.trim().ends_with(":c")),
+        "keys after a look: {keys:?}"
+    );
+    // The first real call creates it.
+    b.acquire().await.unwrap().record(Outcome::Success).await;
+    assert!(
+        server
+            .cli(&["KEYS", "*review:read-only*"])
+            .unwrap()
+            .lines()
+            .count()
+            > 1
+    );
+}

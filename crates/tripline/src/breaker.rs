@@ -1467,9 +1467,17 @@ impl<C: Clock> CircuitBreaker<C> {
         }
         let word = Word(inner.word.load(Ordering::Acquire));
         if word.state() == State::HalfOpen {
+            // Probes already out keep their leases (and count against the new number); the
+            // next claim decides a round that already has the results the new number asks for.
+            let held = core
+                .round
+                .leases
+                .iter()
+                .rposition(Option::is_some)
+                .map_or(0, |i| i + 1);
             core.round
                 .leases
-                .resize(config.half_open_calls as usize, None);
+                .resize((config.half_open_calls as usize).max(held), None);
         }
         if config.slow_call_duration != core.config.slow_call_duration {
             let slow = nanos(config.slow_call_duration);
@@ -2351,6 +2359,41 @@ impl<C: Clock> Inner<C> {
             HalfOpenPolicy::AllProbes => core.round.results,
             HalfOpenPolicy::Consecutive => core.round.successes,
         };
+        if settled >= k {
+            // A round begun under a larger `half_open_calls` (a reconfiguration while
+            // HalfOpen) already holds the results this configuration asks for: decide it by
+            // this configuration's rule, over the results it has (no probe could).
+            let round = &core.round;
+            let (probes, failures, slow) = (round.results, round.failures, round.slow);
+            let open = match core.config.half_open_policy {
+                HalfOpenPolicy::AllProbes => {
+                    let n = u64::from(probes);
+                    u64::from(failures) * PPM >= self.hot.failure_ppm() * n
+                        || u64::from(slow) * PPM >= self.hot.slow_ppm() * n
+                }
+                HalfOpenPolicy::Consecutive => false,
+            };
+            let (to, reason) = if open {
+                let r = Reason::ProbesFailed {
+                    probes,
+                    failures,
+                    slow,
+                };
+                (State::Open, r)
+            } else {
+                let r = Reason::ProbesSucceeded {
+                    probes,
+                    failures,
+                    slow,
+                };
+                (State::Closed, r)
+            };
+            let snap = self.snapshot(now);
+            self.transition(&mut core, word, to, reason, snap, now, OpenWait::RULES);
+            drop(core);
+            cold.hub.dispatch();
+            return None;
+        }
         let in_flight = core.round.in_flight() as u32;
         if in_flight + settled < k {
             if let Some(slot) = core.round.leases.iter().position(Option::is_none) {
