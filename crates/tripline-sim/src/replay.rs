@@ -63,6 +63,7 @@
 //! assert_eq!(r.totals.max_time_to_trip_s, Some(2.0));
 //! ```
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -342,34 +343,45 @@ pub fn prepare(trace: &Trace, opts: &ReplayOptions) -> Result<Prepared, String> 
 }
 
 fn detect(calls: &[Call], d: &Detect) -> Vec<(u64, u64)> {
-    let bin = nanos(d.bin);
+    let bin = nanos(d.bin).max(1);
     let Some(last) = calls.iter().map(|c| c.start).max() else {
         return Vec::new();
     };
-    let n = (last / bin + 1) as usize;
-    let mut known = vec![0u32; n];
-    let mut bad = vec![0u32; n];
+    // Only the bins that hold calls, so that a trace with a long quiet gap costs what its calls
+    // cost, not what its span would in bins. A bin below the minimum keeps the verdict of the
+    // bin before it, and so do the empty bins between two that hold calls.
+    let mut bins: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
     for c in calls {
         if matches!(c.outcome, TraceOutcome::Success | TraceOutcome::Failure) {
-            let b = (c.start / bin) as usize;
-            known[b] += 1;
-            bad[b] += u32::from(c.flags & BAD != 0);
+            let e = bins.entry(c.start / bin).or_default();
+            e.0 = e.0.saturating_add(1);
+            e.1 = e.1.saturating_add(u32::from(c.flags & BAD != 0));
         }
     }
     let mut verdict = false;
     let mut runs: Vec<(u64, u64)> = Vec::new();
     let gap = nanos(d.merge_gap);
-    for b in 0..n {
-        if known[b] >= d.min_calls {
-            verdict = f64::from(bad[b]) >= d.bad_share * f64::from(known[b]);
+    let mut add = |from: u64, until: u64| match runs.last_mut() {
+        Some(r) if from <= r.1.saturating_add(gap) => r.1 = r.1.max(until),
+        _ => runs.push((from, until)),
+    };
+    let edge = |b: u64| b.saturating_mul(bin);
+    let mut next = 0u64; // the first bin not yet covered
+    for (&b, &(known, bad)) in &bins {
+        if verdict && b > next {
+            add(edge(next), edge(b));
+        }
+        if known >= d.min_calls {
+            verdict = f64::from(bad) >= d.bad_share * f64::from(known);
         }
         if verdict {
-            let (from, until) = (b as u64 * bin, (b as u64 + 1) * bin);
-            match runs.last_mut() {
-                Some(r) if from <= r.1.saturating_add(gap) => r.1 = until,
-                _ => runs.push((from, until)),
-            }
+            add(edge(b), edge(b.saturating_add(1)));
         }
+        next = b.saturating_add(1);
+    }
+    let end = last / bin + 1;
+    if verdict && end > next {
+        add(edge(next), edge(end));
     }
     runs
 }
@@ -987,5 +999,90 @@ impl ReplayReport {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod detect_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The bin-by-bin reading that `detect` must equal: every bin from 0 to the last start's,
+    /// a bin below the minimum keeping the verdict before it.
+    fn dense(calls: &[Call], d: &Detect) -> Vec<(u64, u64)> {
+        let bin = nanos(d.bin).max(1);
+        let Some(last) = calls.iter().map(|c| c.start).max() else {
+            return Vec::new();
+        };
+        let n = (last / bin + 1) as usize;
+        let (mut known, mut bad) = (vec![0u32; n], vec![0u32; n]);
+        for c in calls {
+            if matches!(c.outcome, TraceOutcome::Success | TraceOutcome::Failure) {
+                let b = (c.start / bin) as usize;
+                known[b] += 1;
+                bad[b] += u32::from(c.flags & BAD != 0);
+            }
+        }
+        let (mut verdict, mut runs) = (false, Vec::<(u64, u64)>::new());
+        let gap = nanos(d.merge_gap);
+        for b in 0..n {
+            if known[b] >= d.min_calls {
+                verdict = f64::from(bad[b]) >= d.bad_share * f64::from(known[b]);
+            }
+            if verdict {
+                let (from, until) = (b as u64 * bin, (b as u64 + 1) * bin);
+                match runs.last_mut() {
+                    Some(r) if from <= r.1.saturating_add(gap) => r.1 = until,
+                    _ => runs.push((from, until)),
+                }
+            }
+        }
+        runs
+    }
+
+    fn call(start_ms: u64, kind: u8) -> Call {
+        let (outcome, flags) = match kind % 4 {
+            0 => (TraceOutcome::Success, 0),
+            1 => (TraceOutcome::Failure, BAD),
+            2 => (TraceOutcome::Success, BAD), // slow
+            _ => (TraceOutcome::Rejected, 0),
+        };
+        let start = start_ms * 1_000_000;
+        Call {
+            start,
+            end: start,
+            outcome,
+            flags,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn sparse_bins_read_as_every_bin_would(
+            calls in proptest::collection::vec((0u64..120_000, any::<u8>()), 0..400),
+            min_calls in 1u32..6,
+            bad_share in 0.1f64..1.0,
+            gap_s in 0u64..8,
+        ) {
+            let calls: Vec<Call> = calls.into_iter().map(|(t, k)| call(t, k)).collect();
+            let d = Detect {
+                min_calls,
+                bad_share,
+                merge_gap: Duration::from_secs(gap_s),
+                ..Detect::default()
+            };
+            prop_assert_eq!(detect(&calls, &d), dense(&calls, &d));
+        }
+    }
+
+    /// Two calls 32 years apart: a handful of bins, not a billion.
+    #[test]
+    fn a_long_quiet_gap_costs_nothing() {
+        let year_ms = 365 * 24 * 3600 * 1000;
+        let mut calls: Vec<Call> = (0..10).map(|i| call(i, 1)).collect();
+        calls.extend((0..10).map(|i| call(32 * year_ms + i, 1)));
+        let runs = detect(&calls, &Detect::default());
+        // Bad from the start, and no call in between says otherwise: one run to the end.
+        assert_eq!(runs, [(0, (32 * year_ms / 1000 + 1) * 1_000_000_000)]);
     }
 }

@@ -454,6 +454,21 @@ impl Ladders {
             .ok()
     }
 
+    /// How many genomes the space holds (saturating).
+    fn size(&self) -> usize {
+        self.lens().iter().fold(1usize, |n, &l| n.saturating_mul(l))
+    }
+
+    /// The `i`-th genome of the space, for `i < size()` (mixed radix, first dimension fastest).
+    fn nth(&self, mut i: usize) -> Genome {
+        let mut g = [0u16; DIMS];
+        for (x, n) in g.iter_mut().zip(self.lens()) {
+            *x = (i % n) as u16;
+            i /= n;
+        }
+        g
+    }
+
     fn random(&self, rng: &mut Pcg64Mcg) -> Genome {
         let lens = self.lens();
         let mut g = [0u16; DIMS];
@@ -480,6 +495,10 @@ impl Ladders {
     }
 }
 
+/// The largest budget a search takes: a million replays of a trace (hours on a large one),
+/// and the candidates' results held in memory for the Pareto front.
+pub const MAX_BUDGET: usize = 1_000_000;
+
 /// How a search runs.
 ///
 /// ```
@@ -488,7 +507,7 @@ impl Ladders {
 /// ```
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
-    /// Candidates to replay in all.
+    /// Candidates to replay in all, in [1, [`MAX_BUDGET`]].
     pub budget: usize,
     /// The search's seed (candidates drawn, neighbours picked).
     pub seed: u64,
@@ -581,8 +600,11 @@ pub fn tune(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<TuneReport, String> {
     use rayon::prelude::*;
-    if opts.budget == 0 {
-        return Err("the budget must be at least 1 candidate".into());
+    if !(1..=MAX_BUDGET).contains(&opts.budget) {
+        return Err(format!(
+            "budget must be a number of candidates in [1, {MAX_BUDGET}], got {}",
+            opts.budget
+        ));
     }
     if !(opts.healthy_weight.is_finite() && opts.healthy_weight >= 0.0) {
         return Err(format!(
@@ -599,6 +621,11 @@ pub fn tune(
     let mut all: Vec<Evaluated> = Vec::new();
     let first = (opts.budget / 2).max(1);
     let batch = (opts.budget / 8).max(16);
+    // A space no larger than the budget is replayed whole, in order: random draws would only
+    // find what is left by chance, more slowly the less is left.
+    let size = ladders.size();
+    let exhaustive = size <= opts.budget;
+    let mut cursor = 0usize;
     while all.len() < opts.budget {
         let want = if all.is_empty() {
             first
@@ -607,8 +634,17 @@ pub fn tune(
         };
         let front = pareto(&all);
         let mut genomes: Vec<(Genome, BreakerConfig)> = Vec::new();
-        let mut tries = 0;
-        while genomes.len() < want && tries < want * 50 {
+        while exhaustive && genomes.len() < want && cursor < size {
+            let g = ladders.nth(cursor);
+            cursor += 1;
+            if seen.insert(g) {
+                if let Some(c) = ladders.config(&g) {
+                    genomes.push((g, c));
+                }
+            }
+        }
+        let mut tries = 0usize;
+        while !exhaustive && genomes.len() < want && tries < want.saturating_mul(50) {
             tries += 1;
             let g = if front.is_empty() || rng.random_range(0..4) == 0 {
                 ladders.random(&mut rng)

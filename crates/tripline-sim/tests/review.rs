@@ -3,41 +3,22 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// Runs the binary with `args` in `dir`, its address space limited to `mem_kib` (through the
-/// shell's `ulimit -v`), and kills it if it is still running after `bound`: a correct run of
-/// these inputs ends in well under a second, so the bound only turns a hang into a failure.
-/// Returns (exited by itself, exit code, stdout, stderr).
-fn tripline_bounded(
-    dir: &Path,
-    args: &[&str],
-    mem_kib: u64,
-    bound: Duration,
-) -> (bool, Option<i32>, String, String) {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
+/// shell's `ulimit -v`), so that an unbounded allocation fails at once instead of taking the
+/// machine. Returns (exit code, stdout, stderr); a code of `None` is a signal (an abort).
+fn tripline_limited(dir: &Path, args: &[&str], mem_kib: u64) -> (Option<i32>, String, String) {
+    let out = Command::new("sh")
+        .arg("-c")
         .arg(format!("ulimit -v {mem_kib}; exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_tripline"))
         .args(args)
         .current_dir(dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("the binary runs");
-    let start = std::time::Instant::now();
-    let finished = loop {
-        if child.try_wait().expect("wait").is_some() {
-            break true;
-        }
-        if start.elapsed() > bound {
-            let _ = child.kill();
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().expect("output");
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the binary runs");
     (
-        finished,
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -75,13 +56,11 @@ fn replay_of_a_trace_with_a_long_gap_is_bounded_in_memory() {
         "{\"start\": 0, \"duration_ms\": 10, \"outcome\": \"success\"}\n\
          {\"start\": 1000000000000, \"duration_ms\": 10, \"outcome\": \"success\"}\n",
     );
-    let (finished, code, out, err) = tripline_bounded(
+    let (code, out, err) = tripline_limited(
         &dir,
         &["replay", "far.jsonl", "--config", "tripline-default"],
         1 << 20,
-        Duration::from_secs(60),
     );
-    assert!(finished, "still running after 60 s: {err}");
     assert!(
         code.is_some(),
         "killed by a signal (out of memory): {}",
@@ -115,61 +94,89 @@ fn small_trace(dir: &Path) {
 /// Steps: `tripline tune small.jsonl --budget 18446744073709551615` (a user asking for "as
 /// many candidates as there are").
 ///
-/// Promised: bad input gets a clear error naming the field, the value and what is allowed, or
-/// the search stops when "the space is exhausted" (tune.rs); never a panic.
-/// Observed: `tune` computes `want * 50` for its tries (want = budget / 2), which overflows:
-/// "panicked at crates/tripline-sim/src/tune.rs: attempt to multiply with overflow" (exit 101).
+/// Promised: bad input gets a clear error naming the field, the value and what is allowed;
+/// never a panic. Observed before: `tune` computed `want * 50` for its tries (want = budget /
+/// 2), which overflowed: "attempt to multiply with overflow" (exit 101).
 #[test]
-fn tune_with_the_largest_budget_does_not_panic() {
+fn tune_with_the_largest_budget_is_refused_by_name() {
     let dir = scratch("budget-max");
     small_trace(&dir);
-    let (finished, code, _out, err) = tripline_bounded(
+    let (code, _out, err) = tripline_limited(
         &dir,
         &["tune", "small.jsonl", "--budget", "18446744073709551615"],
         1 << 21,
-        Duration::from_secs(60),
     );
-    assert!(finished, "still running after 60 s");
     assert!(!err.contains("panicked"), "{code:?}: {err}");
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("budget") && err.contains("18446744073709551615") && err.contains("1000000"),
+        "{err}"
+    );
 }
 
-/// Steps: a space file with one value per dimension (one candidate), then `tripline tune
-/// small.jsonl --space one.toml --budget 10000000`.
+/// Steps: a space with one value per dimension (one candidate), searched with a budget of a
+/// million.
 ///
-/// Promised (README): "`--budget N`: candidates replayed", and tune.rs stops "the space is
-/// exhausted"; a one-candidate space is searched in one replay.
-/// Observed: once every candidate was seen, each batch still draws up to 50 × the batch's
-/// want (`budget / 2`) genomes before giving up, so the run is linear in the budget, not in
-/// the space: 2 s for a budget of 10⁵, 22 s for 10⁶ (debug build), minutes for 10⁷, for the
-/// same single candidate.
+/// Promised (README): "`--budget N`: candidates replayed", and a space with no more candidates
+/// than the budget is replayed whole, each candidate once. Observed before: once every
+/// candidate was seen, each batch still drew up to 50 × the batch's want (`budget / 2`)
+/// genomes before giving up, so the run was linear in the budget, not in the space (2 s for a
+/// budget of 10⁵, 22 s for 10⁶, minutes for 10⁷, for the same single candidate).
 #[test]
-fn tune_stops_when_the_space_is_exhausted_whatever_the_budget() {
+fn tune_replays_a_small_space_whole_and_once_whatever_the_budget() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tripline::trace::{ReadOptions, read};
+    use tripline_sim::replay::{ReplayOptions, prepare};
+    use tripline_sim::tune::{Space, TuneOptions, tune};
+
     let dir = scratch("exhausted");
     small_trace(&dir);
-    write(
-        &dir,
-        "one.toml",
+    let trace = read(
+        std::fs::File::open(dir.join("small.jsonl")).unwrap(),
+        &ReadOptions::default(),
+    )
+    .unwrap();
+    let prepared = prepare(&trace, &ReplayOptions::default()).unwrap();
+    let one = Space::from_toml(
         "count_windows = [10]\ntime_windows = []\nminimum_calls = [5, 5]\n\
          failure_rate = [50.0, 50.0]\nslow_call_rate = [100.0, 100.0]\n\
          slow_call_duration = [\"1s\", \"1s\"]\nopen_duration = [\"1s\", \"1s\"]\n\
          half_open_calls = [1, 1]\npolicies = [\"consecutive\"]\n",
+    )
+    .unwrap();
+    let replayed = AtomicU64::new(0);
+    let opts = TuneOptions {
+        budget: 1_000_000,
+        ..TuneOptions::default()
+    };
+    let r = tune(&prepared, &one, &opts, &ReplayOptions::default(), &|n| {
+        replayed.fetch_add(n, Ordering::Relaxed);
+    })
+    .unwrap();
+    assert_eq!(
+        replayed.load(Ordering::Relaxed),
+        1,
+        "one candidate, replayed once"
     );
-    let (finished, code, _out, err) = tripline_bounded(
-        &dir,
-        &[
-            "tune",
-            "small.jsonl",
-            "--space",
-            "one.toml",
-            "--budget",
-            "10000000",
-        ],
-        1 << 21,
-        Duration::from_secs(60),
-    );
+    assert_eq!(r.evaluated, 1);
+
+    // A space of a few candidates, a budget larger than it: each replayed exactly once.
+    let few = Space::from_toml(
+        "count_windows = [10, 20]\ntime_windows = []\nminimum_calls = [5, 10]\n\
+         failure_rate = [50.0, 50.0]\nslow_call_rate = [100.0, 100.0]\n\
+         slow_call_duration = [\"1s\", \"1s\"]\nopen_duration = [\"1s\", \"1s\"]\n\
+         half_open_calls = [1, 1]\npolicies = [\"consecutive\"]\n",
+    )
+    .unwrap();
+    replayed.store(0, Ordering::Relaxed);
+    let r = tune(&prepared, &few, &opts, &ReplayOptions::default(), &|n| {
+        replayed.fetch_add(n, Ordering::Relaxed);
+    })
+    .unwrap();
+    let n = replayed.load(Ordering::Relaxed);
     assert!(
-        finished,
-        "a one-candidate space still being searched after 60 s"
+        (2..=8).contains(&n),
+        "{n} replays of a space of 2 to 8 candidates"
     );
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(r.evaluated as u64, n, "each candidate once");
 }
