@@ -39,3 +39,37 @@ fn shrinking_the_host_set_never_leaves_more_than_the_cap_ejected() {
         "the only host in the set stands ejected"
     );
 }
+
+/// Steps: a throttle with `K = 1.0004` (inside the documented `[1, 100]`), on a manual clock.
+/// 10 000 requests, each accepted, then one more request held in flight: the window holds
+/// 10 001 requests and 10 000 accepts.
+///
+/// Promised (throttle module docs and `try_acquire`): a request "is refused with probability
+/// `max(0, (requests − K × accepts) / (requests + 1))` ... compared exactly in integers", and
+/// `K` "in `[1, 100]`". Here `10 001 − 1.0004 × 10 000 = −3`, so the probability is 0.
+/// Observed: `probability()` is about 1e-4 (≈ 1 / 10 002) and requests are refused at that
+/// rate: `K` is silently rounded to thousandths (1.000), so the throttle sheds traffic the
+/// formula says it must let through.
+#[cfg(feature = "throttle")]
+#[test]
+fn throttle_probability_follows_the_formula_for_every_valid_k() {
+    use rand::SeedableRng;
+    use tripline::Outcome;
+    use tripline_policies::throttle::{Throttle, ThrottleConfig};
+
+    let t = Throttle::with_clock_and_rng(
+        ThrottleConfig::builder().k(1.0004).build().unwrap(),
+        ManualClock::new(),
+        rand_pcg::Pcg64Mcg::seed_from_u64(1),
+    );
+    for _ in 0..10_000 {
+        t.try_acquire().unwrap().record(Outcome::Success);
+    }
+    let _in_flight = t.try_acquire().unwrap();
+    assert_eq!(t.counts(), (10_001, 10_000));
+    assert_eq!(
+        t.probability(),
+        0.0,
+        "10 001 − 1.0004 × 10 000 < 0: nothing may be refused"
+    );
+}
