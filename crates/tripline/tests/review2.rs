@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use tripline::{BreakerConfig, CircuitBreaker, State, TokioClock};
+use tripline::registry::{Key, Registry, RegistryConfig};
+use tripline::{BreakerConfig, CircuitBreaker, ManualClock, RampCurve, RampUp, State, TokioClock};
 
 /// `run_timer` must pick up a timer that a reconfiguration switches on.
 ///
@@ -51,5 +52,65 @@ async fn run_timer_follows_a_reconfiguration_that_turns_on_automatic_transition(
         state,
         State::HalfOpen,
         "11 s after the trip, 6 s past the 5 s open wait, the timer has not moved the breaker"
+    );
+}
+
+/// Idle eviction must not drop a breaker that is still ramping traffic back up.
+///
+/// Steps: a registry on a `ManualClock`, `idle_after` 1 s, its default configuration ramping
+/// up from 10 % over 600 s in 10 steps after recovery, one probe. Look up `vendor`, trip it,
+/// wait out the 1 s open wait, let one successful probe close it (the ramp starts), drop the
+/// handle. 5 s later (still in the ramp's first 60 s step, where 10 % is admitted) call
+/// `evict_idle`, look `vendor` up again and try 100 acquires.
+///
+/// Promised: `RampUp` "within each step it admits at most the step's share of the calls that
+/// step has seen ... so a recovering dependency never sees more than the ramp allows"; the
+/// registry docs give the reason a breaker that matters is kept: "a missing breaker reads as a
+/// fresh Closed one, so evicting an Open breaker would admit everything".
+///
+/// Observed: `evict_idle` evicts the ramping breaker (it is Closed with a clean window:
+/// `CircuitBreaker::evictable` looks only at the state, the window and the handles), and the
+/// fresh breaker admits all 100 calls, ten times the step's share; the same breaker kept admits
+/// 10. A reload's rebuild (`reload_entry`, Closed and not held) drops the ramp the same way.
+#[test]
+fn idle_eviction_never_ends_a_ramp_early() {
+    let clock = ManualClock::new();
+    let ramp = RampUp {
+        from: 10.0,
+        over: Duration::from_secs(600),
+        steps: 10,
+        curve: RampCurve::Linear,
+    };
+    let config = BreakerConfig::builder()
+        .count_window(10)
+        .minimum_calls(5)
+        .half_open_calls(1)
+        .open_duration(Duration::from_secs(1))
+        .ramp_up(ramp)
+        .build()
+        .unwrap();
+    let registry = Registry::with_clock(
+        RegistryConfig::default()
+            .with_config("default", config)
+            .with_idle_after(Duration::from_secs(1)),
+        clock.clone(),
+    )
+    .unwrap();
+    let key = Key::new("vendor").unwrap();
+    {
+        let b = registry.get(&key).unwrap();
+        b.trip();
+        clock.advance(Duration::from_secs(2));
+        b.call(|| Ok::<_, ()>(())).unwrap();
+        assert_eq!(b.state(), State::Closed);
+    }
+    clock.advance(Duration::from_secs(5));
+    let evicted = registry.evict_idle();
+    let b = registry.get(&key).unwrap();
+    let admitted = (0..100).filter(|_| b.try_acquire().is_ok()).count();
+    assert!(
+        admitted <= 10,
+        "in the ramp's first step (10 %) {admitted} of 100 calls were admitted \
+         ({evicted} breaker(s) evicted)"
     );
 }
