@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use tripline::registry::{Key, Registry, RegistryConfig};
-use tripline::{BreakerConfig, CircuitBreaker, ManualClock, RampCurve, RampUp, State, TokioClock};
+use tripline::{
+    Backoff, BreakerConfig, CircuitBreaker, ManualClock, RampCurve, RampUp, State, TokioClock,
+};
 
 /// `run_timer` must pick up a timer that a reconfiguration switches on.
 ///
@@ -111,6 +113,68 @@ fn idle_eviction_never_ends_a_ramp_early() {
     assert!(
         admitted <= 10,
         "in the ramp's first step (10 %) {admitted} of 100 calls were admitted \
+         ({evicted} breaker(s) evicted)"
+    );
+}
+
+/// Idle eviction must not reset the grown open wait of a breaker that flaps.
+///
+/// Steps: a registry on a `ManualClock`, `idle_after` 1 s, its default configuration opening
+/// for 10 s with backoff (×2, max 600 s, `healthy_after` 1 h), one probe. Look up `vendor`,
+/// trip it (10 s wait), let its probe fail (20 s wait), let the next probe close it, drop the
+/// handle. 5 s later call `evict_idle`, look it up again and trip it with 5 failures.
+///
+/// Promised: `Backoff::healthy_after` "The growth decays back to the base wait only after the
+/// breaker stayed closed this long before its next trip; a breaker that flaps keeps its longer
+/// wait"; and the registry keeps breakers that matter because "a missing breaker reads as a
+/// fresh Closed one".
+///
+/// Observed: the breaker closed 5 s ago, far short of `healthy_after`, is evicted (Closed and
+/// clean is all `evictable` checks), and the fresh one opens for the base 10 s. Kept, the same
+/// breaker opens for 40 s (level 2).
+#[test]
+fn idle_eviction_keeps_a_flapping_breakers_grown_open_wait() {
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .count_window(10)
+        .minimum_calls(5)
+        .half_open_calls(1)
+        .open_duration(Duration::from_secs(10))
+        .open_backoff(Backoff {
+            multiplier: 2.0,
+            max: Duration::from_secs(600),
+            healthy_after: Duration::from_secs(3600),
+        })
+        .build()
+        .unwrap();
+    let registry = Registry::with_clock(
+        RegistryConfig::default()
+            .with_config("default", config)
+            .with_idle_after(Duration::from_secs(1)),
+        clock.clone(),
+    )
+    .unwrap();
+    let key = Key::new("vendor").unwrap();
+    {
+        let b = registry.get(&key).unwrap();
+        b.trip();
+        clock.advance(Duration::from_secs(11));
+        let _ = b.call(|| Err::<(), _>("probe fails"));
+        clock.advance(Duration::from_secs(21));
+        b.call(|| Ok::<_, ()>(())).unwrap();
+        assert_eq!(b.state(), State::Closed);
+    }
+    clock.advance(Duration::from_secs(5));
+    let evicted = registry.evict_idle();
+    let b = registry.get(&key).unwrap();
+    for _ in 0..5 {
+        let _ = b.call(|| Err::<(), _>("503"));
+    }
+    let wait = b.try_acquire().unwrap_err().retry_after();
+    assert_eq!(
+        wait,
+        Some(Duration::from_secs(40)),
+        "a breaker closed 5 s ago (healthy_after 1 h) reopened with the base wait \
          ({evicted} breaker(s) evicted)"
     );
 }
