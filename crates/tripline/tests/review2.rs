@@ -178,3 +178,38 @@ fn idle_eviction_keeps_a_flapping_breakers_grown_open_wait() {
          ({evicted} breaker(s) evicted)"
     );
 }
+
+/// A failure lumped into an earlier one still ends the run of successes.
+///
+/// Steps: a breaker on a `ManualClock` with `lumping_interval` 1 s. At t = 0: one failure,
+/// three successes, one more failure (within 1 s of the first, so lumped).
+///
+/// Promised: `Metrics::consecutive_successes` is "The current run of successes since the last
+/// failure or state change", `consecutive_failures` "The current run of failures since the
+/// last success or state change", and `failed_calls` counts "Calls recorded as failures
+/// (lumped ones included)": the lumped call is a recorded failure (`failed_calls` 2,
+/// `lumped_failures` 1), so the last result is a failure.
+///
+/// Observed: `consecutive_successes` is 3 and `consecutive_failures` 0, as if the last call had
+/// succeeded: `admit_failure` returns `Recorded::Lumped` before `counted_failure`, the only
+/// place that moves the run of failures and the success mark.
+#[test]
+fn a_lumped_failure_ends_the_run_of_successes() {
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .lumping_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("db", config, clock);
+    let _ = b.call(|| Err::<(), _>("503"));
+    for _ in 0..3 {
+        b.call(|| Ok::<_, ()>(())).unwrap();
+    }
+    let _ = b.call(|| Err::<(), _>("503"));
+    let m = b.metrics();
+    assert_eq!((m.failed_calls, m.lumped_failures), (2, 1));
+    assert_eq!(
+        m.consecutive_successes, 0,
+        "the last call failed, yet the run of successes goes on"
+    );
+}
