@@ -87,9 +87,10 @@ fn throttle_probability_follows_the_formula_for_every_valid_k() {
 /// more than one after a second".
 /// Observed: the breaker that jumped rejects 33 calls per million (rate 3.3e-5, integral
 /// frozen at 3.31), the one that ticked rejects none (its integral has decayed to ≈ 5e-4).
-/// The catch-up gives up after `MAX_REPLAY` (100 000) updates, sets the rejection rate to 0 and
-/// leaves the integral where it was, so the next update brings the rate back from the stale
-/// integral.
+/// The catch-up gave up after `MAX_REPLAY` (100 000) updates, set the rejection rate to 0 and
+/// left the integral where it was, so the next update brought the rate back from the stale
+/// integral. Now the rest of the quiet is applied in closed form (the module docs say: equal
+/// within floating-point rounding).
 #[cfg(feature = "partial")]
 #[test]
 fn a_long_quiet_spell_replayed_at_once_matches_a_thread_ticking_every_boundary() {
@@ -130,11 +131,15 @@ fn a_long_quiet_spell_replayed_at_once_matches_a_thread_ticking_every_boundary()
     ticked_clock.advance(Duration::from_secs(1));
     jumped.tick();
     ticked.tick();
-    assert_eq!(
-        jumped.rejection_rate(),
-        ticked.rejection_rate(),
-        "jumped: {:?}\nticked: {:?}",
-        jumped.snapshot(),
-        ticked.snapshot()
+    // Past 100,000 intervals the quiet is applied in closed form: equal within rounding.
+    let (a, b) = (jumped.snapshot(), ticked.snapshot());
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-6 * x.abs().max(y.abs()) + 1e-12;
+    assert!(
+        close(a.rejection_rate, b.rejection_rate),
+        "jumped: {a:?}\nticked: {b:?}"
+    );
+    assert!(
+        close(a.integral, b.integral),
+        "jumped: {a:?}\nticked: {b:?}"
     );
 }

@@ -124,6 +124,58 @@ impl Controller {
         self.rejection_rate
     }
 
+    /// Applies `n` updates with no call in the window at once, for a controller that is not at
+    /// rest (gains that settle very slowly). With no call the excess `Δ = −ideal` is constant,
+    /// and while no cap binds one update is an affine map of (rejection rate, integral,
+    /// previous P): it is raised to the `n`-th power by squaring, and the caps are applied to
+    /// the result. Equal to `n` calls of [`update`](Self::update)`(None)` within
+    /// floating-point rounding while the trajectory stays inside the caps (a controller that
+    /// settles does so monotonically, so a cap it reaches it keeps).
+    pub(crate) fn jump(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let ideal = self.ideal.value();
+        let raw = -ideal;
+        let d = if raw > 0.0 && raw <= ideal * self.dead_zone_ratio {
+            0.0
+        } else {
+            raw
+        };
+        let (kp, ki, kd, dt) = (self.kp, self.ki, self.kd, self.dt);
+        // State (R, I, P_prev, 1). P = d − (1 − d) R.
+        let pr = -(1.0 - d);
+        // I' = I + dt P
+        let i_row = [dt * pr, 1.0, 0.0, dt * d];
+        // D = kd (P − P_prev) / dt; R' = R + kp P + ki I' + D
+        let r_row = [
+            1.0 + kp * pr + ki * i_row[0] + kd * pr / dt,
+            ki,
+            -kd / dt,
+            kp * d + ki * i_row[3] + kd * d / dt,
+        ];
+        let p_row = [pr, 0.0, 0.0, d];
+        let step: Mat = [r_row, i_row, p_row, [0.0, 0.0, 0.0, 1.0]];
+        let m = mat_pow(step, n);
+        let v = [self.rejection_rate, self.integral, self.p, 1.0];
+        let apply = |row: [f64; 4]| row.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+        let (r, i, p) = (apply(m[0]), apply(m[1]), apply(m[2]));
+        self.previous_p = p;
+        self.p = p;
+        self.error_rate = 0.0;
+        self.derivative = 0.0;
+        self.integral = if i.is_finite() {
+            i.clamp(self.lower, self.upper)
+        } else {
+            self.lower
+        };
+        self.rejection_rate = if r.is_finite() {
+            r.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+    }
+
     /// Whether `n` more updates with no call in the window leave the rejection rate at zero
     /// and change nothing but the integral (which they lower by `ideal × dt` each, to its
     /// lower cap): then they can be applied at once by [`rest`](Self::rest).
@@ -159,6 +211,35 @@ impl Controller {
             self.integral = (self.integral + step * left).clamp(self.lower, self.upper);
         }
     }
+}
+
+type Mat = [[f64; 4]; 4];
+
+fn mat_mul(a: &Mat, b: &Mat) -> Mat {
+    let mut c = [[0.0; 4]; 4];
+    for (i, row) in c.iter_mut().enumerate() {
+        for (j, x) in row.iter_mut().enumerate() {
+            *x = (0..4).map(|k| a[i][k] * b[k][j]).sum();
+        }
+    }
+    c
+}
+
+fn mat_pow(mut m: Mat, mut n: u64) -> Mat {
+    let mut out: Mat = [
+        [1.0, 0.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0, 1.0, 0.0],
+        [0.0, 0.0, 0.0, 1.0],
+    ];
+    while n > 0 {
+        if n & 1 == 1 {
+            out = mat_mul(&out, &m);
+        }
+        m = mat_mul(&m, &m);
+        n >>= 1;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -222,5 +303,34 @@ mod tests {
         assert_eq!(a.rejection_rate, b.rejection_rate);
         assert_eq!(a.integral, b.integral);
         assert_eq!(a.p, b.p);
+    }
+
+    #[test]
+    fn a_jump_equals_the_updates_it_replaces_within_rounding() {
+        for ki in [0.00001, 0.001, 0.2] {
+            let c = PartialConfig::builder()
+                .ki(ki)
+                .initial_error_rate(0.0)
+                .build()
+                .unwrap();
+            let mut a = Controller::new(&c);
+            for _ in 0..60 {
+                a.update(Some(1.0));
+            }
+            for _ in 0..20 {
+                a.update(None);
+            }
+            let mut b = a;
+            for _ in 0..200_000 {
+                a.update(None);
+            }
+            b.jump(200_000);
+            let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()) + 1e-15;
+            assert!(
+                close(a.rejection_rate, b.rejection_rate),
+                "{ki}: {a:?} {b:?}"
+            );
+            assert!(close(a.integral, b.integral), "{ki}: {a:?} {b:?}");
+        }
     }
 }

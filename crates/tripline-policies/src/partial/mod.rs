@@ -55,7 +55,9 @@
 //! Boundaries are multiples of `interval` on the injected [`Clock`]. After a long quiet spell
 //! the controller comes to rest within a few updates (no calls: no errors, the rejection rate
 //! falls to 0), and the rest of the spell is applied at once, so a call after a year of quiet
-//! costs no more than one after a second.
+//! costs no more than one after a second. Gains that keep it from resting for 100,000
+//! intervals (a very small `ki`) get the rest of the spell in closed form, equal to the
+//! boundary-by-boundary result within floating-point rounding.
 //!
 //! ```
 //! use std::time::Duration;
@@ -118,7 +120,8 @@ const ERRORS: usize = 0;
 const SUCCESSES: usize = 1;
 
 /// Most updates replayed one by one in one catch-up; beyond it (reachable only with gains that
-/// keep the controller from resting for that long) the controller is set at rest.
+/// keep the controller from resting for that long) the quiet boundaries left are applied at
+/// once, in closed form ([`controller::Controller::jump`]).
 const MAX_REPLAY: u64 = 100_000;
 
 struct State {
@@ -265,9 +268,14 @@ impl PartialBreaker {
             s.updates += 1;
             s.next_update = at.saturating_add(i.interval);
             replayed += 1;
-            if replayed >= MAX_REPLAY {
-                let left = now.saturating_sub(s.next_update) / i.interval + 1;
-                s.controller.rejection_rate = 0.0;
+            if replayed >= MAX_REPLAY
+                && s.next_update <= now
+                && s.window.totals(s.next_update - 1) == [0, 0]
+            {
+                // The window emptied long ago (it is far shorter than this many intervals):
+                // the boundaries left are updates with no call, applied at once.
+                let left = (now - s.next_update) / i.interval + 1;
+                s.controller.jump(left);
                 s.updates += left;
                 s.next_update = s
                     .next_update

@@ -152,7 +152,9 @@ impl ThrottleConfigBuilder {
 
 struct Inner {
     config: ThrottleConfig,
-    k_milli: i128,
+    /// K exactly, as `k_num / 2^k_shift` (every f64 in [1, 100] is such a fraction).
+    k_num: i128,
+    k_shift: u32,
     window: Mutex<Buckets>,
     rng: Mutex<Box<dyn RngCore + Send>>,
     clock: Box<dyn Clock>,
@@ -202,10 +204,12 @@ impl Throttle {
         rng: impl RngCore + Send + 'static,
     ) -> Self {
         let buckets = (config.window.as_nanos() / config.bucket.as_nanos().max(1)) as u32;
+        let (k_num, k_shift) = exact_fraction(config.k);
         Self {
             inner: Arc::new(Inner {
                 config,
-                k_milli: (config.k * 1000.0).round() as i128,
+                k_num,
+                k_shift,
                 window: Mutex::new(Buckets::new(config.bucket, buckets)),
                 rng: Mutex::new(Box::new(rng)),
                 clock: Box::new(clock),
@@ -250,10 +254,17 @@ impl Throttle {
         })
     }
 
-    /// `(numerator, denominator)` of the probability, in thousandths of a request.
+    /// `(numerator, denominator)` of the probability, exactly: `(r·2^s − m·a, (r + 1)·2^s)`
+    /// for K = m / 2^s. Windows past 2^38 requests (far beyond any real one) are scaled down
+    /// first, keeping the share of accepts, so that the products fit.
     fn ratio(&self, requests: i64, accepts: i64) -> (i128, i128) {
-        let (r, a) = (i128::from(requests), i128::from(accepts));
-        (1000 * r - self.inner.k_milli * a, 1000 * (r + 1))
+        let (mut r, mut a) = (requests.max(0), accepts.max(0));
+        let excess = (64 - r.leading_zeros()).saturating_sub(38);
+        r >>= excess;
+        a >>= excess;
+        let (r, a) = (i128::from(r), i128::from(a));
+        let s = self.inner.k_shift;
+        ((r << s) - self.inner.k_num * a, (r + 1) << s)
     }
 
     /// The probability that a request attempted now is refused.
@@ -413,3 +424,35 @@ mod service {
 
 #[cfg(feature = "tower")]
 pub use service::ThrottleService;
+
+/// A finite `k >= 1` as `(m, s)` with `k = m / 2^s` exactly (an f64 is a 53-bit integer times
+/// a power of two); `s` is at most 52 for the `k` in [1, 100] the configuration allows.
+fn exact_fraction(k: f64) -> (i128, u32) {
+    let bits = k.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i32 - 1075;
+    let mut m = i128::from((bits & ((1u64 << 52) - 1)) | (1u64 << 52));
+    if exp >= 0 {
+        return (m << exp, 0);
+    }
+    let mut s = exp.unsigned_abs();
+    let tz = m.trailing_zeros().min(s);
+    m >>= tz;
+    s -= tz;
+    (m, s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exact_fraction;
+
+    #[test]
+    fn k_is_kept_exactly() {
+        for k in [1.0, 1.0004, 1.5, 2.0, 3.3, 99.99, 100.0] {
+            let (m, s) = exact_fraction(k);
+            assert_eq!(m as f64 / 2f64.powi(s as i32), k, "{k}");
+            assert!(s <= 52);
+        }
+        assert_eq!(exact_fraction(2.0), (2, 0));
+        assert_eq!(exact_fraction(1.5), (3, 1));
+    }
+}
