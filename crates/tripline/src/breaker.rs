@@ -516,6 +516,14 @@ impl Ramp {
         self.step.store(ramp.share_ppm(0) << RAMP_SHARE_SHIFT, r);
     }
 
+    /// Whether the ramp of `generation` still runs at `now` (it would refuse some calls).
+    fn running(&self, generation: u64, now: u64) -> bool {
+        let r = Ordering::Relaxed;
+        self.generation.load(r) == generation
+            && now.saturating_sub(self.start.load(r)) / self.step_nanos.load(r)
+                < u64::from(self.steps.load(r))
+    }
+
     /// Whether the ramp of `generation` admits a call at `now`: `None` once the ramp is over.
     fn admits(&self, generation: u64, now: u64) -> Option<bool> {
         let r = Ordering::Relaxed;
@@ -927,10 +935,11 @@ pub struct Metrics {
     /// Failures lumped into an earlier one (`lumping_interval`).
     pub lumped_failures: u64,
     /// The current run of failures since the last success or state change (a weighted
-    /// failure adds its weight).
+    /// failure adds its weight; a lumped one adds nothing: it counts once with the failure it
+    /// was lumped into).
     pub consecutive_failures: u64,
-    /// The current run of successes since the last failure or state change (approximate while
-    /// results race each other).
+    /// The current run of successes since the last failure (lumped ones included) or state
+    /// change (approximate while results race each other).
     pub consecutive_successes: u64,
     /// Calls the breaker refused: `rejections.total()`.
     pub rejected_calls: u64,
@@ -1526,6 +1535,11 @@ impl<C: Clock> CircuitBreaker<C> {
         }
         drop(core);
         cold.hub.dispatch();
+        // The new configuration may schedule what the old one did not (automatic transition
+        // turned on, a half-open max wait added): a timer waiting for the next transition
+        // looks again.
+        #[cfg(feature = "tokio")]
+        cold.notify.notify_one();
         Ok(())
     }
 
@@ -1560,7 +1574,8 @@ impl<C: Clock> CircuitBreaker<C> {
         Arc::strong_count(&self.inner) > holders
     }
 
-    /// Whether a registry may drop this breaker: Closed, nothing bad in its window, no call in
+    /// Whether a registry may drop this breaker: Closed, nothing bad in its window, no ramp
+    /// running and no open backoff it still remembers, no call in
     /// flight through it, and no handle held outside the registry (`holders` is how many
     /// handles the caller itself holds).
     pub(crate) fn evictable(&self, holders: usize) -> bool {
@@ -1568,8 +1583,36 @@ impl<C: Clock> CircuitBreaker<C> {
             return false;
         }
         let inner = &*self.inner;
-        let snap = inner.snapshot(inner.clock.now());
-        snap.failures == 0 && snap.slow_calls == 0 && snap.in_flight_slow == 0
+        let now = inner.clock.now();
+        let snap = inner.snapshot(now);
+        if snap.failures != 0 || snap.slow_calls != 0 || snap.in_flight_slow != 0 {
+            return false;
+        }
+        !self.remembers_recovery_at(now)
+    }
+
+    /// Whether this Closed breaker remembers more than its window: a ramp after recovery still
+    /// running, or, with open backoff, a recent open period that makes the next one longer. A
+    /// fresh breaker in its place would forget both.
+    pub(crate) fn remembers_recovery(&self) -> bool {
+        self.remembers_recovery_at(self.inner.clock.now())
+    }
+
+    fn remembers_recovery_at(&self, now: u64) -> bool {
+        let inner = &*self.inner;
+        let Some(cold) = inner.cold.get() else {
+            return false;
+        };
+        let generation = Word(inner.word.load(Ordering::Acquire)).generation();
+        if inner.hot.ramping.load(Ordering::Relaxed) && cold.ramp.running(generation, now) {
+            return true;
+        }
+        let core = lock(&cold.core);
+        core.ever_opened
+            && core.config.open_backoff.is_some_and(|b| {
+                now.saturating_sub(inner.closed_since.load(Ordering::Relaxed))
+                    < nanos(b.healthy_after)
+            })
     }
 
     /// Approximate bytes held by this breaker: the shared part, the window's heap, the name
@@ -1836,6 +1879,11 @@ impl<C: Clock> Inner<C> {
             }
             self.cold().lumped.fetch_add(1, Ordering::Relaxed);
             self.lane().1.count(Outcome::Failure, slow);
+            // It counts once with the earlier failure, but it is the latest result: the run
+            // of successes is over.
+            self.hot
+                .success_mark
+                .store(self.successes(), Ordering::Relaxed);
             return Err(Recorded::Lumped);
         }
         Ok(weight)

@@ -9,9 +9,10 @@
 //! * Lookups take no lock (a `papaya` concurrent map with lock-free reads).
 //! * Memory is bounded: at most `max_breakers`, and breakers idle for `idle_after` are dropped
 //!   by [`Registry::evict_idle`]. A breaker is never evicted while it is not Closed, while its
-//!   window holds failures or slow calls, while a call is in flight, or while anyone outside
-//!   the registry holds a handle to it: a missing breaker reads as a fresh Closed one, so
-//!   evicting an Open breaker would admit everything.
+//!   window holds failures or slow calls, while its ramp after recovery runs or its open
+//!   backoff still remembers a recent open period, while a call is in flight, or while anyone
+//!   outside the registry holds a handle to it: a missing breaker reads as a fresh Closed one,
+//!   so evicting an Open breaker would admit everything (and a ramping one, all at once).
 //! * Keys are cheap: every breaker of a named configuration shares one `Arc` of it, and a
 //!   breaker holds only its closed-path part (about 410 bytes with a count window of 100) until
 //!   it first transitions, is reconfigured by a reload, or gets a listener
@@ -1280,7 +1281,8 @@ impl<C: Clock + Clone> Registry<C> {
     }
 
     /// What a reload does for one breaker: reconfigure it in place, rebuild it (Closed, not
-    /// held), or defer it. Called with the maintenance lock held.
+    /// held, no ramp running and no open backoff remembered), or defer it. Called with the
+    /// maintenance lock held.
     fn reload_entry(&self, active: &Active, k: &Key, e: &Arc<Entry<C>>, report: &mut ReloadReport) {
         let want = active.config_for(k);
         let mut current = lock(&e.config);
@@ -1293,7 +1295,9 @@ impl<C: Clock + Clone> Registry<C> {
                 *current = want;
                 report.reconfigured.push(k.clone());
             }
-        } else if self.retire(e, |b| b.state() == State::Closed && !b.in_use(1)) {
+        } else if self.retire(e, |b| {
+            b.state() == State::Closed && !b.in_use(1) && !b.remembers_recovery()
+        }) {
             drop(current);
             let now = self.clock.recent();
             let fresh = self.create(k, now);
