@@ -2813,7 +2813,8 @@ mod async_call {
 
     impl<C: Clock> CircuitBreaker<C> {
         /// Runs the future `f` makes through the breaker, with `timeout` inside the breaker: every
-        /// admitted call settles, and a timeout counts as a failure. `f` is not called when the
+        /// admitted call settles, and a timeout counts as a failure of kind
+        /// [`FailureKind::Timeout`]. `f` is not called when the
         /// breaker rejects. If the returned future is dropped mid-call, the permit is abandoned
         /// (it frees its probe slot and counts as neither success nor failure).
         ///
@@ -2864,7 +2865,10 @@ mod async_call {
                 Some(t) => match tokio::time::timeout(t, f()).await {
                     Ok(r) => r,
                     Err(_) => {
-                        let _ = permit.record(Outcome::Failure);
+                        // The breaker's own timeout: a failure of kind Timeout (its weight, and
+                        // `failures_by_kind`, apply as to a classifier's timeouts).
+                        let _ =
+                            permit.record_classified(Classification::failure(FailureKind::Timeout));
                         return Err(CallError::Timeout(t));
                     }
                 },

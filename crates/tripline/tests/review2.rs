@@ -213,3 +213,26 @@ fn a_lumped_failure_ends_the_run_of_successes() {
         "the last call failed, yet the run of successes goes on"
     );
 }
+
+/// The breaker's own timeout is a failure of kind Timeout: `failures_by_kind` counts it, and a
+/// weight set for timeouts applies to it as to a classifier's.
+#[tokio::test(start_paused = true)]
+async fn the_breakers_own_timeout_is_a_failure_of_kind_timeout() {
+    use tripline::FailureKind;
+    let config = BreakerConfig::builder()
+        .failure_kind_weight(FailureKind::Timeout, 0)
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("db", config, tripline::TokioClock::new());
+    let r = b
+        .call_async(Some(Duration::from_millis(100)), || async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok::<_, ()>(())
+        })
+        .await;
+    assert!(matches!(r, Err(tripline::CallError::Timeout(_))));
+    let m = b.metrics();
+    assert_eq!(m.failures_by_kind.get(FailureKind::Timeout), 1);
+    // Weight 0: it says nothing about the dependency, so the window holds no failure.
+    assert_eq!(m.window.failures, 0);
+}
