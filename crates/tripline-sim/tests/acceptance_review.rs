@@ -1,0 +1,28 @@
+//! Acceptance checks of the simulator and the library against the worked examples of the
+//! specification: each test pins a claim of a source that the project does not meet yet.
+
+use tripline_sim::{Scenario, simulate};
+
+/// The GymFolks example (`000_a69a2fd5093b1b4c.txt`), the team's tuned breaker: "slowThreshold
+/// 30% of calls slower than 2000 ms ← catches the SOURCE of the problem: even "successful"
+/// vendor calls are eating the pool. Latency threshold fires FIRST here — that is the point",
+/// and its window picture: "8/13 fail (62%) + 9 slow · errorRate 62% ≥ 50% AND slowRate 69% ≥
+/// 30%" (slow failures among them).
+///
+/// Observed (`tripline simulate gymfolks`, seed 0): the shared breaker's first trip, at
+/// 60.414 s, is `failure-rate`, and so is every local breaker's (the first at 60.769 s): the
+/// scenario returns the 503s at the vendor's usual speed (300 ms median), so ten fast failures
+/// fill half of the 20-call window before any call has been in flight for 2 s.
+#[test]
+fn gymfolks_latency_threshold_fires_first() {
+    let r = simulate(&Scenario::load("gymfolks").unwrap(), None);
+    for label in ["shared", "with"] {
+        let run = r.run(label).unwrap();
+        let first = run.transitions.first().expect("the breaker trips");
+        assert_eq!(
+            first.reason, "slow-call-rate",
+            "{label}: first trip at {:.3} s by {}",
+            first.at_s, first.reason
+        );
+    }
+}
