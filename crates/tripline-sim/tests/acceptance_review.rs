@@ -26,3 +26,20 @@ fn gymfolks_latency_threshold_fires_first() {
         );
     }
 }
+
+/// The circuit-breaker entry (`000_a69a2fd5093b1b4c.txt`): "resilience4j's defaults are
+/// slidingWindowSize: 100, minimumNumberOfCalls: 100, failureRateThreshold: 50, ..."; the
+/// cascading-failures article (`001_23d6aab3644e24c1.txt`): "Resilience4j ships with a 100-call
+/// window, a minimum of 100 calls, a 50% threshold, ...". The root README says "resilience4j's
+/// defaults (which tripline's follow) suit a slow internal RPC".
+///
+/// Observed: `BreakerConfig::default().minimum_calls()` is 20 (the `config` module's table
+/// gives Hystrix's request-volume threshold as the reason); every other default the sources
+/// name (window 100, 50 %, slow 100 % at 60 s, 60 s open, 10 probes judged together, no
+/// automatic transition) is resilience4j's. Either the default or the README's "which
+/// tripline's follow" is wrong.
+#[test]
+fn defaults_follow_resilience4j_minimum_number_of_calls_100_as_the_readme_says() {
+    let d = tripline::BreakerConfig::default();
+    assert_eq!(d.minimum_calls(), 100, "minimum_calls default");
+}
