@@ -247,3 +247,70 @@ async fn looking_at_an_unused_breaker_writes_nothing() {
             > 1
     );
 }
+
+/// Steps: the quorum rule is on (2 distinct replicas within a minute) and calls in flight count
+/// as slow. The dependency hangs: replicas `a` and `b` each have two calls in flight that never
+/// return. Three seconds later (past the 2 s slow-call duration) each replica makes one more
+/// acquire, which reports its overdue calls: four calls in flight, all slow, from two distinct
+/// replicas.
+///
+/// Promised (crate docs, "Calls in flight past the slow-call duration count as slow before they
+/// finish, as in the in-process breaker") and ("Quorum"): "the breaker trips on the rules only
+/// when failures or slow calls come from at least `quorum.replicas` distinct replicas within
+/// `quorum.within`". Two replicas have slow calls: the quorum is met and the slow-call rule
+/// trips. Observed: in-flight reports cast no vote, so the quorum never counts a hung
+/// dependency seen fleet-wide: the breaker stays Closed (the same fleet without the quorum trips
+/// at `b`'s acquire).
+#[tokio::test]
+async fn a_hung_dependency_seen_by_a_quorum_of_replicas_trips() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 10 })
+        .minimum_calls(4)
+        .slow_call_rate_threshold(50.0)
+        .slow_call_duration(Duration::from_secs(2))
+        .count_in_flight_as_slow(true)
+        .open_duration(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let make = |replica: &str| {
+        SharedBreaker::with_clock(
+            "review:hung-quorum",
+            config.clone(),
+            shared_builder(replica)
+                .quorum(tripline_redis::Quorum {
+                    replicas: 2,
+                    within: Duration::from_secs(60),
+                })
+                .build()
+                .unwrap(),
+            Backend::single(&server.url()).unwrap(),
+            clock.clone(),
+        )
+        .unwrap()
+    };
+    let a = make("a");
+    let b = make("b");
+    let hung = vec![
+        a.acquire().await.unwrap(),
+        a.acquire().await.unwrap(),
+        b.acquire().await.unwrap(),
+        b.acquire().await.unwrap(),
+    ];
+    clock.advance(Duration::from_secs(3));
+    let p = a
+        .acquire()
+        .await
+        .expect("a's report alone is below minimum_calls");
+    assert_eq!(a.refresh().await.unwrap().window.in_flight_slow, 2);
+    p.abandon().await;
+    let got = b.acquire().await;
+    let snap = a.refresh().await.unwrap();
+    assert!(
+        got.is_err(),
+        "four slow calls in flight on two replicas, quorum 2: still admitted, {snap:?}"
+    );
+    assert_eq!(snap.state, State::Open, "{snap:?}");
+    drop(hung);
+}
