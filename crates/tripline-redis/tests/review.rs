@@ -314,3 +314,52 @@ async fn a_hung_dependency_seen_by_a_quorum_of_replicas_trips() {
     assert_eq!(snap.state, State::Open, "{snap:?}");
     drop(hung);
 }
+
+/// Steps (batching, the manual clock still, so nothing is due before `flush()`): count window
+/// of 4, trips at 50 % once 4 calls are in, Open for 60 s, `open.max_retry_after` 5 min. A
+/// replica records three failures (buffered), then a fourth failure carrying a `Retry-After`
+/// of 120 s (sent at once), then flushes.
+///
+/// Promised (crate docs, "Batching"): "the functions apply them in order, so a trip happens at
+/// the outcome that causes it", and [`SharedPermit::record_classified`]: "a `Retry-After` hint
+/// lengthens the next open wait". In-process, the fourth failure trips the breaker and its
+/// hint makes the wait 120 s. Observed: the hinted failure overtakes the three buffered ones
+/// (it reaches Redis first, a window of one call); the trip then happens at the last buffered
+/// failure, which carries no hint: Open for 60 s, the hint is lost.
+#[tokio::test]
+async fn a_retry_after_hint_behind_buffered_outcomes_lengthens_the_trip() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let b: Breaker = SharedBreaker::with_clock(
+        "review:hint-overtakes",
+        trip_config(Duration::from_secs(60)),
+        shared_builder("r0")
+            .batching(tripline_redis::Batching {
+                flush_every: Duration::from_secs(10),
+                max_batch: 256,
+                success_wait: None,
+            })
+            .build()
+            .unwrap(),
+        Backend::single(&server.url()).unwrap(),
+        clock.clone(),
+    )
+    .unwrap();
+    for _ in 0..3 {
+        let p = b.acquire().await.unwrap();
+        assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
+    }
+    let p = b.acquire().await.unwrap();
+    let hinted =
+        tripline::Classification::new(Outcome::Failure).with_retry_after(Duration::from_secs(120));
+    p.record_classified(hinted).await;
+    b.flush().await;
+
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Open, "{snap:?}");
+    let wait = Duration::from_micros(snap.open_until_micros - snap.now_micros);
+    assert!(
+        wait >= Duration::from_secs(120),
+        "the trip's open wait ignores the Retry-After of the failure that caused it: {wait:?}"
+    );
+}
