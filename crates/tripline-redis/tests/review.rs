@@ -363,3 +363,58 @@ async fn a_retry_after_hint_behind_buffered_outcomes_lengthens_the_trip() {
         "the trip's open wait ignores the Retry-After of the failure that caused it: {wait:?}"
     );
 }
+
+/// Steps (no batching): a replica records three failures (counted); Redis is paused for writes
+/// (`CLIENT PAUSE ... WRITE`, a stall) while it records the fourth, which gives up after the
+/// 100 ms Redis timeout; Redis resumes and runs the queued call: the breaker trips, and the
+/// events stream names this replica as the one that performed the trip. The replica's next
+/// acquire is rejected (it sees Open).
+///
+/// Promised (crate docs, "Events"): "Exactly one replica performs each transition; it
+/// publishes it to its subscribers ([`SharedBreaker::subscribe`])", and the docs on Redis
+/// stalls say only that "an outcome counted as lost can still land". Observed: the trip landed,
+/// performed by this replica (`fleet_events` says so), but no replica ever publishes it: this
+/// replica's subscribers receive nothing and its `transitions` counter stays 0.
+#[tokio::test]
+async fn a_trip_that_lands_after_the_timeout_is_still_published() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let b: Breaker = SharedBreaker::with_clock(
+        "review:late-trip",
+        trip_config(Duration::from_secs(60)),
+        shared_builder("r0")
+            .redis_timeout(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+        Backend::single(&server.url()).unwrap(),
+        clock.clone(),
+    )
+    .unwrap();
+    let mut events = b.subscribe();
+    for _ in 0..3 {
+        let p = b.acquire().await.unwrap();
+        assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
+    }
+    let p = b.acquire().await.unwrap();
+    assert_eq!(
+        server.cli(&["CLIENT", "PAUSE", "20000", "WRITE"]).unwrap(),
+        "OK"
+    );
+    p.record(Outcome::Failure).await;
+    assert_eq!(b.metrics().lost_records, 1, "{:?}", b.metrics());
+    assert_eq!(server.cli(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+    assert_eq!(b.acquire().await.unwrap_err().state(), State::Open);
+
+    let fleet = b.fleet_events(10).await.unwrap();
+    assert_eq!(fleet.len(), 1, "{fleet:?}");
+    assert_eq!(
+        (fleet[0].to, fleet[0].replica.as_str()),
+        (State::Open, "r0")
+    );
+    let published = events.try_recv();
+    assert!(
+        published.is_ok(),
+        "the trip r0 performed was never published to its subscribers: {published:?}, {:?}",
+        b.metrics()
+    );
+}
