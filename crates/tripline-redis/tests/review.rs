@@ -418,3 +418,53 @@ async fn a_trip_that_lands_after_the_timeout_is_still_published() {
         b.metrics()
     );
 }
+
+/// Steps (batching, `flush_every` 1 ms): replica `a` records a failure (buffered) and is then
+/// dropped, as a replica shutting down drops its breaker; replica `b` reads the shared window,
+/// up to 100 times, 10 ms of real time apart (a second in all: a thousand `flush_every`s).
+///
+/// Promised (crate docs, "Batching"): "A batch goes out ... when a failure or slow call in it
+/// has waited `flush_every`", and the failure's `record` returned `Counted`; nothing in the
+/// docs says outcomes are dropped with the breaker (nor counts them in `lost_records`).
+/// Observed: the flusher task holds only a weak reference and quits when the breaker is
+/// dropped: the buffered failure never reaches Redis.
+#[tokio::test]
+async fn a_dropped_breaker_still_sends_its_buffered_failures() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let batching = |replica: &str| {
+        SharedBreaker::with_clock(
+            "review:dropped-batch",
+            trip_config(Duration::from_secs(60)),
+            shared_builder(replica)
+                .batching(tripline_redis::Batching {
+                    flush_every: Duration::from_millis(1),
+                    max_batch: 256,
+                    success_wait: None,
+                })
+                .build()
+                .unwrap(),
+            Backend::single(&server.url()).unwrap(),
+            clock.clone(),
+        )
+        .unwrap()
+    };
+    let a: Breaker = batching("a");
+    let b: Breaker = batching("b");
+    let p = a.acquire().await.unwrap();
+    assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
+    drop(a);
+
+    let mut failures = 0;
+    for _ in 0..100 {
+        failures = b.refresh().await.unwrap().window.failures;
+        if failures == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        failures, 1,
+        "the dropped replica's buffered failure never reached Redis"
+    );
+}
