@@ -488,6 +488,22 @@ local function in_flight_slow()
   return n
 end
 
+-- The quorum's votes: trimmed to the quorum window and to MAX_VOTERS on every use.
+local function trim_votes()
+  redis.call('ZREMRANGEBYSCORE', Q, '-inf', fmt(now - CFG.qwithin))
+end
+
+local function vote()
+  if redis.call('ZADD', Q, now, replica) == 1 then
+    local n = redis.call('ZCARD', Q)
+    if n > MAX_VOTERS then
+      redis.call('ZREMRANGEBYRANK', Q, 0, n - MAX_VOTERS - 1)
+    end
+  end
+  trim_votes()
+  redis.call('PEXPIRE', Q, math.ceil(CFG.qwithin / 1000) + 1000)
+end
+
 -- A replica's report of its calls in flight past the slow duration: "epoch:count", or "-1" for
 -- none. A count of another epoch, or zero, clears the replica's entry. Returns whether a report
 -- came.
@@ -505,24 +521,12 @@ local function report_in_flight(report)
   else
     redis.call('HSET', I, replica, fmt(ep) .. ':' .. fmt(count) .. ':' .. fmt(now + 2 * CFG.slow))
     redis.call('PEXPIRE', I, math.ceil(2 * CFG.slow / 1000) + 1)
-  end
-  return true
-end
-
--- The quorum's votes: trimmed to the quorum window and to MAX_VOTERS on every use.
-local function trim_votes()
-  redis.call('ZREMRANGEBYSCORE', Q, '-inf', fmt(now - CFG.qwithin))
-end
-
-local function vote()
-  if redis.call('ZADD', Q, now, replica) == 1 then
-    local n = redis.call('ZCARD', Q)
-    if n > MAX_VOTERS then
-      redis.call('ZREMRANGEBYRANK', Q, 0, n - MAX_VOTERS - 1)
+    if CFG.quorum > 1 then
+      -- Calls past the slow-call duration are slow calls of this replica: its vote.
+      vote()
     end
   end
-  trim_votes()
-  redis.call('PEXPIRE', Q, math.ceil(CFG.qwithin / 1000) + 1000)
+  return true
 end
 
 local function quorum_met()

@@ -95,7 +95,10 @@
 //!   outcomes, when a failure or slow call in it has waited `flush_every`, or when its oldest
 //!   outcome has waited `success_wait`; one call never applies more than `max_batch` outcomes
 //!   (at most [`MAX_BATCH`]), so no replica holds Redis for long. Failures carrying a
-//!   `Retry-After` hint and every probe are sent at once. A replica keeps one batch in flight;
+//!   `Retry-After` hint and every probe are sent at once, behind what is already buffered. A
+//!   breaker dropped with outcomes buffered still sends them (its flusher keeps it until the
+//!   buffer is empty) as long as the runtime runs: call [`SharedBreaker::flush`] before
+//!   shutting the runtime down. A replica keeps one batch in flight;
 //!   outcomes arriving meanwhile wait for the next one, up to 16 batches' worth, beyond which
 //!   they reach only the shadow breaker (counted in [`SharedMetrics::lost_records`]).
 //!   [`Batching::lean`] (failures within 10 ms, successes within 250 ms) brings a healthy
@@ -152,7 +155,10 @@
 //!   record says it held calls is counted in [`SharedMetrics::lost_windows`].
 //! * **Events.** Exactly one replica performs each transition; it publishes it to its
 //!   subscribers ([`SharedBreaker::subscribe`]) and the functions append it to the events
-//!   stream ([`SharedBreaker::fleet_events`]).
+//!   stream ([`SharedBreaker::fleet_events`]). A call that timed out (or lost its connection)
+//!   may still run, and a transition it performs reaches no reply: the replica's next reply
+//!   that shows a newer epoch makes it read the stream and publish the transitions it
+//!   performed that no reply carried.
 //!
 //! Every replica of a scope should use the same [`tripline::BreakerConfig`]: each call is
 //! decided with the configuration its version names.

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -306,6 +306,8 @@ struct Inner<C: Clock> {
     rng: Mutex<Pcg64Mcg>,
     counters: Counters,
     fallback_now: AtomicBool,
+    /// A call timed out and may still have run: a transition it performed reached no reply.
+    unconfirmed: AtomicBool,
     /// Redirections in a row (see [`REDIRECTIONS_FORGIVEN`]).
     redirections: AtomicU32,
     /// The last error from Redis, in its own words.
@@ -710,6 +712,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             rng: Mutex::new(rng),
             counters: Counters::default(),
             fallback_now: AtomicBool::new(false),
+            unconfirmed: AtomicBool::new(false),
             redirections: AtomicU32::new(0),
             last_error: Mutex::new(None),
             events,
@@ -1045,31 +1048,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
 
     /// The fleet's latest transitions, newest first (at most `count`).
     pub async fn fleet_events(&self, count: usize) -> Result<Vec<FleetEvent>, redis::RedisError> {
-        let mut cmd = redis::cmd("XREVRANGE");
-        cmd.arg(&self.inner.keys.events)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(count);
-        let reply: redis::streams::StreamRangeReply = self.inner.backend.query(&cmd).await?;
-        let mut out = Vec::new();
-        for entry in reply.ids {
-            let get = |k: &str| -> String { entry.get::<String>(k).unwrap_or_default() };
-            let (Some(from), Some(to)) = (parse_state(&get("from")), parse_state(&get("to")))
-            else {
-                continue;
-            };
-            out.push(FleetEvent {
-                id: entry.id.clone(),
-                from,
-                to,
-                epoch: get("epoch").parse().unwrap_or(0),
-                reason: get("reason"),
-                at_micros: get("at").parse().unwrap_or(0),
-                replica: get("replica"),
-            });
-        }
-        Ok(out)
+        self.inner.fleet_events(count).await
     }
 }
 
@@ -1490,6 +1469,8 @@ impl<C: Clock + Clone> Inner<C> {
                     bump(&self.counters.redis_redirections, 1);
                     guard.record(Outcome::Ignored);
                 } else {
+                    // A connection lost after the call was sent may still have run it.
+                    self.unconfirmed.store(true, Ordering::Release);
                     bump(&self.counters.redis_errors, 1);
                     guard.record(Outcome::Failure);
                 }
@@ -1498,6 +1479,7 @@ impl<C: Clock + Clone> Inner<C> {
             }
             Err(_) => {
                 self.note_error("tripline: Redis did not answer within the Redis timeout");
+                self.unconfirmed.store(true, Ordering::Release);
                 bump(&self.counters.redis_timeouts, 1);
                 guard.record(Outcome::Failure);
                 self.fallback_now.store(true, Ordering::Relaxed);
@@ -1522,8 +1504,66 @@ impl<C: Clock + Clone> Inner<C> {
             }
             Err(_) => {
                 let e = "tripline: Redis did not answer within the Redis timeout";
+                self.unconfirmed.store(true, Ordering::Release);
                 self.note_error(e);
                 Err(redis::RedisError::from((redis::ErrorKind::Io, e)))
+            }
+        }
+    }
+
+    /// The fleet's latest transitions, newest first (at most `count`).
+    async fn fleet_events(&self, count: usize) -> Result<Vec<FleetEvent>, redis::RedisError> {
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(&self.keys.events)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count);
+        let reply: redis::streams::StreamRangeReply = self.backend.query(&cmd).await?;
+        let mut out = Vec::new();
+        for entry in reply.ids {
+            let get = |k: &str| -> String { entry.get::<String>(k).unwrap_or_default() };
+            let (Some(from), Some(to)) = (parse_state(&get("from")), parse_state(&get("to")))
+            else {
+                continue;
+            };
+            out.push(FleetEvent {
+                id: entry.id.clone(),
+                from,
+                to,
+                epoch: get("epoch").parse().unwrap_or(0),
+                reason: get("reason"),
+                at_micros: get("at").parse().unwrap_or(0),
+                replica: get("replica"),
+            });
+        }
+        Ok(out)
+    }
+
+    /// After a call that timed out and may still have run: the transitions this replica
+    /// performed between `before` and the reply's epoch that no reply carried (the timed-out
+    /// call's), read from the events stream and published as if that reply had come.
+    async fn publish_missed(&self, before: u64, reply: &Reply) {
+        if !self.unconfirmed.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(mut events) = self.fleet_events(32).await else {
+            return;
+        };
+        events.reverse();
+        for e in events {
+            let carried = reply
+                .transitions
+                .iter()
+                .any(|t| (t.epoch, t.to) == (e.epoch, e.to));
+            if e.replica == self.replica && e.epoch > before && e.epoch <= reply.epoch && !carried {
+                bump(&self.counters.transitions, 1);
+                let _ = self.events.send(Transition {
+                    from: e.from,
+                    to: e.to,
+                    epoch: e.epoch,
+                    reason: e.reason,
+                });
             }
         }
     }
@@ -1532,8 +1572,12 @@ impl<C: Clock + Clone> Inner<C> {
     /// lost a breaker this replica saw Open) is not taken: the replica brings its view back
     /// into Redis and returns the answer to that instead.
     async fn settled(&self, op: &str, now: u64, args: &[String]) -> redis::RedisResult<Reply> {
+        let before = lock(&self.view).epoch;
         let reply = self.call(op, now, args).await?;
         if self.absorb(&reply, now) || op == "restore" {
+            if reply.epoch > before && self.unconfirmed.load(Ordering::Acquire) {
+                self.publish_missed(before, &reply).await;
+            }
             return Ok(reply);
         }
         bump(&self.counters.lost_state, 1);
@@ -1706,6 +1750,11 @@ impl<C: Clock + Clone> Inner<C> {
                 return Recorded::Counted;
             }
         }
+        if self.shared.batching.is_some() {
+            // Outcomes buffered before this one go first, so that the functions see them in
+            // order (a trip happens at the outcome that causes it, with that outcome's hint).
+            self.flush().await;
+        }
         let report = self.in_flight_report(now);
         let hint = c.retry_after.map_or(0, micros);
         let args = [
@@ -1860,14 +1909,16 @@ impl<C: Clock + Clone> Inner<C> {
     /// `max_batch`) when one is due: at once if the buffer holds a failure or a slow call or a
     /// full batch, else once the buffer has waited `success_wait`.
     fn spawn_flusher(self: &Arc<Self>, b: Batching) {
-        let weak: Weak<Self> = Arc::downgrade(self);
+        // A strong handle: outcomes already answered `Counted` are sent even if every other
+        // handle is dropped meanwhile (a replica shutting down); the task ends, and lets the
+        // breaker go, once the buffer is empty.
+        let inner = self.clone();
         let periods = (b.success_wait().as_nanos() / b.flush_every.as_nanos().max(1)).max(1) as u32;
         tokio::spawn(async move {
             let mut wait = b.flush_every;
             loop {
                 tokio::time::sleep(wait).await;
                 wait = b.flush_every;
-                let Some(inner) = weak.upgrade() else { return };
                 let first = {
                     let mut batch = lock(&inner.batch);
                     if batch.outcomes.is_empty() {

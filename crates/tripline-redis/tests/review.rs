@@ -247,3 +247,224 @@ async fn looking_at_an_unused_breaker_writes_nothing() {
             > 1
     );
 }
+
+/// Steps: the quorum rule is on (2 distinct replicas within a minute) and calls in flight count
+/// as slow. The dependency hangs: replicas `a` and `b` each have two calls in flight that never
+/// return. Three seconds later (past the 2 s slow-call duration) each replica makes one more
+/// acquire, which reports its overdue calls: four calls in flight, all slow, from two distinct
+/// replicas.
+///
+/// Promised (crate docs, "Calls in flight past the slow-call duration count as slow before they
+/// finish, as in the in-process breaker") and ("Quorum"): "the breaker trips on the rules only
+/// when failures or slow calls come from at least `quorum.replicas` distinct replicas within
+/// `quorum.within`". Two replicas have slow calls: the quorum is met and the slow-call rule
+/// trips. Observed: in-flight reports cast no vote, so the quorum never counts a hung
+/// dependency seen fleet-wide: the breaker stays Closed (the same fleet without the quorum trips
+/// at `b`'s acquire).
+#[tokio::test]
+async fn a_hung_dependency_seen_by_a_quorum_of_replicas_trips() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 10 })
+        .minimum_calls(4)
+        .slow_call_rate_threshold(50.0)
+        .slow_call_duration(Duration::from_secs(2))
+        .count_in_flight_as_slow(true)
+        .open_duration(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let make = |replica: &str| {
+        SharedBreaker::with_clock(
+            "review:hung-quorum",
+            config.clone(),
+            shared_builder(replica)
+                .quorum(tripline_redis::Quorum {
+                    replicas: 2,
+                    within: Duration::from_secs(60),
+                })
+                .build()
+                .unwrap(),
+            Backend::single(&server.url()).unwrap(),
+            clock.clone(),
+        )
+        .unwrap()
+    };
+    let a = make("a");
+    let b = make("b");
+    let hung = vec![
+        a.acquire().await.unwrap(),
+        a.acquire().await.unwrap(),
+        b.acquire().await.unwrap(),
+        b.acquire().await.unwrap(),
+    ];
+    clock.advance(Duration::from_secs(3));
+    let p = a
+        .acquire()
+        .await
+        .expect("a's report alone is below minimum_calls");
+    assert_eq!(a.refresh().await.unwrap().window.in_flight_slow, 2);
+    p.abandon().await;
+    let got = b.acquire().await;
+    let snap = a.refresh().await.unwrap();
+    assert!(
+        got.is_err(),
+        "four slow calls in flight on two replicas, quorum 2: still admitted, {snap:?}"
+    );
+    assert_eq!(snap.state, State::Open, "{snap:?}");
+    drop(hung);
+}
+
+/// Steps (batching, the manual clock still, so nothing is due before `flush()`): count window
+/// of 4, trips at 50 % once 4 calls are in, Open for 60 s, `open.max_retry_after` 5 min. A
+/// replica records three failures (buffered), then a fourth failure carrying a `Retry-After`
+/// of 120 s (sent at once), then flushes.
+///
+/// Promised (crate docs, "Batching"): "the functions apply them in order, so a trip happens at
+/// the outcome that causes it", and [`SharedPermit::record_classified`]: "a `Retry-After` hint
+/// lengthens the next open wait". In-process, the fourth failure trips the breaker and its
+/// hint makes the wait 120 s. Observed: the hinted failure overtakes the three buffered ones
+/// (it reaches Redis first, a window of one call); the trip then happens at the last buffered
+/// failure, which carries no hint: Open for 60 s, the hint is lost.
+#[tokio::test]
+async fn a_retry_after_hint_behind_buffered_outcomes_lengthens_the_trip() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let b: Breaker = SharedBreaker::with_clock(
+        "review:hint-overtakes",
+        trip_config(Duration::from_secs(60)),
+        shared_builder("r0")
+            .batching(tripline_redis::Batching {
+                flush_every: Duration::from_secs(10),
+                max_batch: 256,
+                success_wait: None,
+            })
+            .build()
+            .unwrap(),
+        Backend::single(&server.url()).unwrap(),
+        clock.clone(),
+    )
+    .unwrap();
+    for _ in 0..3 {
+        let p = b.acquire().await.unwrap();
+        assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
+    }
+    let p = b.acquire().await.unwrap();
+    let hinted =
+        tripline::Classification::new(Outcome::Failure).with_retry_after(Duration::from_secs(120));
+    p.record_classified(hinted).await;
+    b.flush().await;
+
+    let snap = b.refresh().await.unwrap();
+    assert_eq!(snap.state, State::Open, "{snap:?}");
+    let wait = Duration::from_micros(snap.open_until_micros - snap.now_micros);
+    assert!(
+        wait >= Duration::from_secs(120),
+        "the trip's open wait ignores the Retry-After of the failure that caused it: {wait:?}"
+    );
+}
+
+/// Steps (no batching): a replica records three failures (counted); Redis is paused for writes
+/// (`CLIENT PAUSE ... WRITE`, a stall) while it records the fourth, which gives up after the
+/// 100 ms Redis timeout; Redis resumes and runs the queued call: the breaker trips, and the
+/// events stream names this replica as the one that performed the trip. The replica's next
+/// acquire is rejected (it sees Open).
+///
+/// Promised (crate docs, "Events"): "Exactly one replica performs each transition; it
+/// publishes it to its subscribers ([`SharedBreaker::subscribe`])", and the docs on Redis
+/// stalls say only that "an outcome counted as lost can still land". Observed: the trip landed,
+/// performed by this replica (`fleet_events` says so), but no replica ever publishes it: this
+/// replica's subscribers receive nothing and its `transitions` counter stays 0.
+#[tokio::test]
+async fn a_trip_that_lands_after_the_timeout_is_still_published() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let b: Breaker = SharedBreaker::with_clock(
+        "review:late-trip",
+        trip_config(Duration::from_secs(60)),
+        shared_builder("r0")
+            .redis_timeout(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+        Backend::single(&server.url()).unwrap(),
+        clock.clone(),
+    )
+    .unwrap();
+    let mut events = b.subscribe();
+    for _ in 0..3 {
+        let p = b.acquire().await.unwrap();
+        assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
+    }
+    let p = b.acquire().await.unwrap();
+    assert_eq!(
+        server.cli(&["CLIENT", "PAUSE", "20000", "WRITE"]).unwrap(),
+        "OK"
+    );
+    p.record(Outcome::Failure).await;
+    assert_eq!(b.metrics().lost_records, 1, "{:?}", b.metrics());
+    assert_eq!(server.cli(&["CLIENT", "UNPAUSE"]).unwrap(), "OK");
+    assert_eq!(b.acquire().await.unwrap_err().state(), State::Open);
+
+    let fleet = b.fleet_events(10).await.unwrap();
+    assert_eq!(fleet.len(), 1, "{fleet:?}");
+    assert_eq!(
+        (fleet[0].to, fleet[0].replica.as_str()),
+        (State::Open, "r0")
+    );
+    let published = events.try_recv();
+    assert!(
+        published.is_ok(),
+        "the trip r0 performed was never published to its subscribers: {published:?}, {:?}",
+        b.metrics()
+    );
+}
+
+/// Steps (batching, `flush_every` 1 ms): replica `a` records a failure (buffered) and is then
+/// dropped, as a replica shutting down drops its breaker; replica `b` reads the shared window,
+/// up to 100 times, 10 ms of real time apart (a second in all: a thousand `flush_every`s).
+///
+/// Promised (crate docs, "Batching"): "A batch goes out ... when a failure or slow call in it
+/// has waited `flush_every`", and the failure's `record` returned `Counted`; nothing in the
+/// docs says outcomes are dropped with the breaker (nor counts them in `lost_records`).
+/// Observed: the flusher task holds only a weak reference and quits when the breaker is
+/// dropped: the buffered failure never reaches Redis.
+#[tokio::test]
+async fn a_dropped_breaker_still_sends_its_buffered_failures() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let batching = |replica: &str| {
+        SharedBreaker::with_clock(
+            "review:dropped-batch",
+            trip_config(Duration::from_secs(60)),
+            shared_builder(replica)
+                .batching(tripline_redis::Batching {
+                    flush_every: Duration::from_millis(1),
+                    max_batch: 256,
+                    success_wait: None,
+                })
+                .build()
+                .unwrap(),
+            Backend::single(&server.url()).unwrap(),
+            clock.clone(),
+        )
+        .unwrap()
+    };
+    let a: Breaker = batching("a");
+    let b: Breaker = batching("b");
+    let p = a.acquire().await.unwrap();
+    assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
+    drop(a);
+
+    let mut failures = 0;
+    for _ in 0..100 {
+        failures = b.refresh().await.unwrap().window.failures;
+        if failures == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        failures, 1,
+        "the dropped replica's buffered failure never reached Redis"
+    );
+}
