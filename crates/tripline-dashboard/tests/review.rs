@@ -136,3 +136,35 @@ async fn a_malformed_id_is_refused_naming_the_field_value_and_allowed_even_when_
         "{body}"
     );
 }
+
+/// Steps: with every breaker Closed and no override anywhere, `POST /ops/api/control`
+/// `{"action": "reset", "key": "legacy-api"}` (a breaker registered by hand), then
+/// `{"action": "reset", "dependency": "catalog"}` (two registry breakers).
+///
+/// Promised: `AuditRecord::changed` is "How many breakers changed state" (the answer's
+/// `changed` is the same figure); a Closed breaker reset to Closed did not change state, as
+/// `clear` with nothing to clear answers `changed: 0`.
+///
+/// Observed: `changed: 1` for the hand-registered breaker and `changed: 2` for the
+/// dependency, in the answer and in the audit record, although no breaker changed state.
+/// `apply`'s `Action::Reset` branch adds 1 per hand-registered breaker unconditionally and
+/// adds `Registry::reset`'s count, which is how many were reset, not how many changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_counts_only_the_breakers_that_changed_state() {
+    let s = serve().await;
+    assert_eq!(s.manual.state(), State::Closed);
+    for k in ["catalog/shard=1", "catalog/shard=2"] {
+        assert_eq!(s.registry.peek(&key(k)).unwrap().state(), State::Closed);
+    }
+    let (status, _, by_key) = control(&s, r#"{"action": "reset", "key": "legacy-api"}"#).await;
+    assert_eq!(status, 200, "{by_key}");
+    let (status, _, by_dependency) =
+        control(&s, r#"{"action": "reset", "dependency": "catalog"}"#).await;
+    assert_eq!(status, 200, "{by_dependency}");
+    let recorded: Vec<usize> = s.audits.lock().unwrap().iter().map(|a| a.changed).collect();
+    assert_eq!(
+        (&by_key["changed"], &by_dependency["changed"], recorded),
+        (&Value::from(0), &Value::from(0), vec![0, 0]),
+        "no breaker changed state"
+    );
+}
