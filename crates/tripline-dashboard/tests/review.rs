@@ -168,3 +168,31 @@ async fn a_reset_counts_only_the_breakers_that_changed_state() {
         "no breaker changed state"
     );
 }
+
+/// Steps: `POST /ops/api/control` with `{"action": "clear", "action": "force-open", "key":
+/// "prices"}` (the field `action` given twice, with two different actions).
+///
+/// Promised (crate docs, Security): "parameters and bodies are checked (sizes, names, values)
+/// and a refusal names the field, the value and what is allowed"; the listing refuses a
+/// parameter given twice (`field: "limit"`, allowed "one value (the parameter was given
+/// twice)").
+///
+/// Observed: 200, the later value wins silently and the kill switch is thrown on `prices`
+/// (ForcedOpen, audited as force-open), although the body also says `clear`.
+/// `parse_control` parses into a `serde_json::Value`, whose map keeps the last duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_body_giving_a_field_twice_is_refused_naming_it() {
+    let s = serve().await;
+    let (status, _, body) = control(
+        &s,
+        r#"{"action": "clear", "action": "force-open", "key": "prices"}"#,
+    )
+    .await;
+    let state = s.registry.peek(&key("prices")).unwrap().state();
+    assert_eq!(
+        (status, body["field"].as_str(), state),
+        (400, Some("action"), State::Closed),
+        "{body}"
+    );
+    assert!(s.audits.lock().unwrap().is_empty(), "an action was audited");
+}
