@@ -565,6 +565,19 @@ fn a_permit_from_before_the_slow_call_rule_was_turned_on_does_not_condemn_young_
     );
 }
 
+/// Count window of 4, trips at 50 % once 4 calls are in, Open for 1 s, `k` probes.
+fn probes_config(k: u32) -> BreakerConfig {
+    BreakerConfig::builder()
+        .count_window(4)
+        .minimum_calls(4)
+        .failure_rate_threshold(50.0)
+        .open_duration(S)
+        .half_open_calls(k)
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap()
+}
+
 /// A reconfiguration that lowers `half_open_calls` while the breaker is HalfOpen (a rolling
 /// change of the probe count): the round already holds as many results as the new count asks
 /// for, or more. Without a decision the breaker would wait for a probe it can never admit
@@ -574,18 +587,7 @@ fn a_permit_from_before_the_slow_call_rule_was_turned_on_does_not_condemn_young_
 /// successes, one asked for: Closed) and no probe beyond the new count is admitted meanwhile.
 #[test]
 fn lowering_the_probe_count_mid_round_decides_the_round() {
-    let config = |k: u32| {
-        BreakerConfig::builder()
-            .count_window(4)
-            .minimum_calls(4)
-            .failure_rate_threshold(50.0)
-            .open_duration(S)
-            .half_open_calls(k)
-            .count_in_flight_as_slow(false)
-            .build()
-            .unwrap()
-    };
-    let (b, clock) = breaker(config(3));
+    let (b, clock) = breaker(probes_config(3));
     for _ in 0..4 {
         let _ = b.try_acquire().unwrap().record(Outcome::Failure);
     }
@@ -598,7 +600,7 @@ fn lowering_the_probe_count_mid_round_decides_the_round() {
         assert_eq!(p.record(Outcome::Success), Recorded::Counted);
     }
     let third = probes.next().unwrap();
-    b.reconfigure(config(1)).unwrap();
+    b.reconfigure(probes_config(1)).unwrap();
     let p = b.try_acquire().expect("the round is decided: Closed");
     assert_eq!(b.state(), State::Closed);
     let _ = p.record(Outcome::Success);
@@ -609,25 +611,14 @@ fn lowering_the_probe_count_mid_round_decides_the_round() {
 /// count against the new number, so no probe beyond it is admitted while they are out.
 #[test]
 fn lowering_the_probe_count_mid_round_admits_no_extra_probe() {
-    let config = |k: u32| {
-        BreakerConfig::builder()
-            .count_window(4)
-            .minimum_calls(4)
-            .failure_rate_threshold(50.0)
-            .open_duration(S)
-            .half_open_calls(k)
-            .count_in_flight_as_slow(false)
-            .build()
-            .unwrap()
-    };
-    let (b, clock) = breaker(config(3));
+    let (b, clock) = breaker(probes_config(3));
     for _ in 0..4 {
         let _ = b.try_acquire().unwrap().record(Outcome::Failure);
     }
     clock.advance(2 * S);
     let mut probes: Vec<_> = (0..3).map(|_| b.try_acquire().unwrap()).collect();
     drop(probes.remove(0)); // abandoned: slot 0 is free, slots 1 and 2 are held
-    b.reconfigure(config(1)).unwrap();
+    b.reconfigure(probes_config(1)).unwrap();
     assert!(b.try_acquire().is_err(), "a probe beyond the new count");
     let last = probes.pop().unwrap();
     assert_eq!(
