@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{OriginalUri, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -121,7 +121,25 @@ pub(crate) async fn page() -> Response {
     static_response(assets::INDEX_HTML, "text/html; charset=utf-8")
 }
 
-pub(crate) async fn asset(Path(file): Path<String>) -> Response {
+/// The last segment of a request's path as it came (still percent-encoded), to name a path
+/// parameter that did not decode.
+fn raw_segment(uri: &axum::http::Uri) -> String {
+    let last = uri.path().rsplit('/').next().unwrap_or_default();
+    format!("{:?}", truncate(last, 64))
+}
+
+pub(crate) async fn asset(
+    uri: axum::http::Uri,
+    file: Result<Path<String>, PathRejection>,
+) -> Response {
+    let Ok(Path(file)) = file else {
+        return ApiError::field(
+            "file",
+            raw_segment(&uri),
+            "the name of one of the page's assets, in UTF-8",
+        )
+        .into_response();
+    };
     match assets::get(&file) {
         Some((body, content_type)) => static_response(body, content_type),
         None => ApiError::not_found(format!("no asset named {file:?}")).into_response(),
@@ -574,9 +592,16 @@ fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> 
 pub(crate) async fn detail<C: Clock + Clone>(
     State(sh): Sh<C>,
     parts: Parts,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let p = require(&sh, &parts, Permissions::READ)?;
+    let Ok(Path(id)) = id else {
+        return Err(ApiError::field(
+            "id",
+            raw_segment(&parts.uri),
+            "16 lowercase hexadecimal digits, as the listing gives",
+        ));
+    };
     let id = parse_id(&id)?;
     sh.maybe_sweep();
     let unknown = || ApiError::not_found(format!("no breaker has the id {id}"));
@@ -684,6 +709,37 @@ enum Aim {
 
 const CONTROL_FIELDS: &str = "action, and one of key, id, dependency";
 
+/// Checks that the top-level object of `body` (valid JSON) names each field once; the name
+/// given twice otherwise.
+fn unique_names(body: &[u8]) -> Result<(), String> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    struct Names;
+    impl<'de> Visitor<'de> for Names {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Option<String>, A::Error> {
+            // Every entry is read (the parser wants the whole object), the first repeat kept.
+            let (mut seen, mut twice) = (std::collections::HashSet::new(), None);
+            while let Some(name) = m.next_key::<String>()? {
+                m.next_value::<IgnoredAny>()?;
+                if !seen.insert(name.clone()) && twice.is_none() {
+                    twice = Some(name);
+                }
+            }
+            Ok(twice)
+        }
+    }
+    let mut d = serde_json::Deserializer::from_slice(body);
+    match d.deserialize_map(Names) {
+        Ok(Some(name)) => Err(name),
+        Ok(None) => Ok(()),
+        // Not an object, or malformed: the caller's own checks name what is wrong.
+        Err(_) => Ok(()),
+    }
+}
+
 fn parse_control(body: &[u8]) -> Result<(Action, Aim), ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::field(
@@ -699,6 +755,15 @@ fn parse_control(body: &[u8]) -> Result<(Action, Aim), ApiError> {
             format!("a JSON object with {CONTROL_FIELDS}"),
         ));
     };
+    // A JSON object keeps the last of two equal names: a field given twice is refused, as a
+    // query parameter given twice is, rather than letting the last one act.
+    if let Err(name) = unique_names(body) {
+        return Err(ApiError::field(
+            truncate(&name, 64),
+            "given twice",
+            "one value (the field was given twice)",
+        ));
+    }
     for name in obj.keys() {
         if !["action", "key", "id", "dependency"].contains(&name.as_str()) {
             return Err(ApiError::field(
@@ -890,12 +955,27 @@ fn apply<C: Clock + Clone>(
             if held > 0 {
                 return Err(conflict(held, what));
             }
+            // `changed` counts the breakers whose state the reset changed (a Closed breaker
+            // only starts a fresh window).
             if let Some(r) = registry {
-                changed += r.reset(selector);
+                let mut open = 0;
+                r.for_each(|k, b| {
+                    let selected = match selector {
+                        Selector::Key(s) => s == k,
+                        Selector::Dependency(d) => k.dependency() == d,
+                    };
+                    if selected && b.state() != tripline::State::Closed {
+                        open += 1;
+                    }
+                });
+                r.reset(selector);
+                changed += open;
             }
             for m in manual {
+                if m.breaker.state() != tripline::State::Closed {
+                    changed += 1;
+                }
                 m.breaker.reset();
-                changed += 1;
             }
         }
         Action::Clear => {
@@ -1012,4 +1092,20 @@ fn act_on_dependency<C: Clock + Clone>(
         .and_then(|r| r.operator_override(&Selector::Dependency(dependency.to_string())))
         .unwrap_or(OperatorState::Auto);
     Ok((changed, in_force, Vec::new()))
+}
+
+#[cfg(test)]
+mod unique_names_tests {
+    #[test]
+    fn a_name_given_twice_is_found() {
+        assert_eq!(
+            super::unique_names(br#"{"action": "clear", "action": "force-open", "key": "p"}"#),
+            Err("action".to_string())
+        );
+        assert_eq!(
+            super::unique_names(br#"{"action": "clear", "key": "p"}"#),
+            Ok(())
+        );
+        assert_eq!(super::unique_names(b"[1, 2]"), Ok(()));
+    }
 }
