@@ -53,3 +53,27 @@ fn a_headerless_trace_is_read_whatever_its_first_key() {
     let t = read(text.as_bytes(), &ReadOptions::default());
     assert!(t.is_ok(), "{t:?}");
 }
+
+/// Steps: a breaker on a manual clock with a recorder subscribed; a permit is held 8 days
+/// and its success recorded; the recorder's output is read back.
+///
+/// Promised (trace module docs): "every recorded result becomes a line" and the worked
+/// example feeds the recorder's file to `tripline tune`; a round trip keeps every call.
+///
+/// Observed: the recorder writes `"duration_ms":691200000.0` and the reader refuses the whole
+/// trace: `line 2: duration_ms must be a number of milliseconds in [0, 604800000], got
+/// 691200000`. The recorder (recorder.rs `write_loop`) writes what its own reader rejects.
+#[test]
+fn the_recorder_writes_only_traces_its_reader_reads_whatever_the_duration() {
+    let clock = ManualClock::new();
+    let b = CircuitBreaker::with_clock("slow-batch", BreakerConfig::default(), clock.clone());
+    let rec = TraceRecorder::new(Vec::new(), RecorderConfig::default()).unwrap();
+    b.subscribe(rec.listener());
+    let p = b.try_acquire().unwrap();
+    clock.advance(Duration::from_secs(8 * 24 * 3600));
+    let _ = p.record(Outcome::Success);
+    let (stats, bytes) = rec.finish().unwrap();
+    assert_eq!(stats.written, 1);
+    let t = read(&bytes[..], &ReadOptions::default());
+    assert!(t.is_ok(), "{t:?} {}", String::from_utf8_lossy(&bytes));
+}
