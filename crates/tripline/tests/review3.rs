@@ -77,3 +77,27 @@ fn the_recorder_writes_only_traces_its_reader_reads_whatever_the_duration() {
     let t = read(&bytes[..], &ReadOptions::default());
     assert!(t.is_ok(), "{t:?} {}", String::from_utf8_lossy(&bytes));
 }
+
+/// Steps: breakers named `"tenant\tacme"` and 600 × `x` (names `CircuitBreaker::new`
+/// accepts) with a recorder subscribed make one call each; the output is read back.
+///
+/// Promised (trace module docs): "each line's key is the breaker's name" and the recorder's
+/// output is a trace `read` reads.
+///
+/// Observed: the recorder writes the names as they are and the reader refuses the trace:
+/// `line 2: key must be a string of at most 512 bytes without control characters, got
+/// "tenant\tacme"` (and the same for the long name). Nothing checks, shortens or escapes the
+/// key on the writing side (write.rs `TraceWriter::write`).
+#[test]
+fn the_recorder_writes_only_traces_its_reader_reads_whatever_the_breaker_name() {
+    for name in ["tenant\tacme".to_string(), "x".repeat(600)] {
+        let b = CircuitBreaker::new(name.clone(), BreakerConfig::default());
+        let rec = TraceRecorder::new(Vec::new(), RecorderConfig::default()).unwrap();
+        b.subscribe(rec.listener());
+        let _ = b.call(|| Ok::<_, ()>(()));
+        let (stats, bytes) = rec.finish().unwrap();
+        assert_eq!(stats.written, 1);
+        let t = read(&bytes[..], &ReadOptions::default());
+        assert!(t.is_ok(), "{name:?}: {t:?}");
+    }
+}
