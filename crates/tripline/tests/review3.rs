@@ -101,3 +101,19 @@ fn the_recorder_writes_only_traces_its_reader_reads_whatever_the_breaker_name() 
         assert!(t.is_ok(), "{name:?}: {t:?}");
     }
 }
+
+/// Steps: a CSV trace with CRLF line ends whose second line (the first call) has
+/// `duration_ms` -1.
+///
+/// Promised (trace module docs): "an error names the line, the field, the value and what is
+/// allowed".
+///
+/// Observed: `line 1: duration_ms must be ...`: line 1 is the column row; the same trace with
+/// LF line ends says `line 2`. The line comes from the csv reader's record position
+/// (read.rs `read_csv`), which is off by one under CRLF.
+#[test]
+fn a_csv_error_names_the_right_line_with_crlf_line_ends() {
+    let text = "start,duration_ms,outcome\r\n0,-1,success\r\n";
+    let e = read(text.as_bytes(), &ReadOptions::default()).unwrap_err();
+    assert_eq!(e.line(), Some(2), "{e}");
+}
