@@ -101,7 +101,14 @@ mod metrics_export {
         probes: [Gauge; 4],
         consecutive: [Gauge; 2],
         open_seconds: Gauge,
+        /// The breaker's totals as of the last update: counters are published as increments
+        /// since then, so a breaker rebuilt or re-created for the same key (whose totals start
+        /// at zero) carries the series on instead of holding it below its old value.
+        published: std::sync::Mutex<[u64; COUNTERS]>,
     }
+
+    /// calls 3, slow 2, kinds 7, lumped, rejected 3, stale, abandoned, transitions.
+    const COUNTERS: usize = 19;
 
     fn with(labels: &[Label], k: &'static str, v: &'static str) -> Vec<Label> {
         let mut l = labels.to_vec();
@@ -113,6 +120,10 @@ mod metrics_export {
         /// Registers the handles for `breaker`, with `extra` labels beside `breaker`, and shows
         /// its state now. The first `BreakerMetrics` made for a breaker is kept current by its
         /// transitions; a second one shows the state as of its last [`update`](Self::update).
+        /// Counters are published as increments since the handles' last update, so a
+        /// breaker that replaces another under the same labels (a registry's rebuilt or
+        /// re-created key) carries the series on; two handles for one breaker under the same
+        /// labels would count its calls twice.
         pub fn new<C: Clock>(breaker: &CircuitBreaker<C>, extra: Vec<Label>) -> Self {
             let mut labels = vec![Label::new("breaker", breaker.name().to_string())];
             labels.extend(extra);
@@ -165,36 +176,41 @@ mod metrics_export {
                 consecutive: ["success", "failure"]
                     .map(|o| metrics::gauge!("tripline_breaker_consecutive_calls", outcome(o))),
                 open_seconds: metrics::gauge!("tripline_breaker_open_duration_seconds", l.to_vec()),
+                published: std::sync::Mutex::new([0; COUNTERS]),
             }
         }
 
         /// Publishes the breaker's current figures.
         pub fn update<C: Clock>(&self, breaker: &CircuitBreaker<C>) {
             let m = breaker.metrics();
-            for (c, v) in
-                self.calls
-                    .iter()
-                    .zip([m.successful_calls, m.failed_calls, m.ignored_calls])
-            {
-                c.absolute(v);
-            }
-            self.slow[0].absolute(m.slow_successful_calls);
-            self.slow[1].absolute(m.slow_failed_calls);
-            for (c, (_, n)) in self.kinds.iter().zip(m.failures_by_kind.iter()) {
-                c.absolute(n);
-            }
-            self.lumped.absolute(m.lumped_failures);
             let r = m.rejections;
-            for (c, v) in self
-                .rejected
-                .iter()
-                .zip([r.open, r.half_open, r.forced_open])
-            {
-                c.absolute(v);
+            let mut now = [0u64; COUNTERS];
+            now[..3].copy_from_slice(&[m.successful_calls, m.failed_calls, m.ignored_calls]);
+            now[3..5].copy_from_slice(&[m.slow_successful_calls, m.slow_failed_calls]);
+            for (slot, (_, n)) in now[5..12].iter_mut().zip(m.failures_by_kind.iter()) {
+                *slot = n;
             }
-            self.stale.absolute(m.stale_results);
-            self.abandoned.absolute(m.abandoned_permits);
-            self.transitions.absolute(m.transitions);
+            now[12] = m.lumped_failures;
+            now[13..16].copy_from_slice(&[r.open, r.half_open, r.forced_open]);
+            now[16..].copy_from_slice(&[m.stale_results, m.abandoned_permits, m.transitions]);
+            let counters = self
+                .calls
+                .iter()
+                .chain(&self.slow)
+                .chain(&self.kinds)
+                .chain([&self.lumped])
+                .chain(&self.rejected)
+                .chain([&self.stale, &self.abandoned, &self.transitions]);
+            let mut published = self
+                .published
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for ((c, before), v) in counters.zip(published.iter_mut()).zip(now) {
+                // Totals only grow; one that went back (a reset of the counts) adds nothing.
+                c.increment(v.saturating_sub(*before));
+                *before = v;
+            }
+            drop(published);
             if !self.state_attached {
                 self.state.show(m.state);
             }

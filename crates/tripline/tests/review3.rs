@@ -166,8 +166,8 @@ fn a_calls_counter_counts_every_call_across_a_reload_that_rebuilds_the_breaker()
         for _ in 0..3 {
             r.get(&k).unwrap().call(|| Ok::<_, ()>(())).unwrap();
         }
+        // (The debugging recorder's snapshot drains counters: read once, at the end.)
         r.export_metrics();
-        assert_eq!(calls_total(&snap, "catalog"), Some(3));
         let wider = small.to_builder().count_window(8).build().unwrap();
         let report = r
             .reload(RegistryConfig::default().with_config("default", wider))

@@ -16,7 +16,7 @@ use crate::Outcome;
 pub const MAX_DURATION_MS: f64 = 604_800_000.0;
 /// How far from the origin a numeric start may be, in milliseconds (about 31 700 years).
 const MAX_START_MS: f64 = 1e15;
-const MAX_KEY: usize = 512;
+pub(crate) const MAX_KEY: usize = 512;
 const MAX_ERROR: usize = 256;
 /// Bad lines kept in [`Trace::bad_lines`] when they are skipped.
 const KEEP_BAD: usize = 10;
@@ -698,8 +698,11 @@ fn strip_position(msg: &str) -> String {
     }
 }
 
+/// Whether a JSON Lines trace's first line is its header: an object with a top-level
+/// `tripline_trace` field (a record whose key or error merely contains the word is not).
 fn is_header(text: &str) -> bool {
-    text.contains("\"tripline_trace\"")
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+        .is_ok_and(|m| m.contains_key("tripline_trace"))
 }
 
 fn read_str(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
@@ -786,7 +789,9 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(true)
-        .trim(csv::Trim::All)
+        // Column names and cells are trimmed, but for the key, which is kept as written
+        // (quoted, it may begin or end with spaces, and " a" is not "a").
+        .trim(csv::Trim::Headers)
         .from_reader(rest.as_bytes());
     let columns: Vec<Option<usize>> = {
         let headers = rdr.headers().map_err(|e| TraceError::Line {
@@ -834,14 +839,33 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
     };
     b.lines = offset + 1;
     let mut record = csv::StringRecord::new();
+    // Lines are counted from the records' byte offsets (the reader's own line count is off
+    // under CRLF line ends).
+    let bytes = rest.as_bytes();
+    let (mut counted_to, mut newlines) = (0usize, 0u64);
+    let mut line_at = |byte: u64| -> u64 {
+        let mut byte = (byte as usize).min(bytes.len());
+        // Under CRLF a record's position can point at the end of the line before it.
+        while byte < bytes.len() && matches!(bytes[byte], b'\r' | b'\n') {
+            byte += 1;
+        }
+        if byte >= counted_to {
+            newlines += bytes[counted_to..byte]
+                .iter()
+                .filter(|&&c| c == b'\n')
+                .count() as u64;
+            counted_to = byte;
+        }
+        offset + newlines + 1
+    };
     loop {
         let more = rdr.read_record(&mut record);
-        let line = offset + record.position().map_or(b.lines + 1, |p| p.line());
+        let line = record.position().map_or(b.lines + 1, |p| line_at(p.byte()));
         match more {
             Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
-                let line = e.position().map_or(line, |p| offset + p.line());
+                let line = e.position().map_or(line, |p| line_at(p.byte()));
                 b.lines = line;
                 let r = Err(TraceError::Line {
                     line,
@@ -852,7 +876,7 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
             }
         }
         b.lines = line;
-        if record.len() == 1 && record.get(0).is_some_and(str::is_empty) {
+        if record.len() == 1 && record.get(0).is_some_and(|c| c.trim().is_empty()) {
             continue; // an empty line
         }
         if record.len() != columns.len() {
@@ -869,6 +893,7 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
         }
         let mut f = Fields::default();
         for (cell, col) in record.iter().zip(&columns) {
+            let cell = if *col == Some(5) { cell } else { cell.trim() };
             if cell.is_empty() {
                 continue;
             }

@@ -171,7 +171,10 @@ impl<W: Write> TraceWriter<W> {
         })
     }
 
-    /// Writes one call. A trace's starts are all absolute or all relative: a record of the
+    /// Writes one call, so that the line reads back: a duration over
+    /// [`MAX_DURATION_MS`](super::MAX_DURATION_MS) is written as that, and a key's control
+    /// characters are written escaped (`\u{9}` for a tab) and the key cut to 512 bytes. A
+    /// trace's starts are all absolute or all relative: a record of the
     /// other kind than the first is refused (`InvalidInput`), and so is a relative start under
     /// a header that says `clock = unix`.
     pub fn write(&mut self, r: &Record<'_>) -> io::Result<()> {
@@ -185,13 +188,16 @@ impl<W: Write> TraceWriter<W> {
             ));
         }
         self.absolute = Some(absolute);
+        let key = r.key.map(key_out);
         let line = Line {
             start: start_out(r.start)?,
-            duration_ms: ms(r.duration),
+            // Longer calls are written as the longest a reader takes: every line written
+            // reads back.
+            duration_ms: ms(r.duration).min(super::read::MAX_DURATION_MS),
             outcome: r.outcome.as_str(),
             status: r.status,
             error: r.error,
-            key: r.key,
+            key: key.as_deref(),
         };
         match &mut self.sink {
             Sink::Json(w) => {
@@ -241,4 +247,28 @@ impl<W: Write> TraceWriter<W> {
             Sink::Csv(w) => w.into_inner().map_err(|e| e.into_error()),
         }
     }
+}
+
+/// A key as a reader takes it: control characters escaped, at most 512 bytes (cut at a
+/// character boundary).
+fn key_out(key: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write as _;
+    let max = super::read::MAX_KEY;
+    if key.len() <= max && !key.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    let mut out = String::with_capacity(key.len().min(max));
+    for c in key.chars() {
+        let before = out.len();
+        if c.is_control() {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+        if out.len() > max {
+            out.truncate(before);
+            break;
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
