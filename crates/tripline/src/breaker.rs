@@ -1447,7 +1447,9 @@ impl<C: Clock> CircuitBreaker<C> {
 
     /// Replaces the configuration, keeping state, generation and window. The window's shape
     /// (kind, size, length, bucket, stripes) is fixed for a breaker's life: a configuration
-    /// that changes it is refused, and the breaker is left untouched.
+    /// that changes it is refused, and the breaker is left untouched. A Closed breaker's
+    /// window is judged at once by the new thresholds (lower ones may trip it then), and a
+    /// waiting timer task (`run_timer`, feature `tokio`) follows the new schedule.
     ///
     /// ```
     /// use tripline::{BreakerConfig, CircuitBreaker};
