@@ -960,11 +960,7 @@ fn apply<C: Clock + Clone>(
             if let Some(r) = registry {
                 let mut open = 0;
                 r.for_each(|k, b| {
-                    let selected = match selector {
-                        Selector::Key(s) => s == k,
-                        Selector::Dependency(d) => k.dependency() == d,
-                    };
-                    if selected && b.state() != tripline::State::Closed {
+                    if selector.selects(k) && b.state() != tripline::State::Closed {
                         open += 1;
                     }
                 });

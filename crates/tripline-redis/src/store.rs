@@ -1572,10 +1572,14 @@ impl<C: Clock + Clone> Inner<C> {
     /// lost a breaker this replica saw Open) is not taken: the replica brings its view back
     /// into Redis and returns the answer to that instead.
     async fn settled(&self, op: &str, now: u64, args: &[String]) -> redis::RedisResult<Reply> {
-        let before = lock(&self.view).epoch;
+        // Only after a call that may have run unanswered: the epoch its transitions follow.
+        let before = self
+            .unconfirmed
+            .load(Ordering::Acquire)
+            .then(|| lock(&self.view).epoch);
         let reply = self.call(op, now, args).await?;
         if self.absorb(&reply, now) || op == "restore" {
-            if reply.epoch > before && self.unconfirmed.load(Ordering::Acquire) {
+            if let Some(before) = before.filter(|&b| reply.epoch > b) {
                 self.publish_missed(before, &reply).await;
             }
             return Ok(reply);

@@ -2416,11 +2416,7 @@ impl<C: Clock> Inner<C> {
             let round = &core.round;
             let (probes, failures, slow) = (round.results, round.failures, round.slow);
             let open = match core.config.half_open_policy {
-                HalfOpenPolicy::AllProbes => {
-                    let n = u64::from(probes);
-                    u64::from(failures) * PPM >= self.hot.failure_ppm() * n
-                        || u64::from(slow) * PPM >= self.hot.slow_ppm() * n
-                }
+                HalfOpenPolicy::AllProbes => self.round_fails(failures, slow, probes),
                 HalfOpenPolicy::Consecutive => false,
             };
             let (to, reason) = if open {
@@ -2471,6 +2467,14 @@ impl<C: Clock> Inner<C> {
             .min();
         drop(core);
         Some(Err(self.reject::<1>(retry, now)))
+    }
+
+    /// Whether a half-open round's failures or slow probes reach their thresholds out of `of`
+    /// probes (the round's size, or the results it holds when it is decided early).
+    fn round_fails(&self, failures: u32, slow: u32, of: u32) -> bool {
+        let of = u64::from(of);
+        u64::from(failures) * PPM >= self.hot.failure_ppm() * of
+            || u64::from(slow) * PPM >= self.hot.slow_ppm() * of
     }
 
     fn record_probe(
@@ -2528,10 +2532,7 @@ impl<C: Clock> Inner<C> {
         let (probes, failures, slow_n) = (round.results, round.failures, round.slow);
         let verdict = match core.config.half_open_policy {
             HalfOpenPolicy::AllProbes => {
-                let kk = u64::from(k);
-                let too_many_failures = u64::from(failures) * PPM >= self.hot.failure_ppm() * kk;
-                let too_slow = u64::from(slow_n) * PPM >= self.hot.slow_ppm() * kk;
-                if too_many_failures || too_slow {
+                if self.round_fails(failures, slow_n, k) {
                     Some(State::Open)
                 } else if probes >= k {
                     Some(State::Closed)

@@ -301,6 +301,24 @@ pub enum Selector {
     Dependency(String),
 }
 
+impl Selector {
+    /// Whether the action targets `key`.
+    ///
+    /// ```
+    /// use tripline::registry::{Key, ScopeKind, Selector};
+    /// let key = Key::scoped("payments", ScopeKind::Tenant, "acme")?;
+    /// assert!(Selector::Dependency("payments".into()).selects(&key));
+    /// assert!(!Selector::Key(Key::new("payments")?).selects(&key));
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn selects(&self, key: &Key) -> bool {
+        match self {
+            Selector::Key(k) => k == key,
+            Selector::Dependency(d) => key.dependency() == d,
+        }
+    }
+}
+
 /// A registry's configuration: named breaker configurations and which keys use them, bounds,
 /// and operator overrides. Loadable from TOML (feature `serde`):
 ///
@@ -1209,7 +1227,7 @@ impl<C: Clock + Clone> Registry<C> {
         let mut n = 0;
         for (k, e) in self.map.pin().iter() {
             // A breaker under an override stays in it: clear the override to let it run.
-            if selects(selector, k) && *lock(&e.applied) == OperatorState::Auto {
+            if selector.selects(k) && *lock(&e.applied) == OperatorState::Auto {
                 e.breaker.reset();
                 n += 1;
             }
@@ -1220,7 +1238,7 @@ impl<C: Clock + Clone> Registry<C> {
     fn apply_overrides(&self, only: Option<&Selector>) -> usize {
         let mut n = 0;
         for (k, e) in self.map.pin().iter() {
-            if only.is_some_and(|s| !selects(s, k)) {
+            if only.is_some_and(|s| !s.selects(k)) {
                 continue;
             }
             if self.resync_override(k, e) {
@@ -1374,13 +1392,6 @@ struct Maintaining<'a> {
 impl Drop for Maintaining<'_> {
     fn drop(&mut self) {
         IN_MAINTENANCE.with(|m| m.set(false));
-    }
-}
-
-fn selects(selector: &Selector, key: &Key) -> bool {
-    match selector {
-        Selector::Key(k) => k == key,
-        Selector::Dependency(d) => key.dependency() == d,
     }
 }
 
