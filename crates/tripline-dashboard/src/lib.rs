@@ -88,25 +88,33 @@ mod api;
 mod assets;
 mod auth;
 mod error;
+mod history;
+mod manual;
 mod store;
+mod streams;
 mod view;
 
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::request::Parts;
 use axum::routing::{get, post};
-use tripline::registry::{Key, OperatorState, Registry};
+use tripline::registry::{Key, Registry};
 use tripline::{CircuitBreaker, Clock, ConfigError, MonotonicClock};
 
 pub use auth::{Authenticate, Permissions, Principal, Unauthenticated};
 pub use store::{Action, AuditRecord, Source, Target};
 
 use auth::BearerTokens;
+use history::{Counts, History};
+use manual::ManualControl;
 use store::{ManualListener, RegistryListener, Store};
+use streams::{StreamLimits, Streams};
 
 /// Largest control body accepted, in bytes.
 const MAX_BODY: usize = 16 * 1024;
@@ -140,12 +148,11 @@ impl<C: Clock + Clone> std::fmt::Debug for Dashboard<C> {
 pub(crate) struct Manual<C: Clock> {
     pub(crate) key: Key,
     pub(crate) breaker: CircuitBreaker<C>,
-    /// The override an operator set through the dashboard.
-    pub(crate) operator: Mutex<OperatorState>,
 }
 
 type SensitiveFn = Box<dyn Fn(&Key) -> bool + Send + Sync>;
 type AuditFn = Box<dyn Fn(&AuditRecord) + Send + Sync>;
+type AddressFn = Box<dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync>;
 
 /// What the handlers share.
 pub(crate) struct Shared<C: Clock + Clone> {
@@ -155,12 +162,17 @@ pub(crate) struct Shared<C: Clock + Clone> {
     pub(crate) anonymous: Permissions,
     pub(crate) sensitive: Option<SensitiveFn>,
     pub(crate) allowed_origins: Vec<String>,
+    pub(crate) allowed_hosts: Vec<String>,
     pub(crate) store: Arc<Store>,
+    pub(crate) history: Arc<History>,
+    /// The overrides set on hand-registered breakers (see `manual`).
+    pub(crate) manual_control: Mutex<ManualControl>,
     pub(crate) clock: C,
     ids: RandomState,
     pub(crate) on_audit: Option<AuditFn>,
-    pub(crate) streams: AtomicUsize,
-    pub(crate) max_streams: usize,
+    pub(crate) client_address: Option<AddressFn>,
+    pub(crate) streams: Streams,
+    pub(crate) stream_limits: StreamLimits,
     last_sweep: AtomicU64,
 }
 
@@ -194,6 +206,48 @@ impl<C: Clock + Clone> Shared<C> {
                 .is_ok()
         {
             self.sweep();
+        }
+    }
+
+    /// Closes the history's slot if one is due: reads every breaker's counters (no lock of
+    /// the dashboard held: the reads run the breakers' clock), then records them.
+    pub(crate) fn sample(&self) -> bool {
+        self.history.sample(
+            || self.clock.now(),
+            || {
+                let mut seen = Vec::new();
+                for m in &self.manual {
+                    let metrics = m.breaker.metrics();
+                    seen.push((
+                        (Source::Manual, m.key.clone()),
+                        Counts::of(&metrics),
+                        metrics.state,
+                    ));
+                }
+                if let Some(r) = &self.registry {
+                    r.for_each(|k, b| {
+                        let metrics = b.metrics();
+                        seen.push((
+                            (Source::Registry, k.clone()),
+                            Counts::of(&metrics),
+                            metrics.state,
+                        ));
+                    });
+                }
+                seen
+            },
+        )
+    }
+
+    /// The client's address: the application's hook, else the connection's (when the server
+    /// was started with `into_make_service_with_connect_info::<SocketAddr>()`).
+    pub(crate) fn client_address(&self, parts: &Parts) -> Option<IpAddr> {
+        match &self.client_address {
+            Some(f) => f(parts),
+            None => parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
         }
     }
 
@@ -244,12 +298,44 @@ impl<C: Clock + Clone> Dashboard<C> {
             .route("/api/session", get(api::session::<C>))
             .route("/api/breakers", get(api::list::<C>))
             .route("/api/breakers/{id}", get(api::detail::<C>))
+            .route("/api/breakers/{id}/history", get(api::history::<C>))
+            .route("/api/incidents", get(api::incidents::<C>))
             .route("/api/audit", get(api::audit::<C>))
             .route("/api/events", get(api::events::<C>))
             .route("/api/control", post(api::control::<C>))
             .fallback(api::not_found)
             .layer(DefaultBodyLimit::max(MAX_BODY))
+            .layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
+                api::allowed_host::<C>,
+            ))
             .with_state(self.shared.clone())
+    }
+
+    /// `app` with the dashboard mounted at `path` (`/ops`): the router nested there, and the
+    /// page also at `path/` (a nested axum router never sees the mount point with a
+    /// trailing slash, so `nest` alone answers `/ops/` with the application's 404).
+    ///
+    /// ```
+    /// use axum::Router;
+    /// use axum::routing::get;
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().build()?;
+    /// let app: Router = Router::new().route("/health", get(|| async { "ok" }));
+    /// let app = dashboard.mount(app, "/ops"); // /ops, /ops/ and /ops/index.html: the page
+    /// # drop(app);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn mount<S: Clone + Send + Sync + 'static>(&self, app: Router<S>, path: &str) -> Router<S> {
+        let path = path.trim_end_matches('/');
+        let slash: Router<S> = Router::new()
+            .route(&format!("{path}/"), get(api::page))
+            .layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
+                api::allowed_host::<C>,
+            ));
+        app.nest(path, self.router()).merge(slash)
     }
 
     /// The router as a tower `Service` for servers other than axum's (hyper, or a tower
@@ -294,6 +380,73 @@ impl<C: Clock + Clone> Dashboard<C> {
     pub fn sweep(&self) -> usize {
         self.shared.sweep()
     }
+
+    /// Closes the history's current 10 s slot if its time has come, reading every breaker's
+    /// counters once; returns whether a slot closed. [`run_history`](Self::run_history) calls
+    /// it on schedule, and so does any request to the API once a slot is due; call it from
+    /// your own timer instead if you run no tokio task. With a [`ManualClock`](tripline::ManualClock),
+    /// tests advance the clock and call it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tripline::ManualClock;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_dashboard::DashboardBuilder;
+    ///
+    /// let clock = ManualClock::new();
+    /// let registry = Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone())?);
+    /// let dashboard = DashboardBuilder::new(clock.clone()).registry(registry.clone()).build()?;
+    /// let breaker = registry.get(&"catalog/shard=1".parse()?)?;
+    /// let _ = breaker.call(|| Err::<(), _>("boom"));
+    /// assert!(!dashboard.sample_history(), "the first slot is still open");
+    /// clock.advance(Duration::from_secs(10));
+    /// assert!(dashboard.sample_history());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sample_history(&self) -> bool {
+        self.shared.sample()
+    }
+
+    /// Keeps the history while nobody looks at the page: closes each 10 s slot on time,
+    /// forever. Spawn it once (`tokio::spawn(async move { dashboard.run_history().await })`);
+    /// without it, slots close when a request comes, and a slot nobody asked about in time
+    /// is merged with the next ones (its figures spread over them).
+    ///
+    /// ```no_run
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tripline::ConfigError> {
+    /// let dashboard = Dashboard::builder().build()?;
+    /// let history = dashboard.clone();
+    /// tokio::spawn(async move { history.run_history().await });
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_history(&self) {
+        loop {
+            self.shared.sample();
+            // Wake a little after the next boundary of the dashboard's clock.
+            let now = self.shared.clock.now();
+            let slot = history::SLOT_NANOS;
+            let wait = slot - now % slot + slot / 100;
+            tokio::time::sleep(Duration::from_nanos(wait)).await;
+        }
+    }
+
+    /// Bytes the history holds now (slots, per-breaker records, duration histograms, indexes
+    /// and incidents; see the crate docs for the bound).
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    /// let dashboard = Dashboard::builder().build()?;
+    /// assert!(dashboard.history_memory() < 1024);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn history_memory(&self) -> usize {
+        self.shared.history.memory_bytes()
+    }
 }
 
 /// Builds a [`Dashboard`].
@@ -303,12 +456,18 @@ pub struct DashboardBuilder<C: Clock + Clone = MonotonicClock> {
     manual: Vec<(Key, CircuitBreaker<C>)>,
     tokens: Vec<(String, String, Permissions)>,
     hooks: Vec<Box<dyn Authenticate>>,
-    anonymous: Permissions,
+    anonymous: Option<Permissions>,
     sensitive: Option<SensitiveFn>,
     allowed_origins: Vec<String>,
+    allowed_hosts: Vec<String>,
     per_key: usize,
     total: usize,
     max_streams: usize,
+    per_principal: Option<usize>,
+    anonymous_streams: Option<usize>,
+    per_client: Option<usize>,
+    client_address: Option<AddressFn>,
+    history_slots: usize,
     on_audit: Option<AuditFn>,
 }
 
@@ -320,6 +479,7 @@ impl<C: Clock + Clone> std::fmt::Debug for DashboardBuilder<C> {
             .field("tokens", &self.tokens.len())
             .field("hooks", &self.hooks.len())
             .field("anonymous", &self.anonymous)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish_non_exhaustive()
     }
 }
@@ -347,12 +507,18 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
             manual: Vec::new(),
             tokens: Vec::new(),
             hooks: Vec::new(),
-            anonymous: Permissions::READ,
+            anonymous: None,
             sensitive: None,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             per_key: 50,
             total: 20_000,
             max_streams: 64,
+            per_principal: None,
+            anonymous_streams: None,
+            per_client: None,
+            client_address: None,
+            history_slots: 1_000_000,
             on_audit: None,
         }
     }
@@ -442,21 +608,24 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
         self
     }
 
-    /// What a caller without credentials may do: `READ` by default, [`Permissions::NONE`] to
-    /// require credentials for reading too. Never `CONTROL`.
+    /// What a caller without credentials may do. By default: nothing once an authentication
+    /// check is configured (bearer tokens or a hook: the page then asks for a token), `READ`
+    /// while there is none (a page with no controls, readable by whoever reaches it). Never
+    /// `CONTROL`.
     ///
     /// ```
     /// use tripline_dashboard::{Dashboard, Permissions};
     ///
+    /// // Tokens for the team, and a read-only page for anyone who can reach it.
     /// let dashboard = Dashboard::builder()
-    ///     .anonymous(Permissions::NONE)
-    ///     .bearer_token("a-long-random-readonly-token", "viewer", Permissions::READ)
+    ///     .bearer_token("a-long-random-operator-token", "on-call", Permissions::ALL)
+    ///     .anonymous(Permissions::READ)
     ///     .build()?;
     /// # drop(dashboard);
     /// # Ok::<(), tripline::ConfigError>(())
     /// ```
     pub fn anonymous(mut self, permissions: Permissions) -> Self {
-        self.anonymous = permissions;
+        self.anonymous = Some(permissions);
         self
     }
 
@@ -514,6 +683,9 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     }
 
     /// At most this many event streams open at once (default 64); more are refused with 503.
+    /// The last eighth of them (rounded down) is kept for principals that may control, and
+    /// callers without credentials get at most [`max_anonymous_streams`](Self::max_anonymous_streams),
+    /// so that nobody can take the live view from the operator by holding streams open.
     ///
     /// ```
     /// use tripline_dashboard::Dashboard;
@@ -524,6 +696,120 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     /// ```
     pub fn max_streams(mut self, n: usize) -> Self {
         self.max_streams = n;
+        self
+    }
+
+    /// At most this many event streams open at once for one principal (by name; default 8,
+    /// or `max_streams` if fewer).
+    ///
+    /// ```
+    /// use tripline_dashboard::{Dashboard, Permissions};
+    ///
+    /// let dashboard = Dashboard::builder()
+    ///     .bearer_token("a-long-random-wallboard-token", "wallboard", Permissions::READ)
+    ///     .max_streams_per_principal(2)
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn max_streams_per_principal(mut self, n: usize) -> Self {
+        self.per_principal = Some(n);
+        self
+    }
+
+    /// At most this many event streams open at once without credentials, in all (default: a
+    /// quarter of [`max_streams`](Self::max_streams), at least 1), and at most
+    /// [`max_streams_per_client`](Self::max_streams_per_client) from one address.
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().max_anonymous_streams(4).build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn max_anonymous_streams(mut self, n: usize) -> Self {
+        self.anonymous_streams = Some(n);
+        self
+    }
+
+    /// At most this many event streams open at once without credentials from one client
+    /// address (default 4, or `max_streams` if fewer). The address is the connection's when the server runs with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`, or what
+    /// [`client_address`](Self::client_address) says; without either this cap cannot apply
+    /// (the total one for anonymous callers still does).
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().max_streams_per_client(1).build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn max_streams_per_client(mut self, n: usize) -> Self {
+        self.per_client = Some(n);
+        self
+    }
+
+    /// How to tell a request's client address, for a dashboard behind a proxy that names the
+    /// client in a header it sets itself (only trust a header your own proxy overwrites).
+    ///
+    /// ```
+    /// use axum::http::request::Parts;
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder()
+    ///     .client_address(|parts: &Parts| {
+    ///         parts.headers.get("x-real-ip")?.to_str().ok()?.parse().ok()
+    ///     })
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn client_address(
+        mut self,
+        f: impl Fn(&Parts) -> Option<IpAddr> + Send + Sync + 'static,
+    ) -> Self {
+        self.client_address = Some(Box::new(f));
+        self
+    }
+
+    /// A `Host` the dashboard answers (`ops.example.com`, `127.0.0.1:8080`, `[::1]:8080`);
+    /// repeat for each. Once one is given, a request naming any other host is refused (400)
+    /// before anything is read, so a hostile page that rebinds its own name to the
+    /// application's address (DNS rebinding) reads nothing. A host without a port matches it
+    /// on any port. Off (every host answered) until one is given.
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder()
+    ///     .allowed_host("127.0.0.1:8080")
+    ///     .allowed_host("localhost:8080")
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// assert!(Dashboard::builder().allowed_host("http://x").build().is_err());
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn allowed_host(mut self, host: &str) -> Self {
+        self.allowed_hosts.push(host.to_string());
+        self
+    }
+
+    /// Keeps at most `n` slots of 10 s of history in all breakers together (default
+    /// 1,000,000, 20 bytes each: 20 MB); past it, the oldest slot of all goes first. Each
+    /// breaker keeps at most an hour (360 slots), and a slot in which a Closed breaker saw no
+    /// call takes no room. 0 keeps no slot (incidents are still followed).
+    ///
+    /// ```
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// let dashboard = Dashboard::builder().history_slots(100_000).build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn history_slots(mut self, n: usize) -> Self {
+        self.history_slots = n;
         self
     }
 
@@ -563,10 +849,16 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     /// assert_eq!(err.field(), "bearer_token");
     /// ```
     pub fn build(self) -> Result<Dashboard<C>, ConfigError> {
-        if self.anonymous.contains(Permissions::CONTROL) {
+        let checks = !self.tokens.is_empty() || !self.hooks.is_empty();
+        let anonymous = self.anonymous.unwrap_or(if checks {
+            Permissions::NONE
+        } else {
+            Permissions::READ
+        });
+        if anonymous.contains(Permissions::CONTROL) {
             return Err(ConfigError::new(
                 "anonymous",
-                format!("{:?}", self.anonymous),
+                format!("{anonymous:?}"),
                 "permissions without CONTROL (controls need an authentication check)",
             ));
         }
@@ -591,22 +883,62 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
                 "in [1, 100000]",
             ));
         }
+        let per_principal = self.per_principal.unwrap_or(self.max_streams.min(8));
+        if !(1..=self.max_streams).contains(&per_principal) {
+            return Err(ConfigError::new(
+                "max_streams_per_principal",
+                per_principal,
+                format!("in [1, max_streams = {}]", self.max_streams),
+            ));
+        }
+        let anonymous_streams = self
+            .anonymous_streams
+            .unwrap_or((self.max_streams / 4).max(1));
+        if anonymous_streams > self.max_streams {
+            return Err(ConfigError::new(
+                "max_anonymous_streams",
+                anonymous_streams,
+                format!("in [0, max_streams = {}]", self.max_streams),
+            ));
+        }
+        let per_client = self.per_client.unwrap_or(self.max_streams.min(4));
+        if !(1..=self.max_streams).contains(&per_client) {
+            return Err(ConfigError::new(
+                "max_streams_per_client",
+                per_client,
+                format!("in [1, max_streams = {}]", self.max_streams),
+            ));
+        }
+        if self.history_slots > 100_000_000 {
+            return Err(ConfigError::new(
+                "history_slots",
+                self.history_slots,
+                "in [0, 100000000]",
+            ));
+        }
         for origin in &self.allowed_origins {
             let rest = origin
                 .strip_prefix("https://")
                 .or_else(|| origin.strip_prefix("http://"));
-            let ok = rest.is_some_and(|r| {
-                !r.is_empty()
-                    && r.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c))
-            });
-            if !ok {
+            if !rest.is_some_and(auth::is_authority) {
                 return Err(ConfigError::new(
                     "allowed_origin",
                     format!("{origin:?}"),
                     "an origin: http:// or https://, a host and an optional port, no path",
                 ));
             }
+        }
+        let mut allowed_hosts = Vec::new();
+        for host in &self.allowed_hosts {
+            if !auth::is_authority(host) {
+                return Err(ConfigError::new(
+                    "allowed_host",
+                    format!("{host:?}"),
+                    "a host and an optional port (`ops.example.com`, `127.0.0.1:8080`, \
+                     `[::1]:8080`), no scheme, no path",
+                ));
+            }
+            allowed_hosts.push(host.to_ascii_lowercase());
         }
         let mut keys = std::collections::BTreeSet::new();
         for (key, _) in &self.manual {
@@ -627,40 +959,61 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
             auth.push(Box::new(tokens));
         }
         let store = Arc::new(Store::new(self.per_key, self.total));
+        let history = Arc::new(History::new(self.history_slots));
         let manual: Vec<Manual<C>> = self
             .manual
             .into_iter()
-            .map(|(key, breaker)| Manual {
-                key,
-                breaker,
-                operator: Mutex::new(OperatorState::Auto),
-            })
+            .map(|(key, breaker)| Manual { key, breaker })
             .collect();
         for m in &manual {
-            m.breaker
-                .subscribe(ManualListener(store.clone(), m.key.clone()));
+            m.breaker.subscribe(ManualListener {
+                store: store.clone(),
+                history: history.clone(),
+                key: m.key.clone(),
+            });
+            if m.breaker.config().call_durations() {
+                m.breaker.subscribe(
+                    history.timing((Source::Manual, m.key.clone()), m.breaker.state()),
+                );
+            }
         }
         if let Some(registry) = &self.registry {
-            registry.subscribe(RegistryListener(store.clone()));
+            registry.subscribe(RegistryListener {
+                store: store.clone(),
+                history: history.clone(),
+                registry: Arc::downgrade(registry),
+            });
         }
         let now = self.clock.now();
-        Ok(Dashboard {
-            shared: Arc::new(Shared {
-                registry: self.registry,
-                manual,
-                auth,
-                anonymous: self.anonymous,
-                sensitive: self.sensitive,
-                allowed_origins: self.allowed_origins,
-                store,
-                clock: self.clock,
-                ids: RandomState::new(),
-                on_audit: self.on_audit,
-                streams: AtomicUsize::new(0),
-                max_streams: self.max_streams,
-                last_sweep: AtomicU64::new(now),
-            }),
-        })
+        let manual_control = ManualControl::new(manual.len());
+        let shared = Arc::new(Shared {
+            registry: self.registry,
+            manual,
+            auth,
+            anonymous,
+            sensitive: self.sensitive,
+            allowed_origins: self.allowed_origins,
+            allowed_hosts,
+            store,
+            history,
+            manual_control: Mutex::new(manual_control),
+            clock: self.clock,
+            ids: RandomState::new(),
+            on_audit: self.on_audit,
+            client_address: self.client_address,
+            streams: Streams::default(),
+            stream_limits: StreamLimits {
+                total: self.max_streams,
+                control_reserve: self.max_streams / 8,
+                per_principal,
+                anonymous: anonymous_streams,
+                per_client,
+            },
+            last_sweep: AtomicU64::new(now),
+        });
+        // The first sample: every breaker's counters from here on.
+        shared.sample();
+        Ok(Dashboard { shared })
     }
 }
 
