@@ -2205,3 +2205,62 @@ fn a_registry_listener_and_the_application_callbacks_may_use_the_dashboard() {
     assert!(answers.len() >= 4 * 5, "every callback ran: {answers:?}");
     assert!(answers.iter().all(Option::is_some), "a request from a callback hung: {answers:?}");
 }
+
+#[tokio::test]
+async fn a_request_naming_another_host_is_refused_once_hosts_are_allowed() {
+    let f = fixture_with(|b| {
+        b.allowed_host("127.0.0.1:8080")
+            .allowed_host("ops.example.com")
+    });
+    for (host, allowed) in [
+        (Some("127.0.0.1:8080"), true),
+        (Some("OPS.example.com:443"), true),
+        (Some("evil.test"), false),
+        (Some("127.0.0.1:8081"), false),
+        (Some("rebound.attacker.test:8080"), false),
+        (None, false),
+    ] {
+        for path in ["/index.html", "/assets/app.js", "/api/session", "/api/breakers", "/api/events"] {
+            let mut req = Request::get(format!("/ops{path}"))
+                .header(header::AUTHORIZATION, format!("Bearer {READER}"));
+            if let Some(h) = host {
+                req = req.header(header::HOST, h);
+            }
+            let resp = f.router.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+            if allowed {
+                assert_eq!(resp.status(), StatusCode::OK, "{host:?} {path}");
+            } else {
+                assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{host:?} {path}");
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(body["field"], "host", "{body}");
+            }
+        }
+    }
+    // A control from a rebinding page: refused before anything is read or done.
+    let (status, _, _) = send(
+        &f.router,
+        control_raw(
+            json!({"action": "force-open", "key": "prices"}).to_string(),
+            Some(OPERATOR),
+            &[("host", "rebound.attacker.test:8080")],
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(f.registry.peek(&key("prices")).unwrap().state(), State::Closed);
+}
+
+#[test]
+fn the_new_settings_are_checked() {
+    let b = || Dashboard::builder();
+    let field = |r: Result<Dashboard, tripline::ConfigError>| r.unwrap_err().field().to_string();
+    assert_eq!(field(b().allowed_host("http://ops.example.com").build()), "allowed_host");
+    assert_eq!(field(b().allowed_host("ops.example.com/ops").build()), "allowed_host");
+    assert_eq!(field(b().max_streams_per_principal(0).build()), "max_streams_per_principal");
+    assert_eq!(field(b().max_streams(4).max_streams_per_principal(5).build()), "max_streams_per_principal");
+    assert_eq!(field(b().max_streams(4).max_anonymous_streams(5).build()), "max_anonymous_streams");
+    assert_eq!(field(b().max_streams_per_client(0).build()), "max_streams_per_client");
+    assert_eq!(field(b().history_slots(100_000_001).build()), "history_slots");
+    assert!(b().allowed_host("[::1]:8080").max_anonymous_streams(0).history_slots(0).build().is_ok());
+}
