@@ -456,7 +456,8 @@ fn registry_held<C: Clock + Clone>(r: &tripline::registry::Registry<C>, key: &Ke
 }
 
 fn manual_held<C: Clock + Clone>(sh: &Shared<C>, i: usize) -> Held {
-    let (state, layer) = manual::lock(&sh.manual_control).in_force(i, sh.manual[i].key.dependency());
+    let (state, layer) =
+        manual::lock(&sh.manual_control).in_force(i, sh.manual[i].key.dependency());
     Held { state, layer }
 }
 
@@ -716,10 +717,10 @@ pub(crate) async fn history<C: Clock + Clone>(
     let unknown = || ApiError::not_found(format!("no breaker has the id {id}"));
     let (source, key) = find_id(&sh, id).ok_or_else(unknown)?;
     let now = sh.clock.now();
-    let (open, points) = sh
-        .history
-        .series(&(source, key.clone()))
-        .unwrap_or((now / history::SLOT_NANOS, vec![Point::NoData; history::SLOTS]));
+    let (open, points) = sh.history.series(&(source, key.clone())).unwrap_or((
+        now / history::SLOT_NANOS,
+        vec![Point::NoData; history::SLOTS],
+    ));
     let mut out = view::series(&points);
     out["id"] = sh.id(source, &key).into();
     // How long ago the newest slot ended.
@@ -1196,7 +1197,9 @@ fn act_on_key<C: Clock + Clone>(
         .collect();
     let what = shown_key(sh, p, key);
     if registry.is_none() && manual.is_empty() {
-        return Err(ApiError::not_found(format!("no breaker has the key {what}")));
+        return Err(ApiError::not_found(format!(
+            "no breaker has the key {what}"
+        )));
     }
     let mut held: Vec<Held> = Vec::new();
     if let Some(r) = registry {
@@ -1212,10 +1215,7 @@ fn act_on_key<C: Clock + Clone>(
                 .iter()
                 .any(|&i| manual::lock(&sh.manual_control).has_key(i));
         if !clearable {
-            if let Some(h) = held
-                .iter()
-                .find(|h| h.layer == Some(Layer::Configuration))
-            {
+            if let Some(h) = held.iter().find(|h| h.layer == Some(Layer::Configuration)) {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
                     format!(
@@ -1327,15 +1327,7 @@ fn act_on_dependency<C: Clock + Clone>(
         }
     }
     let registry = sh.registry.as_deref();
-    let changed = apply(
-        sh,
-        action,
-        registry,
-        &selector,
-        &manual,
-        &held,
-        dependency,
-    )?;
+    let changed = apply(sh, action, registry, &selector, &manual, &held, dependency)?;
     let in_force = registry
         .and_then(|r| r.operator_override(&selector))
         .or_else(|| manual::lock(&sh.manual_control).dependency(dependency))

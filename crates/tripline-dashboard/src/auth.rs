@@ -579,11 +579,29 @@ mod tests {
 
     #[test]
     fn hosts_match_with_and_without_ports() {
-        let allowed = ["127.0.0.1:8080".to_string(), "ops.example.com".into(), "[::1]:9000".into()];
-        for ok in ["127.0.0.1:8080", "OPS.example.com", "ops.example.com:443", "ops.example.com.", "[::1]:9000"] {
+        let allowed = [
+            "127.0.0.1:8080".to_string(),
+            "ops.example.com".into(),
+            "[::1]:9000".into(),
+        ];
+        for ok in [
+            "127.0.0.1:8080",
+            "OPS.example.com",
+            "ops.example.com:443",
+            "ops.example.com.",
+            "[::1]:9000",
+        ] {
             assert!(host_allowed(ok, &allowed), "{ok}");
         }
-        for bad in ["127.0.0.1:8081", "127.0.0.1", "evil.test", "", "ops.example.com.evil.test", "[::1]:9001", "[::1]"] {
+        for bad in [
+            "127.0.0.1:8081",
+            "127.0.0.1",
+            "evil.test",
+            "",
+            "ops.example.com.evil.test",
+            "[::1]:9001",
+            "[::1]",
+        ] {
             assert!(!host_allowed(bad, &allowed), "{bad}");
         }
     }

@@ -381,7 +381,11 @@ pub(crate) enum Point {
     /// Before the dashboard followed the breaker.
     NoData,
     /// The figures (for one slot of a span, the span's figures spread evenly).
-    Slot { worst: State, end: State, figures: Figures },
+    Slot {
+        worst: State,
+        end: State,
+        figures: Figures,
+    },
 }
 
 /// The bounded history (see the module docs).
@@ -826,7 +830,12 @@ impl History {
     }
 }
 
-fn pop_front(oldest: &mut BTreeSet<(u32, BreakerId)>, held: &mut usize, id: &BreakerId, t: &mut Track) {
+fn pop_front(
+    oldest: &mut BTreeSet<(u32, BreakerId)>,
+    held: &mut usize,
+    id: &BreakerId,
+    t: &mut Track,
+) {
     let Some(old) = t.slots.pop_front() else {
         return;
     };
@@ -922,7 +931,10 @@ mod tests {
         for us in 0..(1u64 << 20) {
             let b = bucket(us);
             assert!(b >= last && b < BUCKETS);
-            assert!(bucket_floor(b) <= us && us < bucket_floor(b + 1), "{us} in {b}");
+            assert!(
+                bucket_floor(b) <= us && us < bucket_floor(b + 1),
+                "{us} in {b}"
+            );
             last = b;
         }
         assert_eq!(bucket(u64::MAX), BUCKETS - 1);

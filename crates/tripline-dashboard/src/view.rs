@@ -304,8 +304,17 @@ pub(crate) fn series(points: &[Point]) -> Value {
             }
         }
     }
-    let [calls_per_s, rejected_per_s, failure_rate, slow_rate, rejection_rate, p50, p99, calls, rejected] =
-        columns;
+    let [
+        calls_per_s,
+        rejected_per_s,
+        failure_rate,
+        slow_rate,
+        rejection_rate,
+        p50,
+        p99,
+        calls,
+        rejected,
+    ] = columns;
     json!({
         "slot_s": SLOT_NANOS / 1_000_000_000,
         "slots": points.len(),

@@ -1698,7 +1698,11 @@ async fn anonymous_streams_cannot_lock_the_operator_out_of_live_events() {
         }
     }
     assert_eq!(refused, Some(StatusCode::SERVICE_UNAVAILABLE));
-    assert!(held.len() <= 16, "{} anonymous streams admitted", held.len());
+    assert!(
+        held.len() <= 16,
+        "{} anonymous streams admitted",
+        held.len()
+    );
     // The operator, and a reader, still follow the events.
     let operator = open_stream(&f, Some(OPERATOR)).await;
     let reader = open_stream(&f, Some(READER)).await;
@@ -1726,7 +1730,10 @@ async fn streams_are_capped_per_address_and_per_principal_and_the_last_are_for_c
             break;
         }
         same_address.push(resp.into_body());
-        assert!(same_address.len() <= 4, "more than 4 streams from one address");
+        assert!(
+            same_address.len() <= 4,
+            "more than 4 streams from one address"
+        );
     }
     let mut readers = Vec::new();
     loop {
@@ -1748,7 +1755,12 @@ async fn streams_are_capped_per_address_and_per_principal_and_the_last_are_for_c
     let f = fixture_with(|b| b.max_streams(16).max_streams_per_principal(16));
     let mut readers = Vec::new();
     loop {
-        let resp = f.router.clone().oneshot(get("/api/events", Some(AUDITOR))).await.unwrap();
+        let resp = f
+            .router
+            .clone()
+            .oneshot(get("/api/events", Some(AUDITOR)))
+            .await
+            .unwrap();
         if resp.status() != StatusCode::OK {
             break;
         }
@@ -1769,7 +1781,10 @@ async fn everything_seen(f: &Fixture, token: &str) -> String {
     seen.push_str(&l.to_string());
     for b in l["breakers"].as_array().unwrap() {
         let id = b["id"].as_str().unwrap();
-        for path in [format!("/api/breakers/{id}"), format!("/api/breakers/{id}/history")] {
+        for path in [
+            format!("/api/breakers/{id}"),
+            format!("/api/breakers/{id}/history"),
+        ] {
             let (_, headers, body) = send(&f.router, get(&path, Some(token))).await;
             seen.push_str(&format!("{headers:?}{body}"));
         }
@@ -1814,8 +1829,22 @@ async fn a_refusal_never_names_a_key_the_principal_may_not_see() {
     }
     assert!(answers.starts_with("409"), "{answers}");
     for (status, headers, body) in [
-        send(&f.router, control(json!({"action": "reset", "dependency": "payments"}), Some(CONTROLLER))).await,
-        send(&f.router, control(json!({"action": "clear", "key": "payments/tenant=acme"}), Some(CONTROLLER))).await,
+        send(
+            &f.router,
+            control(
+                json!({"action": "reset", "dependency": "payments"}),
+                Some(CONTROLLER),
+            ),
+        )
+        .await,
+        send(
+            &f.router,
+            control(
+                json!({"action": "clear", "key": "payments/tenant=acme"}),
+                Some(CONTROLLER),
+            ),
+        )
+        .await,
     ] {
         answers.push_str(&format!("{status} {headers:?} {body}\n"));
     }
@@ -1828,8 +1857,11 @@ async fn a_refusal_never_names_a_key_the_principal_may_not_see() {
     assert!(everything_seen(&f, AUDITOR).await.contains("acme"));
 }
 
+/// The audit records an `on_audit` hook saw.
+type Audits = Arc<Mutex<Vec<AuditRecord>>>;
+
 /// A dashboard of hand-registered breakers only, no registry.
-fn manual_only(clock: &ManualClock) -> (Vec<CircuitBreaker<ManualClock>>, Router, Arc<Mutex<Vec<AuditRecord>>>) {
+fn manual_only(clock: &ManualClock) -> (Vec<CircuitBreaker<ManualClock>>, Router, Audits) {
     let breakers: Vec<CircuitBreaker<ManualClock>> = (1..=2)
         .map(|i| CircuitBreaker::with_clock(format!("legacy-{i}"), small(), clock.clone()))
         .collect();
@@ -1842,7 +1874,11 @@ fn manual_only(clock: &ManualClock) -> (Vec<CircuitBreaker<ManualClock>>, Router
         .on_audit(move |a| seen.lock().unwrap().push(a.clone()))
         .build()
         .unwrap();
-    (breakers, Router::new().nest("/ops", dashboard.router()), audits)
+    (
+        breakers,
+        Router::new().nest("/ops", dashboard.router()),
+        audits,
+    )
 }
 
 #[tokio::test]
@@ -1851,13 +1887,22 @@ async fn force_open_all_on_hand_registered_breakers_says_the_override_is_in_forc
     let (breakers, router, audits) = manual_only(&clock);
     let (status, _, r) = send(
         &router,
-        control(json!({"action": "force-open", "dependency": "legacy"}), Some(OPERATOR)),
+        control(
+            json!({"action": "force-open", "dependency": "legacy"}),
+            Some(OPERATOR),
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{r}");
     assert!(breakers.iter().all(|b| b.state() == State::ForcedOpen));
-    assert_eq!((r["changed"].as_u64(), r["in_force"].as_str()), (Some(2), Some("forced-open")));
-    assert_eq!(audits.lock().unwrap()[0].in_force, OperatorState::ForcedOpen);
+    assert_eq!(
+        (r["changed"].as_u64(), r["in_force"].as_str()),
+        (Some(2), Some("forced-open"))
+    );
+    assert_eq!(
+        audits.lock().unwrap()[0].in_force,
+        OperatorState::ForcedOpen
+    );
     let (_, _, l) = send(&router, get("/api/breakers", Some(OPERATOR))).await;
     assert_eq!(l["dependencies"][0]["override"], "forced-open", "{l}");
     for b in l["breakers"].as_array().unwrap() {
@@ -1866,20 +1911,33 @@ async fn force_open_all_on_hand_registered_breakers_says_the_override_is_in_forc
     // A key's own override decides for it; clearing the dependency lifts both.
     let (status, _, r) = send(
         &router,
-        control(json!({"action": "disable", "key": "legacy/shard=1"}), Some(OPERATOR)),
+        control(
+            json!({"action": "disable", "key": "legacy/shard=1"}),
+            Some(OPERATOR),
+        ),
     )
     .await;
-    assert_eq!((status, r["in_force"].as_str()), (StatusCode::OK, Some("disabled")));
+    assert_eq!(
+        (status, r["in_force"].as_str()),
+        (StatusCode::OK, Some("disabled"))
+    );
     assert_eq!(
         (breakers[0].state(), breakers[1].state()),
         (State::Disabled, State::ForcedOpen)
     );
     let (status, _, r) = send(
         &router,
-        control(json!({"action": "clear", "dependency": "legacy"}), Some(OPERATOR)),
+        control(
+            json!({"action": "clear", "dependency": "legacy"}),
+            Some(OPERATOR),
+        ),
     )
     .await;
-    assert_eq!((status, r["in_force"].clone()), (StatusCode::OK, Value::Null), "{r}");
+    assert_eq!(
+        (status, r["in_force"].clone()),
+        (StatusCode::OK, Value::Null),
+        "{r}"
+    );
     assert!(breakers.iter().all(|b| b.state() == State::Closed));
 }
 
@@ -1893,7 +1951,10 @@ async fn an_override_from_the_configuration_says_which_layer_holds_it_and_what_l
     let prices = f.registry.get(&key("prices")).unwrap();
     assert_eq!(prices.state(), State::ForcedOpen);
     let row = &list(&f, "?key=prices", Some(OPERATOR)).await["breakers"][0];
-    assert_eq!((row["override"].as_str(), row["override_by"].as_str()), (Some("forced-open"), Some("configuration")));
+    assert_eq!(
+        (row["override"].as_str(), row["override_by"].as_str()),
+        (Some("forced-open"), Some("configuration"))
+    );
     for action in ["reset", "clear"] {
         let (status, _, r) = send(
             &f.router,
@@ -1903,7 +1964,9 @@ async fn an_override_from_the_configuration_says_which_layer_holds_it_and_what_l
         assert_eq!(status, StatusCode::CONFLICT, "{action}: {r}");
         let why = r["error"].as_str().unwrap();
         assert!(
-            why.contains("registry's configuration") && why.contains("reload") && why.contains("auto"),
+            why.contains("registry's configuration")
+                && why.contains("reload")
+                && why.contains("auto"),
             "{action}: {why}"
         );
         assert_eq!(prices.state(), State::ForcedOpen);
@@ -1917,7 +1980,10 @@ async fn an_override_from_the_configuration_says_which_layer_holds_it_and_what_l
     assert_eq!(status, StatusCode::OK, "{r}");
     assert_eq!(prices.state(), State::Closed);
     let row = &list(&f, "?key=prices", Some(OPERATOR)).await["breakers"][0];
-    assert_eq!((row["override"].as_str(), row["override_by"].as_str()), (Some("auto"), Some("run-time-key")));
+    assert_eq!(
+        (row["override"].as_str(), row["override_by"].as_str()),
+        (Some("auto"), Some("run-time-key"))
+    );
     // Clearing it gives the configuration its say again.
     let (status, _, _) = send(
         &f.router,
@@ -1925,14 +1991,21 @@ async fn an_override_from_the_configuration_says_which_layer_holds_it_and_what_l
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(f.registry.get(&key("prices")).unwrap().state(), State::ForcedOpen);
+    assert_eq!(
+        f.registry.get(&key("prices")).unwrap().state(),
+        State::ForcedOpen
+    );
 }
 
 #[tokio::test]
 async fn a_control_by_id_reaches_only_that_row_where_two_share_a_key() {
     let clock = ManualClock::new();
     let registry = Arc::new(
-        Registry::with_clock(RegistryConfig::default().with_config("default", small()), clock.clone()).unwrap(),
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            clock.clone(),
+        )
+        .unwrap(),
     );
     let in_registry = registry.get(&key("legacy-api")).unwrap();
     let by_hand = CircuitBreaker::with_clock("legacy", small(), clock.clone());
@@ -1960,54 +2033,109 @@ async fn a_control_by_id_reaches_only_that_row_where_two_share_a_key() {
     };
     let (status, _, r) = send(
         &router,
-        control(json!({"action": "force-open", "id": id_of("manual")}), Some(OPERATOR)),
+        control(
+            json!({"action": "force-open", "id": id_of("manual")}),
+            Some(OPERATOR),
+        ),
     )
     .await;
-    assert_eq!((status, r["changed"].as_u64()), (StatusCode::OK, Some(1)), "{r}");
-    assert_eq!((by_hand.state(), in_registry.state()), (State::ForcedOpen, State::Closed));
+    assert_eq!(
+        (status, r["changed"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{r}"
+    );
+    assert_eq!(
+        (by_hand.state(), in_registry.state()),
+        (State::ForcedOpen, State::Closed)
+    );
     let (status, _, _) = send(
         &router,
-        control(json!({"action": "disable", "id": id_of("registry")}), Some(OPERATOR)),
+        control(
+            json!({"action": "disable", "id": id_of("registry")}),
+            Some(OPERATOR),
+        ),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!((by_hand.state(), in_registry.state()), (State::ForcedOpen, State::Disabled));
+    assert_eq!(
+        (by_hand.state(), in_registry.state()),
+        (State::ForcedOpen, State::Disabled)
+    );
     // By key, both.
     let (status, _, r) = send(
         &router,
-        control(json!({"action": "clear", "key": "legacy-api"}), Some(OPERATOR)),
+        control(
+            json!({"action": "clear", "key": "legacy-api"}),
+            Some(OPERATOR),
+        ),
     )
     .await;
-    assert_eq!((status, r["changed"].as_u64()), (StatusCode::OK, Some(2)), "{r}");
-    assert_eq!((by_hand.state(), in_registry.state()), (State::Closed, State::Closed));
+    assert_eq!(
+        (status, r["changed"].as_u64()),
+        (StatusCode::OK, Some(2)),
+        "{r}"
+    );
+    assert_eq!(
+        (by_hand.state(), in_registry.state()),
+        (State::Closed, State::Closed)
+    );
     let audits = audits.lock().unwrap();
     assert_eq!(
         audits.iter().map(|a| a.source).collect::<Vec<_>>(),
-        [Some(tripline_dashboard::Source::Manual), Some(tripline_dashboard::Source::Registry), None]
+        [
+            Some(tripline_dashboard::Source::Manual),
+            Some(tripline_dashboard::Source::Registry),
+            None
+        ]
     );
 }
 
 #[tokio::test]
 async fn with_tokens_anonymous_may_not_read_unless_allowed() {
     let clock = ManualClock::new();
-    let registry = Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap());
+    let registry =
+        Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap());
     registry.get(&key("payments/tenant=acme")).unwrap();
-    let tokens = |b: DashboardBuilder<ManualClock>| b.registry(registry.clone()).bearer_token(READER, "viewer", Permissions::READ);
-    let router = Router::new().nest("/ops", tokens(DashboardBuilder::new(clock.clone())).build().unwrap().router());
-    for path in ["/api/breakers", "/api/audit", "/api/events", "/api/incidents"] {
+    let tokens = |b: DashboardBuilder<ManualClock>| {
+        b.registry(registry.clone())
+            .bearer_token(READER, "viewer", Permissions::READ)
+    };
+    let router = Router::new().nest(
+        "/ops",
+        tokens(DashboardBuilder::new(clock.clone()))
+            .build()
+            .unwrap()
+            .router(),
+    );
+    for path in [
+        "/api/breakers",
+        "/api/audit",
+        "/api/events",
+        "/api/incidents",
+    ] {
         let (status, _, body) = send(&router, get(path, None)).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
     }
     let (status, _, _) = send(&router, get("/api/breakers", Some(READER))).await;
     assert_eq!(status, StatusCode::OK);
     // Said explicitly, anonymous callers read.
-    let open = tokens(DashboardBuilder::new(clock.clone())).anonymous(Permissions::READ).build().unwrap();
+    let open = tokens(DashboardBuilder::new(clock.clone()))
+        .anonymous(Permissions::READ)
+        .build()
+        .unwrap();
     let router = Router::new().nest("/ops", open.router());
     let (status, _, _) = send(&router, get("/api/breakers", None)).await;
     assert_eq!(status, StatusCode::OK);
     // Without any check configured, the page is readable (and has no controls).
-    let bare = DashboardBuilder::new(clock).registry(registry.clone()).build().unwrap();
-    let (status, _, _) = send(&Router::new().nest("/ops", bare.router()), get("/api/breakers", None)).await;
+    let bare = DashboardBuilder::new(clock)
+        .registry(registry.clone())
+        .build()
+        .unwrap();
+    let (status, _, _) = send(
+        &Router::new().nest("/ops", bare.router()),
+        get("/api/breakers", None),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
 }
 
@@ -2019,13 +2147,22 @@ async fn the_mount_point_with_a_slash_is_the_page() {
         let (status, headers, body) =
             send(&router, Request::get(path).body(Body::empty()).unwrap()).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body}");
-        assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8", "{path}");
+        assert_eq!(
+            headers[header::CONTENT_TYPE],
+            "text/html; charset=utf-8",
+            "{path}"
+        );
         assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
     }
-    let (status, headers, _) = send(&router, Request::get("/ops").body(Body::empty()).unwrap()).await;
+    let (status, headers, _) =
+        send(&router, Request::get("/ops").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::FOUND);
     assert_eq!(headers[header::LOCATION], "./ops/index.html");
-    let (status, _, _) = send(&router, Request::get("/ops/nothing/").body(Body::empty()).unwrap()).await;
+    let (status, _, _) = send(
+        &router,
+        Request::get("/ops/nothing/").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, _, l) = send(&router, get("/api/breakers", Some(READER))).await;
     assert_eq!(l["total"], 7, "the API under the same mount point");
@@ -2040,7 +2177,10 @@ fn from_another_thread(router: &Router, req: Request<Body>) -> Option<StatusCode
     let router = router.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let status = rt.block_on(async move { router.oneshot(req).await.unwrap().status() });
         let _ = tx.send(status);
     });
@@ -2081,7 +2221,10 @@ fn reenter(
         get(&format!("/api/breakers/{id}"), Some(OPERATOR)),
         get(&format!("/api/breakers/{id}/history"), Some(OPERATOR)),
         get("/api/incidents", Some(OPERATOR)),
-        control(json!({"action": "metrics-only", "dependency": dependency}), Some(OPERATOR)),
+        control(
+            json!({"action": "metrics-only", "dependency": dependency}),
+            Some(OPERATOR),
+        ),
     ] {
         seen.push(from_another_thread(router, req));
     }
@@ -2113,20 +2256,39 @@ fn a_listener_of_a_hand_registered_breaker_may_use_the_dashboard_during_a_contro
         .unwrap();
     let router = Router::new().nest("/ops", dashboard.router());
     slot.set(router.clone()).ok();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let l = rt.block_on(list_with(&router, OPERATOR));
     *id.lock().unwrap() = l["breakers"][0]["id"].as_str().unwrap().to_string();
-    for action in ["force-open", "disable", "reset", "clear", "metrics-only", "clear"] {
+    for action in [
+        "force-open",
+        "disable",
+        "reset",
+        "clear",
+        "metrics-only",
+        "clear",
+    ] {
         armed.store(true, std::sync::atomic::Ordering::SeqCst);
         let router = router.clone();
         let status = within_bound(action, move || {
-            from_another_thread(&router, control(json!({"action": action, "key": "legacy-api"}), Some(OPERATOR)))
+            from_another_thread(
+                &router,
+                control(
+                    json!({"action": action, "key": "legacy-api"}),
+                    Some(OPERATOR),
+                ),
+            )
         });
         assert!(status.is_some(), "{action}: the control never answered");
     }
     let answers = answers.lock().unwrap();
     assert!(!answers.is_empty(), "the listener ran");
-    assert!(answers.iter().all(Option::is_some), "a request from the listener hung: {answers:?}");
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from the listener hung: {answers:?}"
+    );
 }
 
 async fn list_with(router: &Router, token: &str) -> Value {
@@ -2137,7 +2299,11 @@ async fn list_with(router: &Router, token: &str) -> Value {
 fn a_registry_listener_and_the_application_callbacks_may_use_the_dashboard() {
     let clock = ManualClock::new();
     let registry = Arc::new(
-        Registry::with_clock(RegistryConfig::default().with_config("default", small()), clock.clone()).unwrap(),
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            clock.clone(),
+        )
+        .unwrap(),
     );
     registry.get(&key("legacy-api/shard=1")).unwrap();
     registry.get(&key("elsewhere")).unwrap();
@@ -2172,15 +2338,20 @@ fn a_registry_listener_and_the_application_callbacks_may_use_the_dashboard() {
             sensitive();
             false
         })
-        .authenticate(move |_: &axum::http::request::Parts| -> Result<Option<Principal>, Unauthenticated> {
-            auth();
-            Ok(None)
-        })
+        .authenticate(
+            move |_: &axum::http::request::Parts| -> Result<Option<Principal>, Unauthenticated> {
+                auth();
+                Ok(None)
+            },
+        )
         .build()
         .unwrap();
     let router = Router::new().nest("/ops", dashboard.router());
     slot.set(router.clone()).ok();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let l = rt.block_on(list_with(&router, OPERATOR));
     *id.lock().unwrap() = l["breakers"]
         .as_array()
@@ -2191,19 +2362,36 @@ fn a_registry_listener_and_the_application_callbacks_may_use_the_dashboard() {
         .as_str()
         .unwrap()
         .to_string();
-    for (armed, what) in [(&on_event, "listener"), (&on_audit, "on_audit"), (&on_sensitive, "sensitive"), (&on_auth, "authenticate")] {
+    for (armed, what) in [
+        (&on_event, "listener"),
+        (&on_audit, "on_audit"),
+        (&on_sensitive, "sensitive"),
+        (&on_auth, "authenticate"),
+    ] {
         for action in ["force-open", "clear"] {
             armed.store(true, std::sync::atomic::Ordering::SeqCst);
             let router = router.clone();
             let status = within_bound(what, move || {
-                from_another_thread(&router, control(json!({"action": action, "key": "legacy-api/shard=1"}), Some(OPERATOR)))
+                from_another_thread(
+                    &router,
+                    control(
+                        json!({"action": action, "key": "legacy-api/shard=1"}),
+                        Some(OPERATOR),
+                    ),
+                )
             });
-            assert!(status.is_some(), "{what}, {action}: the control never answered");
+            assert!(
+                status.is_some(),
+                "{what}, {action}: the control never answered"
+            );
         }
     }
     let answers = answers.lock().unwrap();
     assert!(answers.len() >= 4 * 5, "every callback ran: {answers:?}");
-    assert!(answers.iter().all(Option::is_some), "a request from a callback hung: {answers:?}");
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from a callback hung: {answers:?}"
+    );
 }
 
 #[tokio::test]
@@ -2220,13 +2408,24 @@ async fn a_request_naming_another_host_is_refused_once_hosts_are_allowed() {
         (Some("rebound.attacker.test:8080"), false),
         (None, false),
     ] {
-        for path in ["/index.html", "/assets/app.js", "/api/session", "/api/breakers", "/api/events"] {
+        for path in [
+            "/index.html",
+            "/assets/app.js",
+            "/api/session",
+            "/api/breakers",
+            "/api/events",
+        ] {
             let mut req = Request::get(format!("/ops{path}"))
                 .header(header::AUTHORIZATION, format!("Bearer {READER}"));
             if let Some(h) = host {
                 req = req.header(header::HOST, h);
             }
-            let resp = f.router.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+            let resp = f
+                .router
+                .clone()
+                .oneshot(req.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
             if allowed {
                 assert_eq!(resp.status(), StatusCode::OK, "{host:?} {path}");
             } else {
@@ -2248,19 +2447,49 @@ async fn a_request_naming_another_host_is_refused_once_hosts_are_allowed() {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(f.registry.peek(&key("prices")).unwrap().state(), State::Closed);
+    assert_eq!(
+        f.registry.peek(&key("prices")).unwrap().state(),
+        State::Closed
+    );
 }
 
 #[test]
 fn the_new_settings_are_checked() {
     let b = || Dashboard::builder();
     let field = |r: Result<Dashboard, tripline::ConfigError>| r.unwrap_err().field().to_string();
-    assert_eq!(field(b().allowed_host("http://ops.example.com").build()), "allowed_host");
-    assert_eq!(field(b().allowed_host("ops.example.com/ops").build()), "allowed_host");
-    assert_eq!(field(b().max_streams_per_principal(0).build()), "max_streams_per_principal");
-    assert_eq!(field(b().max_streams(4).max_streams_per_principal(5).build()), "max_streams_per_principal");
-    assert_eq!(field(b().max_streams(4).max_anonymous_streams(5).build()), "max_anonymous_streams");
-    assert_eq!(field(b().max_streams_per_client(0).build()), "max_streams_per_client");
-    assert_eq!(field(b().history_slots(100_000_001).build()), "history_slots");
-    assert!(b().allowed_host("[::1]:8080").max_anonymous_streams(0).history_slots(0).build().is_ok());
+    assert_eq!(
+        field(b().allowed_host("http://ops.example.com").build()),
+        "allowed_host"
+    );
+    assert_eq!(
+        field(b().allowed_host("ops.example.com/ops").build()),
+        "allowed_host"
+    );
+    assert_eq!(
+        field(b().max_streams_per_principal(0).build()),
+        "max_streams_per_principal"
+    );
+    assert_eq!(
+        field(b().max_streams(4).max_streams_per_principal(5).build()),
+        "max_streams_per_principal"
+    );
+    assert_eq!(
+        field(b().max_streams(4).max_anonymous_streams(5).build()),
+        "max_anonymous_streams"
+    );
+    assert_eq!(
+        field(b().max_streams_per_client(0).build()),
+        "max_streams_per_client"
+    );
+    assert_eq!(
+        field(b().history_slots(100_000_001).build()),
+        "history_slots"
+    );
+    assert!(
+        b().allowed_host("[::1]:8080")
+            .max_anonymous_streams(0)
+            .history_slots(0)
+            .build()
+            .is_ok()
+    );
 }

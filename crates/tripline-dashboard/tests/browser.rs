@@ -563,7 +563,9 @@ async fn scenario(client: &Client, app: &App<ManualClock>, clock: &ManualClock) 
     fits(client, "with a 128-character dependency name").await;
     let title = eval(
         client,
-        &format!("return document.querySelector('#deps tr[data-dependency=\"{long}\"] button').title;"),
+        &format!(
+            "return document.querySelector('#deps tr[data-dependency=\"{long}\"] button').title;"
+        ),
     )
     .await;
     assert_eq!(title, long.as_str(), "the whole name on hover");
@@ -688,7 +690,8 @@ async fn the_page_in_headless_chromium() {
         .filter(|e| {
             // The refusals on purpose: reads before a token (401), the reader's control (403).
             let m = e["message"].as_str().unwrap_or_default();
-            !(m.contains("/ops/api/") && (m.contains("status of 401") || m.contains("status of 403")))
+            !(m.contains("/ops/api/")
+                && (m.contains("status of 401") || m.contains("status of 403")))
         })
         .collect();
     assert!(severe.is_empty(), "the browser logged errors: {severe:#?}");

@@ -56,7 +56,12 @@ fn fixture() -> Fixture {
         )
         .unwrap(),
     );
-    for k in ["catalog/shard=1", "catalog/shard=2", "prices", "payments/tenant=acme"] {
+    for k in [
+        "catalog/shard=1",
+        "catalog/shard=2",
+        "prices",
+        "payments/tenant=acme",
+    ] {
         registry.get(&key(k)).unwrap();
     }
     let dashboard = DashboardBuilder::new(clock.clone())
@@ -110,7 +115,8 @@ impl Fixture {
 
     async fn history(&self, k: &str, token: &str) -> Value {
         let id = self.row(k).await["id"].as_str().unwrap().to_string();
-        self.get(&format!("/api/breakers/{id}/history"), token).await
+        self.get(&format!("/api/breakers/{id}/history"), token)
+            .await
     }
 }
 
@@ -125,7 +131,9 @@ fn calls(f: &Fixture, k: &str, ok: usize, failed: usize) {
 }
 
 fn column<'a>(h: &'a Value, name: &str) -> &'a [Value] {
-    h[name].as_array().unwrap_or_else(|| panic!("no column {name}: {h}"))
+    h[name]
+        .as_array()
+        .unwrap_or_else(|| panic!("no column {name}: {h}"))
 }
 
 #[tokio::test]
@@ -153,12 +161,18 @@ async fn the_last_hour_is_kept_on_the_server_and_reads_back_after_a_reload() {
     f.next_slot();
 
     let first = f.history("catalog/shard=1", READER).await;
-    assert_eq!((first["slots"].as_u64(), first["slot_s"].as_u64()), (Some(360), Some(10)));
+    assert_eq!(
+        (first["slots"].as_u64(), first["slot_s"].as_u64()),
+        (Some(360), Some(10))
+    );
     let state = column(&first, "state");
     let n = state.len();
     // The newest slot is the last: closed again after the probes (half-open during it).
     assert_eq!(
-        state[n - 4..].iter().map(|s| s.as_str().unwrap()).collect::<Vec<_>>(),
+        state[n - 4..]
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect::<Vec<_>>(),
         ["closed", "open", "open", "open"],
         "worst state per slot"
     );
@@ -208,14 +222,21 @@ async fn rates_and_percentiles_per_breaker_and_per_dependency() {
     f.next_slot();
     let row = f.row("prices").await;
     let r = &row["rates"];
-    assert_eq!((r["window_s"].as_f64(), r["calls_per_s"].as_f64()), (Some(10.0), Some(10.0)), "{row}");
+    assert_eq!(
+        (r["window_s"].as_f64(), r["calls_per_s"].as_f64()),
+        (Some(10.0), Some(10.0)),
+        "{row}"
+    );
     let p50 = r["p50_ms"].as_f64().unwrap();
     let p99 = r["p99_ms"].as_f64().unwrap();
     assert!((4.4..=6.6).contains(&p50), "p50 {p50}");
     assert!((8.8..=11.2).contains(&p99), "p99 {p99}");
     // A breaker that keeps no durations has rates and no percentiles.
     let r = &f.row("catalog/shard=2").await["rates"];
-    assert_eq!((r["calls_per_s"].as_f64(), r["p50_ms"].clone()), (Some(4.0), Value::Null));
+    assert_eq!(
+        (r["calls_per_s"].as_f64(), r["p50_ms"].clone()),
+        (Some(4.0), Value::Null)
+    );
     // Per dependency.
     let l = f.get("/api/breakers", OPERATOR).await;
     let dep = |name: &str| {
@@ -243,7 +264,8 @@ async fn incidents_list_the_breakers_that_left_closed_in_order_with_the_rule() {
     let f = fixture();
     calls(&f, "catalog/shard=2", 0, 4);
     f.clock.advance(Duration::from_secs(3));
-    f.control(json!({"action": "force-open", "key": "prices"})).await;
+    f.control(json!({"action": "force-open", "key": "prices"}))
+        .await;
     f.clock.advance(Duration::from_secs(1));
     calls(&f, "payments/tenant=acme", 0, 4);
     f.clock.advance(Duration::from_secs(10));
@@ -268,13 +290,34 @@ async fn incidents_list_the_breakers_that_left_closed_in_order_with_the_rule() {
     assert_eq!(
         seen,
         [
-            ("catalog/shard=2".into(), "failure-rate".into(), "closed".into(), 2, false),
-            ("prices".into(), "operator".into(), "forced-open".into(), 0, true),
-            ("payments/tenant=acme".into(), "failure-rate".into(), "open".into(), 1, true),
+            (
+                "catalog/shard=2".into(),
+                "failure-rate".into(),
+                "closed".into(),
+                2,
+                false
+            ),
+            (
+                "prices".into(),
+                "operator".into(),
+                "forced-open".into(),
+                0,
+                true
+            ),
+            (
+                "payments/tenant=acme".into(),
+                "failure-rate".into(),
+                "open".into(),
+                1,
+                true
+            ),
         ]
     );
     let first = &list["incidents"][0];
-    assert_eq!((first["started_age_ms"].as_u64(), first["to"].as_str()), (Some(24_000), Some("open")));
+    assert_eq!(
+        (first["started_age_ms"].as_u64(), first["to"].as_str()),
+        (Some(24_000), Some("open"))
+    );
     assert_eq!(first["window"]["failures"], 4);
     // A reader sees the tenant's incident without its name.
     let shown = f.get("/api/incidents", READER).await;
@@ -304,7 +347,10 @@ async fn requests_close_a_due_slot_and_a_late_one_spreads_its_figures() {
     let per_s = column(&h, "calls_per_s");
     let n = per_s.len();
     assert_eq!(&per_s[n - 3..], [json!(2.0), json!(2.0), json!(2.0)]);
-    assert!(!f.dashboard.sample_history(), "the request closed it already");
+    assert!(
+        !f.dashboard.sample_history(),
+        "the request closed it already"
+    );
 }
 
 #[tokio::test]
@@ -321,7 +367,10 @@ async fn a_key_the_registry_evicts_takes_its_history_with_it() {
     assert_eq!(f.registry.evict_idle(), 1);
     f.dashboard.sample_history();
     f.next_slot();
-    assert!(f.dashboard.history_memory() < before, "its record and slots went");
+    assert!(
+        f.dashboard.history_memory() < before,
+        "its record and slots went"
+    );
 }
 
 /// 10,000 keys, every one of them forced open all along (so no slot of theirs is idle and
@@ -384,7 +433,8 @@ fn the_history_memory_bound_holds_with_10000_keys() {
 
     // Per key: at most an hour.
     let clock = ManualClock::new();
-    let registry = Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap());
+    let registry =
+        Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap());
     for shard in 0..100 {
         registry
             .get(&Key::scoped("few", ScopeKind::Shard, &shard.to_string()).unwrap())
@@ -408,7 +458,11 @@ fn the_history_memory_bound_holds_with_10000_keys() {
     }
     let per_key = dashboard.history_memory() / 100;
     eprintln!("100 keys, 400 slots each: {per_key} bytes per key");
-    assert_eq!(dashboard.history_memory(), after_an_hour, "nothing grows past an hour");
+    assert_eq!(
+        dashboard.history_memory(),
+        after_an_hour,
+        "nothing grows past an hour"
+    );
     // An hour of slots, the record and its index entry, a share of the incidents.
     assert!(per_key <= 360 * 20 + 600, "{per_key} bytes per key");
 }

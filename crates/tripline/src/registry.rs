@@ -188,7 +188,12 @@ fn check_name(field: &str, v: &str, max: usize) -> Result<(), ConfigError> {
     if let Some(c) = v.chars().find(|&c| invisible(c)) {
         return Err(ConfigError::new(
             field,
-            format!("{:?} (U+{:04X} at byte {})", v, u32::from(c), v.find(c).unwrap_or(0)),
+            format!(
+                "{:?} (U+{:04X} at byte {})",
+                v,
+                u32::from(c),
+                v.find(c).unwrap_or(0)
+            ),
             "a name without invisible or bidirectional-control characters (Unicode's \
              Default_Ignorable_Code_Point: zero-width spaces and joiners, bidi embeddings, \
              overrides, isolates and marks, the byte-order mark, variation selectors, tags)",

@@ -36,7 +36,10 @@ fn keys_that_differ_by_invisible_or_bidi_characters_are_refused() {
     ] {
         let err = text.parse::<Key>().unwrap_err();
         assert_eq!(err.field(), field, "{text:?}: {err}");
-        assert!(err.value().contains("U+"), "the value names the character: {err}");
+        assert!(
+            err.value().contains("U+"),
+            "the value names the character: {err}"
+        );
         assert!(err.allowed().contains("invisible"), "{err}");
     }
     let err = Key::scoped("catalog", ScopeKind::Shard, "\u{202E}71").unwrap_err();
@@ -47,7 +50,9 @@ fn keys_that_differ_by_invisible_or_bidi_characters_are_refused() {
 fn every_default_ignorable_code_point_is_refused_and_its_neighbours_are_not() {
     for (lo, hi) in INVISIBLE {
         for cp in lo..=hi {
-            let Some(c) = char::from_u32(cp) else { continue };
+            let Some(c) = char::from_u32(cp) else {
+                continue;
+            };
             assert!(
                 Key::new(&format!("a{c}b")).is_err(),
                 "U+{cp:04X} accepted in a dependency"
@@ -60,8 +65,13 @@ fn every_default_ignorable_code_point_is_refused_and_its_neighbours_are_not() {
         // The visible characters just outside each range are still allowed (where they are
         // not whitespace or control characters themselves).
         for cp in [lo - 1, hi + 1] {
-            let Some(c) = char::from_u32(cp) else { continue };
-            if c.is_whitespace() || c.is_control() || INVISIBLE.iter().any(|(l, h)| (*l..=*h).contains(&cp)) {
+            let Some(c) = char::from_u32(cp) else {
+                continue;
+            };
+            if c.is_whitespace()
+                || c.is_control()
+                || INVISIBLE.iter().any(|(l, h)| (*l..=*h).contains(&cp))
+            {
                 continue;
             }
             assert!(Key::new(&format!("a{c}b")).is_ok(), "U+{cp:04X} refused");
@@ -71,7 +81,12 @@ fn every_default_ignorable_code_point_is_refused_and_its_neighbours_are_not() {
 
 #[test]
 fn visible_unicode_names_stay_allowed() {
-    for text in ["café", "payments/tenant=Zürich", "東京/region=関西", "db/shard=٣"] {
+    for text in [
+        "café",
+        "payments/tenant=Zürich",
+        "東京/region=関西",
+        "db/shard=٣",
+    ] {
         let k: Key = text.parse().unwrap_or_else(|e| panic!("{text:?}: {e}"));
         assert_eq!(k.to_string(), text);
     }
