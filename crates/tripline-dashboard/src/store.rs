@@ -238,6 +238,10 @@ pub(crate) struct Store {
     total: usize,
     seq: AtomicU64,
     tx: broadcast::Sender<Arc<Record>>,
+    /// Records stored but not yet sent to the streams, in order.
+    outbox: Mutex<VecDeque<Arc<Record>>>,
+    /// Held by whoever sends the outbox; never waited for (see [`Store::flush`]).
+    sending: Mutex<()>,
 }
 
 impl Store {
@@ -254,6 +258,8 @@ impl Store {
             total,
             seq: AtomicU64::new(0),
             tx,
+            outbox: Mutex::new(VecDeque::new()),
+            sending: Mutex::new(()),
         }
     }
 
@@ -348,7 +354,46 @@ impl Store {
                 pop_oldest(inner, &slot);
             }
         }
-        let _ = self.tx.send(record);
+        // Queued under the lock, so the streams get records in the order they were stored;
+        // sent after it, so no stream's waker runs under it.
+        self.outbox
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(record);
+        drop(inner);
+        self.flush();
+    }
+
+    /// Sends the outbox to the streams. Whoever finds the sender free sends everything queued;
+    /// a thread that finds it busy (another sender, or a waker that called back into the
+    /// dashboard from inside a send) leaves its records to that sender, which looks again
+    /// after letting go, so none is stranded and nobody waits.
+    fn flush(&self) {
+        loop {
+            let guard = match self.sending.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            loop {
+                let next = self
+                    .outbox
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pop_front();
+                let Some(record) = next else { break };
+                let _ = self.tx.send(record);
+            }
+            drop(guard);
+            if self
+                .outbox
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+            {
+                return;
+            }
+        }
     }
 
     /// The records of one breaker, oldest first.

@@ -2493,3 +2493,87 @@ fn the_new_settings_are_checked() {
             .is_ok()
     );
 }
+
+/// A clock that, once armed, uses the dashboard from another thread inside a reading, as a
+/// clock that reads a shared time source through a service might.
+#[derive(Clone)]
+struct ReenteringClock {
+    inner: ManualClock,
+    hook: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl tripline::Clock for ReenteringClock {
+    fn now(&self) -> u64 {
+        if let Some(hook) = &self.hook {
+            hook();
+        }
+        self.inner.now()
+    }
+}
+
+#[test]
+fn the_dashboards_clock_may_use_the_dashboard() {
+    let manual = ManualClock::new();
+    let plain = ReenteringClock {
+        inner: manual.clone(),
+        hook: None,
+    };
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            plain.clone(),
+        )
+        .unwrap(),
+    );
+    registry.get(&key("legacy-api")).unwrap();
+    registry.get(&key("elsewhere")).unwrap();
+    let by_hand = CircuitBreaker::with_clock("by-hand", small(), plain);
+    let slot: Slot = Arc::default();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answers: Answers = Arc::default();
+    let hook = {
+        let (slot, armed, answers) = (slot.clone(), armed.clone(), answers.clone());
+        move || reenter(&slot, &armed, &answers, "0000000000000000", "elsewhere")
+    };
+    let clock = ReenteringClock {
+        inner: manual.clone(),
+        hook: Some(Arc::new(hook)),
+    };
+    let dashboard = DashboardBuilder::new(clock)
+        .registry(registry.clone())
+        .breaker(key("by-hand"), by_hand)
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", dashboard.router());
+    slot.set(router.clone()).ok();
+    for (what, req) in [
+        ("a listing due a history sample", None),
+        (
+            "a control",
+            Some(json!({"action": "force-open", "key": "legacy-api"})),
+        ),
+        (
+            "a control of a hand-registered breaker",
+            Some(json!({"action": "disable", "key": "by-hand"})),
+        ),
+    ] {
+        manual.advance(Duration::from_secs(10));
+        armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let router = router.clone();
+        let status = within_bound(what, move || match req {
+            None => from_another_thread(&router, get("/api/breakers", Some(OPERATOR))),
+            Some(body) => from_another_thread(&router, control(body, Some(OPERATOR))),
+        });
+        assert!(status.is_some(), "{what}: never answered");
+        assert!(
+            !armed.load(std::sync::atomic::Ordering::SeqCst),
+            "{what}: the clock was read"
+        );
+    }
+    let answers = answers.lock().unwrap();
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from the clock hung: {answers:?}"
+    );
+}
