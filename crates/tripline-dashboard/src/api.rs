@@ -641,12 +641,13 @@ fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> 
     found.map(|k| (Source::Registry, k))
 }
 
-pub(crate) async fn detail<C: Clock + Clone>(
-    State(sh): Sh<C>,
-    parts: Parts,
+/// The reader and the breaker a path's `{id}` names (after a sweep and a due sample).
+fn reader_and_breaker<C: Clock + Clone>(
+    sh: &Shared<C>,
+    parts: &Parts,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let p = require(&sh, &parts, Permissions::READ)?;
+) -> Result<(Principal, Source, Key), ApiError> {
+    let p = require(sh, parts, Permissions::READ)?;
     let Ok(Path(id)) = id else {
         return Err(ApiError::field(
             "id",
@@ -657,9 +658,22 @@ pub(crate) async fn detail<C: Clock + Clone>(
     let id = parse_id(&id)?;
     sh.maybe_sweep();
     sh.sample();
-    let unknown = || ApiError::not_found(format!("no breaker has the id {id}"));
-    let (source, key) = find_id(&sh, id).ok_or_else(unknown)?;
-    let (breaker, held) = resolve_row(&sh, source, &key).ok_or_else(unknown)?;
+    let (source, key) = find_id(sh, id).ok_or_else(|| unknown_id(id))?;
+    Ok((p, source, key))
+}
+
+fn unknown_id(id: &str) -> ApiError {
+    ApiError::not_found(format!("no breaker has the id {id}"))
+}
+
+pub(crate) async fn detail<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (p, source, key) = reader_and_breaker(&sh, &parts, id)?;
+    let (breaker, held) =
+        resolve_row(&sh, source, &key).ok_or_else(|| unknown_id(&sh.id(source, &key)))?;
     let now = sh.clock.now();
     let mut out = view::entry(&sh, &p, source, &key, &breaker, held, now);
     let (latest, _) = sh.history.latest();
@@ -703,19 +717,7 @@ pub(crate) async fn history<C: Clock + Clone>(
     parts: Parts,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let p = require(&sh, &parts, Permissions::READ)?;
-    let Ok(Path(id)) = id else {
-        return Err(ApiError::field(
-            "id",
-            raw_segment(&parts.uri),
-            "16 lowercase hexadecimal digits, as the listing gives",
-        ));
-    };
-    let id = parse_id(&id)?;
-    sh.maybe_sweep();
-    sh.sample();
-    let unknown = || ApiError::not_found(format!("no breaker has the id {id}"));
-    let (source, key) = find_id(&sh, id).ok_or_else(unknown)?;
+    let (p, source, key) = reader_and_breaker(&sh, &parts, id)?;
     let now = sh.clock.now();
     let (open, points) = sh.history.series(&(source, key.clone())).unwrap_or((
         now / history::SLOT_NANOS,
