@@ -330,7 +330,7 @@ struct Inner {
     oldest: BTreeSet<(u32, BreakerId)>,
     incidents: VecDeque<Incident>,
     next_incident: u64,
-    /// Per dependency: (slot, p50, p99) of all its timed calls.
+    /// Per dependency: (the last slot a sample covered, p50, p99) of all its timed calls.
     dependency_latency: HashMap<String, VecDeque<(u32, u16, u16)>>,
 }
 
@@ -577,8 +577,9 @@ impl History {
         }
         for (dep, hist) in by_dependency {
             let ring = inner.dependency_latency.entry(dep).or_default();
+            // Filed under the last slot the sample covers.
             ring.push_back((
-                index,
+                (current - 1) as u32,
                 quantile(&hist, 0.5).map_or(NONE, encode),
                 quantile(&hist, 0.99).map_or(NONE, encode),
             ));
@@ -753,7 +754,7 @@ impl History {
         }
         for (dep, ring) in &inner.dependency_latency {
             if let (Some(f), Some((i, p50, p99))) = (deps.get_mut(dep), ring.back()) {
-                if u64::from(*i) == last || u64::from(*i) + 1 == open {
+                if u64::from(*i) == last {
                     f.p50_us = (*p50 != NONE).then(|| decode(*p50));
                     f.p99_us = (*p99 != NONE).then(|| decode(*p99));
                 }
