@@ -466,3 +466,58 @@ fn the_history_memory_bound_holds_with_10000_keys() {
     // An hour of slots, the record and its index entry, a share of the incidents.
     assert!(per_key <= 360 * 20 + 600, "{per_key} bytes per key");
 }
+
+/// A clock that counts its readings.
+#[derive(Clone, Default)]
+struct CountingClock {
+    inner: ManualClock,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl tripline::Clock for CountingClock {
+    fn now(&self) -> u64 {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.now()
+    }
+}
+
+#[test]
+fn breakers_that_keep_no_durations_pay_nothing_per_call_for_the_history() {
+    let clock = CountingClock::default();
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default()
+                .with_config("default", small(false))
+                .with_config("timed", small(true))
+                .with_dependency("prices", "timed"),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
+    let plain = registry.get(&key("catalog/shard=1")).unwrap();
+    let timed = registry.get(&key("prices")).unwrap();
+    let reads = |b: &tripline::CircuitBreaker<CountingClock>| {
+        let before = clock.reads.load(std::sync::atomic::Ordering::Relaxed);
+        for _ in 0..1000 {
+            b.call(|| Ok::<_, ()>(())).unwrap();
+        }
+        clock.reads.load(std::sync::atomic::Ordering::Relaxed) - before
+    };
+    let (plain_alone, timed_alone) = (reads(&plain), reads(&timed));
+    let dashboard = DashboardBuilder::new(clock.clone())
+        .registry(registry.clone())
+        .build()
+        .unwrap();
+    let later = registry.get(&key("catalog/shard=2")).unwrap();
+    // The dashboard adds no clock reading to a breaker's calls (no outcome listener on the
+    // ones that keep no durations; the ones that do were timed anyway).
+    assert_eq!(
+        reads(&plain),
+        plain_alone,
+        "a breaker created before the dashboard"
+    );
+    assert_eq!(reads(&later), plain_alone, "a breaker created after it");
+    assert_eq!(reads(&timed), timed_alone);
+    drop(dashboard);
+}
