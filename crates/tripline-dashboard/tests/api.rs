@@ -2577,3 +2577,60 @@ fn the_dashboards_clock_may_use_the_dashboard() {
         "a request from the clock hung: {answers:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// What an answer says is in force is what the registry holds.
+
+#[tokio::test]
+async fn an_override_lifted_through_the_registry_is_not_reported_in_force() {
+    let f = fixture();
+    let (status, _, r) = send(
+        &f.router,
+        control(
+            json!({"action": "force-open", "dependency": "catalog"}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, r["in_force"].as_str()),
+        (StatusCode::OK, Some("forced-open"))
+    );
+    // The application lifts it itself (its own admin endpoint, a script).
+    f.registry
+        .clear_operator(&Selector::Dependency("catalog".into()));
+    for action in ["reset", "metrics-only", "clear"] {
+        let (status, _, r) = send(
+            &f.router,
+            control(
+                json!({"action": action, "dependency": "catalog"}),
+                Some(OPERATOR),
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{action}: {r}");
+        let expected = (action == "metrics-only").then_some("metrics-only");
+        assert_eq!(r["in_force"].as_str(), expected, "{action}: {r}");
+        let audit = f.audits.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(
+            view_of(audit.in_force),
+            expected,
+            "{action}: the audit record"
+        );
+        if action == "metrics-only" {
+            f.registry
+                .clear_operator(&Selector::Dependency("catalog".into()));
+        }
+    }
+    let l = list(&f, "?dependency=catalog", Some(OPERATOR)).await;
+    assert_eq!(l["dependencies"][0]["override"], Value::Null, "{l}");
+}
+
+fn view_of(o: OperatorState) -> Option<&'static str> {
+    match o {
+        OperatorState::Auto => None,
+        OperatorState::ForcedOpen => Some("forced-open"),
+        OperatorState::Disabled => Some("disabled"),
+        OperatorState::MetricsOnly => Some("metrics-only"),
+    }
+}
