@@ -1153,12 +1153,17 @@ fn apply<C: Clock + Clone>(
 }
 
 /// Writes the desired override of the hand-registered breakers `manual` (`None` clears).
+/// A dependency with no hand-registered breaker gets no override of its own here: the
+/// registry's is the only one, and what it says is in force is what is.
 fn set_manual<C: Clock + Clone>(
     sh: &Shared<C>,
     selector: &Selector,
     manual: &ManualAim,
     state: Option<OperatorState>,
 ) {
+    if manual.is_empty() {
+        return;
+    }
     let mut control = manual::lock(&sh.manual_control);
     match selector {
         Selector::Key(_) => {
