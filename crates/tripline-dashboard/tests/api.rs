@@ -2634,3 +2634,94 @@ fn view_of(o: OperatorState) -> Option<&'static str> {
         OperatorState::MetricsOnly => Some("metrics-only"),
     }
 }
+
+/// A stream request from an IPv6 address (as a server started with connect info sees it).
+fn stream_from_v6(token: Option<&str>, address: std::net::Ipv6Addr) -> Request<Body> {
+    let mut req = get("/api/events", token);
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            address, 40000,
+        ))));
+    req
+}
+
+/// Opens streams with `requests` until one is refused; the streams admitted.
+async fn streams_until_refused(
+    f: &Fixture,
+    requests: impl Iterator<Item = Request<Body>>,
+) -> Vec<Body> {
+    let mut held = Vec::new();
+    for req in requests {
+        let resp = f.router.clone().oneshot(req).await.unwrap();
+        if resp.status() != StatusCode::OK {
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+            break;
+        }
+        held.push(resp.into_body());
+    }
+    held
+}
+
+#[tokio::test]
+async fn one_client_cannot_take_every_anonymous_stream_by_changing_its_address() {
+    let f = fixture();
+    // An IPv6 client holds a whole /64 (the smallest block a network hands out): one
+    // address per stream is still one client.
+    let rotating = (1..=64u16).map(|i| {
+        stream_from_v6(
+            None,
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, 7, 0, 0, 0, i),
+        )
+    });
+    let held = streams_until_refused(&f, rotating).await;
+    assert_eq!(held.len(), 4, "streams from one /64");
+    // Another client (another /64) still gets its own.
+    let other = streams_until_refused(
+        &f,
+        std::iter::once(stream_from_v6(None, "2001:db8:7:8::1".parse().unwrap())),
+    )
+    .await;
+    assert_eq!(other.len(), 1);
+    drop((held, other));
+    // An IPv4 client seen on a dual-stack listener (as ::ffff:a.b.c.d) is the same client.
+    let both = (0..16u8).map(|i| {
+        if i % 2 == 0 {
+            stream_from(None, [10, 1, 1, 1])
+        } else {
+            stream_from_v6(None, std::net::Ipv4Addr::new(10, 1, 1, 1).to_ipv6_mapped())
+        }
+    });
+    let held = streams_until_refused(&f, both).await;
+    assert_eq!(held.len(), 4, "one IPv4 client, in both spellings");
+    drop(held);
+    // A header naming another client changes nothing unless the application says to trust it.
+    let spoofed = (0..16u8).map(|i| {
+        let mut req = stream_from(None, [10, 2, 2, 2]);
+        req.headers_mut()
+            .insert("x-forwarded-for", format!("192.0.2.{i}").parse().unwrap());
+        req
+    });
+    let held = streams_until_refused(&f, spoofed).await;
+    assert_eq!(held.len(), 4, "X-Forwarded-For is not the client's address");
+}
+
+#[tokio::test]
+async fn one_principal_cannot_take_every_stream_kept_for_control() {
+    // 16 streams, the last 2 for principals that may control.
+    let f = fixture_with(|b| b.max_streams(16).max_streams_per_principal(16));
+    let readers = streams_until_refused(
+        &f,
+        std::iter::repeat_with(|| get("/api/events", Some(AUDITOR))),
+    )
+    .await;
+    assert_eq!(readers.len(), 14);
+    // An automation that may control holds streams too: it does not get the whole reserve.
+    let robot = streams_until_refused(
+        &f,
+        std::iter::repeat_with(|| get("/api/events", Some(CONTROLLER))),
+    )
+    .await;
+    assert_eq!(robot.len(), 1, "half of the reserve at most");
+    let operator = open_stream(&f, Some(OPERATOR)).await;
+    drop((readers, robot, operator));
+}
