@@ -80,12 +80,14 @@
 //!   and a refusal names the field, the value and what is allowed.
 //! * **Nobody can take the live view away**: event streams are capped in all
 //!   ([`DashboardBuilder::max_streams`], 64), the last eighth of them is kept for principals
-//!   that may control, one principal holds at most 8
-//!   ([`DashboardBuilder::max_streams_per_principal`]), and callers without credentials at
-//!   most a quarter in all ([`DashboardBuilder::max_anonymous_streams`]) and 4 from one
-//!   address ([`DashboardBuilder::max_streams_per_client`]; the address is the connection's
-//!   when the server runs with `into_make_service_with_connect_info::<SocketAddr>()`, or what
-//!   [`DashboardBuilder::client_address`] says behind a proxy).
+//!   that may control (and one of them takes at most half of it), one principal holds at
+//!   most 8 ([`DashboardBuilder::max_streams_per_principal`]), and callers without
+//!   credentials at most a quarter in all ([`DashboardBuilder::max_anonymous_streams`]) and 4
+//!   from one client ([`DashboardBuilder::max_streams_per_client`]: one IPv4 address, or one
+//!   IPv6 /64; the address is the connection's when the server runs with
+//!   `into_make_service_with_connect_info::<SocketAddr>()`, or what
+//!   [`DashboardBuilder::client_address`] says behind a proxy; `X-Forwarded-For` and its
+//!   kin count for nothing unless that hook reads them).
 //! * The page is served with a strict Content-Security-Policy (scripts, styles and requests
 //!   only from the application), `X-Frame-Options: DENY` (no clickjacking of the kill
 //!   switch), `nosniff` and `no-referrer`; it writes every value with `textContent`.
@@ -753,7 +755,8 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     }
 
     /// At most this many event streams open at once (default 64); more are refused with 503.
-    /// The last eighth of them (rounded down) is kept for principals that may control, and
+    /// The last eighth of them (rounded down) is kept for principals that may control (once
+    /// only those are left, a principal that holds half of them, rounded up, gets no more), and
     /// callers without credentials get at most [`max_anonymous_streams`](Self::max_anonymous_streams),
     /// so that nobody can take the live view from the operator by holding streams open.
     ///
@@ -804,7 +807,9 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     }
 
     /// At most this many event streams open at once without credentials from one client
-    /// address (default 4, or `max_streams` if fewer). The address is the connection's when the server runs with
+    /// (default 4, or `max_streams` if fewer): one IPv4 address (also spelled
+    /// `::ffff:a.b.c.d`), or one IPv6 /64, so a client cannot rotate through the addresses of
+    /// its own network. The address is the connection's when the server runs with
     /// `into_make_service_with_connect_info::<SocketAddr>()`, or what
     /// [`client_address`](Self::client_address) says; without either this cap cannot apply
     /// (the total one for anonymous callers still does).
