@@ -2725,3 +2725,49 @@ async fn one_principal_cannot_take_every_stream_kept_for_control() {
     let operator = open_stream(&f, Some(OPERATOR)).await;
     drop((readers, robot, operator));
 }
+
+#[tokio::test]
+async fn a_query_that_is_not_utf8_is_refused_naming_the_parameter() {
+    let f = fixture();
+    for (query, field, value) in [
+        ("q=%FF", "q", "%FF"),
+        ("dependency=caf%E9", "dependency", "caf%E9"),
+        (
+            "key=payments%2Ftenant%3D%C3",
+            "key",
+            "payments%2Ftenant%3D%C3",
+        ),
+        ("limit=10&state=open%80", "state", "open%80"),
+        ("%FF=1", "parameter", "%FF"),
+    ] {
+        let (status, _, body) = send(
+            &f.router,
+            get(&format!("/api/breakers?{query}"), Some(READER)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert_eq!(body["field"], field, "{query}: {body}");
+        assert!(
+            body["value"].as_str().unwrap().contains(value),
+            "{query}: the bytes as sent: {body}"
+        );
+        assert!(
+            body["allowed"].as_str().unwrap().contains("UTF-8"),
+            "{query}: {body}"
+        );
+    }
+    // Percent-encoded UTF-8, and `+` for a space, read as they should.
+    let (status, _, body) = send(
+        &f.router,
+        get("/api/breakers?q=%63atalog&dependency=catalog", Some(READER)),
+    )
+    .await;
+    assert_eq!(
+        (status, body["total"].as_u64()),
+        (StatusCode::OK, Some(3)),
+        "{body}"
+    );
+    let (status, _, body) = send(&f.router, get("/api/breakers?q=a+b", Some(READER))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["total"], 0);
+}
