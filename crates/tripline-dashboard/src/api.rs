@@ -5,8 +5,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{OriginalUri, Path, Query, Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{OriginalUri, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -461,11 +461,31 @@ fn manual_held<C: Clock + Clone>(sh: &Shared<C>, i: usize) -> Held {
     Held { state, layer }
 }
 
-fn query_pairs(
-    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Vec<(String, String)>, ApiError> {
-    q.map(|Query(pairs)| pairs)
-        .map_err(|e| ApiError::field("query", e.body_text(), "a URL-encoded query string"))
+/// The parameters of a query string (`a=1&b=x+y`), decoded; a name or value that does not
+/// decode to UTF-8 is refused naming it, with the bytes as sent (a decoder that put U+FFFD in
+/// their place would search for, filter by or name something the caller never sent).
+fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    const ALLOWED: &str = "percent-encoded UTF-8 (`+` for a space)";
+    let decode = |raw: &str| -> Option<String> {
+        let plus = raw.replace('+', " ");
+        percent_encoding::percent_decode_str(&plus)
+            .decode_utf8()
+            .ok()
+            .map(std::borrow::Cow::into_owned)
+    };
+    let mut pairs = Vec::new();
+    for piece in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (raw_name, raw_value) = piece.split_once('=').unwrap_or((piece, ""));
+        let shown = |raw: &str| format!("{:?}", truncate(raw, 64));
+        let Some(name) = decode(raw_name) else {
+            return Err(ApiError::field("parameter", shown(raw_name), ALLOWED));
+        };
+        let Some(value) = decode(raw_value) else {
+            return Err(ApiError::field(name, shown(raw_value), ALLOWED));
+        };
+        pairs.push((name, value));
+    }
+    Ok(pairs)
 }
 
 fn states_json(counts: &[usize; 6]) -> Value {
@@ -479,10 +499,9 @@ fn states_json(counts: &[usize; 6]) -> Value {
 pub(crate) async fn list<C: Clock + Clone>(
     State(sh): Sh<C>,
     parts: Parts,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let p = require(&sh, &parts, Permissions::READ)?;
-    let q = ListQuery::parse(&query_pairs(query)?)?;
+    let q = ListQuery::parse(&query_pairs(parts.uri.query())?)?;
     sh.maybe_sweep();
     sh.sample();
     let all = rows(&sh, &p, q.source);
