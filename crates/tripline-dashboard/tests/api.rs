@@ -2771,3 +2771,122 @@ async fn a_query_that_is_not_utf8_is_refused_naming_the_parameter() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["total"], 0);
 }
+
+#[test]
+fn an_allowed_host_that_could_never_match_is_refused() {
+    let field = |host: &str| {
+        Dashboard::builder()
+            .allowed_host(host)
+            .build()
+            .err()
+            .map(|e| (e.field().to_string(), e.to_string()))
+    };
+    for bad in [
+        "::1",
+        "127.0.0.1:",
+        "a:b:c",
+        "[::1]:99999",
+        "ops.example.com:0",
+        "ops.example.com:8o80",
+        "[::1",
+        "[::1]x",
+        "[]",
+        ":8080",
+        "ops..example.com",
+        ".",
+    ] {
+        let got = field(bad);
+        assert!(
+            got.as_ref().is_some_and(|(f, _)| f == "allowed_host"),
+            "{bad:?} was accepted: {got:?}"
+        );
+    }
+    for bad in ["http://::1", "https://127.0.0.1:", "http://[::1]:70000"] {
+        assert!(
+            Dashboard::builder().allowed_origin(bad).build().is_err(),
+            "origin {bad:?} was accepted"
+        );
+    }
+    for good in [
+        "ops.example.com",
+        "ops.example.com.",
+        "OPS.example.com:8443",
+        "127.0.0.1:8080",
+        "[::1]",
+        "[::1]:8080",
+        "[2001:db8::7]:443",
+        "localhost",
+    ] {
+        assert_eq!(field(good), None, "{good:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_is_answered_only_when_every_host_it_names_is_allowed() {
+    let f = fixture_with(|b| {
+        b.allowed_host("ops.example.com.")
+            .allowed_host("127.0.0.1:8080")
+            .allowed_host("[::1]")
+    });
+    let status = |req: Request<Body>| {
+        let router = f.router.clone();
+        async move { router.oneshot(req).await.unwrap().status() }
+    };
+    let with_host = |host: &str| {
+        Request::get("/ops/api/session")
+            .header(header::HOST, host)
+            .body(Body::empty())
+            .unwrap()
+    };
+    for ok in [
+        "ops.example.com",
+        "ops.example.com.",
+        "OPS.EXAMPLE.COM:443",
+        "127.0.0.1:8080",
+        "[::1]",
+        "[::1]:9000",
+    ] {
+        assert_eq!(status(with_host(ok)).await, StatusCode::OK, "{ok:?}");
+    }
+    for bad in [
+        "ops.example.com:8080@evil.test",
+        "ops.example.com:abc",
+        "ops.example.com:",
+        "ops.example.com:99999",
+        "127.0.0.1:8080.",
+        "[::1]:x",
+        "[::1]evil.test",
+    ] {
+        assert_eq!(
+            status(with_host(bad)).await,
+            StatusCode::BAD_REQUEST,
+            "{bad:?}"
+        );
+    }
+    // Two Host headers (a proxy may route on the other one), or a request line naming a host
+    // the Host header does not: refused, whichever comes first.
+    for (hosts, uri) in [
+        (vec!["ops.example.com", "evil.test"], "/ops/api/session"),
+        (vec!["evil.test", "ops.example.com"], "/ops/api/session"),
+        (vec!["ops.example.com"], "http://evil.test/ops/api/session"),
+        (vec!["evil.test"], "http://ops.example.com/ops/api/session"),
+    ] {
+        let mut req = Request::get(uri);
+        for h in &hosts {
+            req = req.header(header::HOST, *h);
+        }
+        let (code, _, body) = send(&f.router, req.body(Body::empty()).unwrap()).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{hosts:?} {uri}: {body}");
+        assert_eq!(body["field"], "host", "{body}");
+    }
+    // HTTP/2 names the host in the request line only (`:authority`): that is enough.
+    assert_eq!(
+        status(
+            Request::get("http://ops.example.com/ops/api/session")
+                .body(Body::empty())
+                .unwrap()
+        )
+        .await,
+        StatusCode::OK
+    );
+}
