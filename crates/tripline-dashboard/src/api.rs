@@ -159,20 +159,17 @@ pub(crate) async fn allowed_host<C: Clock + Clone>(
     next: axum::middleware::Next,
 ) -> Response {
     if !sh.allowed_hosts.is_empty() {
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| request.uri().authority().map(|a| a.as_str()))
-            .unwrap_or("");
-        if !auth::host_allowed(host, &sh.allowed_hosts) {
+        let (parts, body) = request.into_parts();
+        if let Err(host) = auth::hosts_allowed(&parts, &sh.allowed_hosts) {
             return ApiError::field(
                 "host",
-                format!("{:?}", truncate(host, 64)),
-                "a host this dashboard is configured to answer (DashboardBuilder::allowed_host)",
+                format!("{:?}", truncate(&host, 64)),
+                "one host this dashboard is configured to answer \
+                 (DashboardBuilder::allowed_host), named once",
             )
             .into_response();
         }
+        return next.run(Request::from_parts(parts, body)).await;
     }
     next.run(request).await
 }

@@ -62,7 +62,8 @@
 //!   `GET api/session` issues. Callers that are not browsers (no `Origin`, no
 //!   `Sec-Fetch-Site`, no cookie) need only their credentials.
 //! * **DNS rebinding**: with [`DashboardBuilder::allowed_host`], a request whose `Host` is
-//!   not one of the allowed hosts is refused (400, `field: "host"`) before anything is read,
+//!   not one of the allowed hosts (or that names two hosts: two `Host` headers, or a request
+//!   line naming another) is refused (400, `field: "host"`) before anything is read,
 //!   so a hostile page that points its own name at the application's address reads nothing,
 //!   not even what anonymous callers may read.
 //! * **Sensitive scopes**: for a key the application marks sensitive
@@ -232,7 +233,7 @@ pub(crate) struct Shared<C: Clock + Clone> {
     pub(crate) anonymous: Permissions,
     pub(crate) sensitive: Option<SensitiveFn>,
     pub(crate) allowed_origins: Vec<String>,
-    pub(crate) allowed_hosts: Vec<String>,
+    pub(crate) allowed_hosts: Vec<auth::Authority>,
     pub(crate) store: Arc<Store>,
     pub(crate) history: Arc<History>,
     /// The overrides set on hand-registered breakers (see `manual`).
@@ -853,7 +854,12 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     /// repeat for each. Once one is given, a request naming any other host is refused (400)
     /// before anything is read, so a hostile page that rebinds its own name to the
     /// application's address (DNS rebinding) reads nothing. A host without a port matches it
-    /// on any port. Off (every host answered) until one is given.
+    /// on any port; case and a trailing dot do not matter, nor how an IPv6 address is spelled.
+    /// Every host a request names must be allowed: its `Host` header (only one) and the
+    /// authority of its request line (HTTP/2's `:authority`), each a host and a port of 1 to
+    /// 65535 (`ops.example.com:8080@evil.test` is refused). Off (every host answered) until
+    /// one is given; a host that no request could name (`::1` without brackets, `host:`) is
+    /// refused by [`build`](Self::build).
     ///
     /// ```
     /// use tripline_dashboard::Dashboard;
@@ -999,21 +1005,23 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
                 return Err(ConfigError::new(
                     "allowed_origin",
                     format!("{origin:?}"),
-                    "an origin: http:// or https://, a host and an optional port, no path",
+                    "an origin: http:// or https://, a host (a DNS name, an IPv4 address or an \
+                     IPv6 address in brackets) and an optional port in [1, 65535], no path",
                 ));
             }
         }
         let mut allowed_hosts = Vec::new();
         for host in &self.allowed_hosts {
-            if !auth::is_authority(host) {
+            let Some(authority) = auth::Authority::parse(host) else {
                 return Err(ConfigError::new(
                     "allowed_host",
                     format!("{host:?}"),
-                    "a host and an optional port (`ops.example.com`, `127.0.0.1:8080`, \
+                    "a host (a DNS name, an IPv4 address or an IPv6 address in brackets) and an \
+                     optional port in [1, 65535] (`ops.example.com`, `127.0.0.1:8080`, \
                      `[::1]:8080`), no scheme, no path",
                 ));
-            }
-            allowed_hosts.push(host.to_ascii_lowercase());
+            };
+            allowed_hosts.push(authority);
         }
         let mut keys = std::collections::BTreeSet::new();
         for (key, _) in &self.manual {
