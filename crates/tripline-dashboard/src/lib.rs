@@ -135,7 +135,13 @@
 //!   20 MB; past it the oldest slot of all goes first) with at most 11 slots of slack per
 //!   breaker, the records, at most 1,000 incidents, and per dependency at most 360 percentile
 //!   pairs of 8 bytes. Measured with 10,000 keys forced open for 120 slots (the test
-//!   `the_history_memory_bound_holds_with_10000_keys`): 24.8 MB. Counts are kept to three
+//!   `the_history_memory_bound_holds_with_10000_keys`): 24.8 MB. A breaker the registry let
+//!   go (evicted, and no handle left) takes its record and slots with it at once, whether or
+//!   not anyone samples: 20,000 keys through a registry of 100 leave 63 kB (the test
+//!   `keys_that_come_and_go_leave_no_history_behind_even_when_nobody_samples`); a breaker
+//!   dropped from the registry but still held by the application goes at the second sample
+//!   that does not find it. Each registry breaker carries a small listener of the history's
+//!   (about 100 bytes) that does this. Counts are kept to three
 //!   significant digits (exact below 2,048, else within 0.1 %), percentiles within 12 %.
 //!   [`Dashboard::history_memory`] says what it holds now.
 //!
@@ -1055,8 +1061,12 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
                 key: m.key.clone(),
             });
             if m.breaker.config().call_durations() {
-                m.breaker
-                    .subscribe(history.timing((Source::Manual, m.key.clone()), m.breaker.state()));
+                // The dashboard holds these breakers: only the timing is wanted.
+                m.breaker.subscribe(history.follow(
+                    (Source::Manual, m.key.clone()),
+                    m.breaker.state(),
+                    true,
+                ));
             }
         }
         if let Some(registry) = &self.registry {
