@@ -2890,3 +2890,46 @@ async fn a_request_is_answered_only_when_every_host_it_names_is_allowed() {
         StatusCode::OK
     );
 }
+
+#[test]
+fn the_client_address_hook_may_use_the_dashboard() {
+    let clock = ManualClock::new();
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
+    registry.get(&key("elsewhere")).unwrap();
+    let slot: Slot = Arc::default();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answers: Answers = Arc::default();
+    let hook = {
+        let (slot, armed, answers) = (slot.clone(), armed.clone(), answers.clone());
+        move |_: &axum::http::request::Parts| {
+            reenter(&slot, &armed, &answers, "0000000000000000", "elsewhere");
+            Some(std::net::IpAddr::from([192, 0, 2, 1]))
+        }
+    };
+    let dashboard = DashboardBuilder::new(clock)
+        .registry(registry)
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .anonymous(Permissions::READ)
+        .client_address(hook)
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", dashboard.router());
+    slot.set(router.clone()).ok();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let status = within_bound("client_address", move || {
+        from_another_thread(&router, get("/api/events", None))
+    });
+    assert_eq!(status, Some(StatusCode::OK));
+    let answers = answers.lock().unwrap();
+    assert_eq!(answers.len(), 5, "the hook ran: {answers:?}");
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from the hook hung: {answers:?}"
+    );
+}
