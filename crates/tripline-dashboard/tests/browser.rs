@@ -281,6 +281,24 @@ async fn sign_in(client: &Client, token: &str, principal: &str) {
 /// The page fits the window's width: nothing scrolls sideways, and every column of the
 /// dependency table (the last one included) is in view.
 async fn fits(client: &Client, when: &str) {
+    fits_in(client, WIDTH, when).await;
+}
+
+/// As [`fits`], in a window `width` px wide; and no element of the page ends past it.
+async fn fits_in(client: &Client, width: u64, when: &str) {
+    let wide = eval(
+        client,
+        "const w = window.innerWidth; return Array.from(document.querySelectorAll('body *')) \
+         .filter(e => e.getClientRects().length && !e.closest('.events, .visually-hidden')) \
+         .filter(e => e.getBoundingClientRect().right > w + 1) \
+         .slice(0, 5).map(e => e.tagName + '#' + e.id + '.' + e.className + ' ends at ' + Math.round(e.getBoundingClientRect().right));",
+    )
+    .await;
+    assert_eq!(
+        wide,
+        json!([]),
+        "{when}: elements past the window's edge at {width} px"
+    );
     let seen = eval(
         client,
         "const d = document.documentElement; \
@@ -293,7 +311,7 @@ async fn fits(client: &Client, when: &str) {
         seen[1].as_u64().unwrap(),
         seen[2].as_u64().unwrap(),
     );
-    assert!(inner <= WIDTH, "a window of {inner} px");
+    assert!(inner <= width, "a window of {inner} px");
     assert!(
         scroll <= inner && right <= inner,
         "{when}: the page is {scroll} px wide in a window of {inner} px, the dependency table ends at {right} px"
@@ -695,4 +713,320 @@ async fn the_page_in_headless_chromium() {
         })
         .collect();
     assert!(severe.is_empty(), "the browser logged errors: {severe:#?}");
+}
+
+/// A token whose principal's name is 128 bytes of hostile text: markup, a bidirectional
+/// override, and a long run with no break.
+const HOSTILE: &str = "hostile-principal-token-for-the-browser-test";
+/// A read-only token.
+const VIEWER: &str = "viewer-token-for-the-second-browser-test";
+/// A read-only token whose principal may hold one event stream.
+const WALLBOARD: &str = "wallboard-token-for-the-browser-test";
+
+fn hostile_name() -> String {
+    let mut name = String::from("<img src=x onerror=window.__pwned=1>\u{202E}");
+    while name.len() < 128 {
+        name.push('x');
+    }
+    name
+}
+
+/// The page served from a dashboard of its own on a loopback port: 60 dependencies, one of
+/// a 128-character name with a scope of 256, markup in a key, and two tenants whose names
+/// differ only in how an accent is written (precomposed or combining).
+struct Hostile {
+    addr: SocketAddr,
+    registry: std::sync::Arc<tripline::registry::Registry<ManualClock>>,
+}
+
+async fn hostile_app(clock: &ManualClock) -> Hostile {
+    use tripline::registry::{Registry, RegistryConfig};
+    use tripline_dashboard::{DashboardBuilder, Permissions};
+    let registry = std::sync::Arc::new(
+        Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap(),
+    );
+    for d in 0..60 {
+        registry
+            .get(&Key::new(&format!("dep-{d:02}")).unwrap())
+            .unwrap();
+    }
+    registry
+        .get(&Key::scoped(&long_name(), ScopeKind::Shard, &"7".repeat(256)).unwrap())
+        .unwrap();
+    registry
+        .get(&Key::scoped("<b>bold<i>", ScopeKind::Shard, "<script>").unwrap())
+        .unwrap();
+    for tenant in ["caf\u{e9}", "cafe\u{301}"] {
+        registry
+            .get(&Key::scoped("payments", ScopeKind::Tenant, tenant).unwrap())
+            .unwrap();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dashboard = DashboardBuilder::new(clock.clone())
+        .registry(registry.clone())
+        .bearer_token(HOSTILE, &hostile_name(), Permissions::ALL)
+        .bearer_token(VIEWER, "viewer", Permissions::READ)
+        .bearer_token(WALLBOARD, "wallboard", Permissions::READ)
+        .max_streams_per_principal(1)
+        .sensitive(|key| matches!(key.scope(), Some((ScopeKind::Tenant, _))))
+        .allowed_host(&addr.to_string())
+        .build()
+        .unwrap();
+    let app = dashboard.mount(axum::Router::new(), "/ops");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Hostile { addr, registry }
+}
+
+/// Counts the page's listing requests (`window.__lists`) and fails them while
+/// `window.__offline` is true, as a network that drops would.
+const FETCH_TAP: &str = "if (!window.__tapped) { window.__tapped = true; window.__lists = 0; \
+    window.__offline = false; const real = window.fetch; \
+    window.fetch = async (u, o) => { if (String(u).startsWith('api/breakers?')) { \
+      if (window.__offline) throw new TypeError('offline'); \
+      const r = await real(u, o); window.__lists++; return r; } return real(u, o); }; } \
+    return window.__lists;";
+
+/// Waits until the page made `n` more listing requests (they come every 2 s).
+async fn lists_pass(client: &Client, n: u64) {
+    let from = eval(client, "return window.__lists;")
+        .await
+        .as_u64()
+        .unwrap();
+    wait_for(
+        client,
+        &format!("{n} more listings"),
+        "return window.__lists;",
+        |v| v.as_u64().is_some_and(|m| m >= from + n),
+    )
+    .await;
+}
+
+async fn notice(client: &Client) -> Value {
+    eval(
+        client,
+        "const n = document.getElementById('notice'); return n.hidden ? null : [n.dataset.status, n.textContent];",
+    )
+    .await
+}
+
+async fn hostile_scenario(client: &Client, app: &Hostile) {
+    let long = long_name();
+    let long_key = format!("{long}/shard={}", "7".repeat(256));
+    client
+        .goto(&format!("http://{}/ops/", app.addr))
+        .await
+        .expect("the page loads");
+    sign_in(
+        client,
+        HOSTILE,
+        "<img src=x onerror=window.__pwned=1>\\u{202e}x",
+    )
+    .await;
+    for width in [1280u64, 1440] {
+        client
+            .set_window_size(width as u32, 1000)
+            .await
+            .expect("the window is resized");
+        wait_for(
+            client,
+            "the window's width",
+            "return window.innerWidth;",
+            |v| v.as_u64().is_some_and(|w| w <= width && w + 20 >= width),
+        )
+        .await;
+        // The breaker of the long name, its detail panel open, a control pressed: the notice,
+        // the feed and the detail all name the long principal and the long key.
+        click(client, &format!("article.card[data-key=\"{long_key}\"]")).await;
+        wait_for(
+            client,
+            "the detail panel of the long key",
+            "const d = document.getElementById('detail'); return d.hidden ? null : d.dataset.state;",
+            |v| v == "closed",
+        )
+        .await;
+        click(client, "#d-key-actions button[data-action=\"force-open\"]").await;
+        wait_for(client, "the control's notice", "const n = document.getElementById('notice'); return n.hidden ? null : n.dataset.status;", |v| v == "200").await;
+        wait_for(
+            client,
+            "the audit record in the feed",
+            "return document.querySelectorAll('#feed li[data-kind=\"audit\"]').length;",
+            |v| v.as_u64().is_some_and(|n| n >= 1),
+        )
+        .await;
+        fits_in(
+            client,
+            width,
+            &format!("{width} px, a long principal and a long key"),
+        )
+        .await;
+        let lists = eval(
+            client,
+            "return Array.from(document.querySelectorAll('.events')).filter(l => l.scrollWidth > l.clientWidth + 1).map(l => l.id || l.className);",
+        )
+        .await;
+        assert_eq!(lists, json!([]), "{width} px: lists that scroll sideways");
+        click(client, "#d-key-actions button[data-action=\"clear\"]").await;
+        wait_for(
+            client,
+            "the long key Closed again",
+            &card_state(&long_key),
+            |v| v == "closed",
+        )
+        .await;
+    }
+    // Sixty dependencies: forty in the table, the rest through the filter.
+    let deps = eval(
+        client,
+        "return [document.querySelectorAll('#deps tbody tr').length, document.getElementById('deps-more').textContent, document.getElementById('f-dep').options.length];",
+    )
+    .await;
+    assert_eq!(deps[0], 40, "{deps}");
+    assert!(deps[1].as_str().unwrap().starts_with("23 more"), "{deps}");
+    assert_eq!(
+        deps[2], 64,
+        "every dependency in the filter, and 'all': {deps}"
+    );
+
+    // Text stays text: no element made from a name, nothing run.
+    let made = eval(
+        client,
+        "return [document.querySelectorAll('img, b, i, script:not([src])').length, typeof window.__pwned];",
+    )
+    .await;
+    assert_eq!(
+        made,
+        json!([0, "undefined"]),
+        "markup in a name became markup"
+    );
+    let who = eval(client, "return document.getElementById('who').textContent;").await;
+    assert!(
+        who.as_str().unwrap().contains("\\u{202e}") && !who.as_str().unwrap().contains('\u{202E}'),
+        "the bidi override shows escaped: {who}"
+    );
+    // Two tenants that differ only in how the accent is written do not look the same.
+    let tenants = eval(
+        client,
+        "return Array.from(document.querySelectorAll('article.card')).filter(c => (c.dataset.key || '').startsWith('payments/')).map(c => c.querySelector('.scope').textContent);",
+    )
+    .await;
+    let tenants: Vec<&str> = tenants
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tenants.len(), 2, "{tenants:?}");
+    assert_ne!(tenants[0], tenants[1], "two keys that look the same");
+
+    // A refused control stays said while the page goes on polling.
+    eval(client, FETCH_TAP).await;
+    sign_in(client, VIEWER, "viewer").await;
+    click(client, &format!("article.card[data-key=\"{long_key}\"]")).await;
+    click(client, "#d-key-actions button[data-action=\"force-open\"]").await;
+    wait_for(
+        client,
+        "the viewer is refused",
+        "const n = document.getElementById('notice'); return n.hidden ? null : n.dataset.status;",
+        |v| v == "403",
+    )
+    .await;
+    lists_pass(client, 2).await;
+    let still = notice(client).await;
+    assert_eq!(
+        still[0], "403",
+        "the refusal went while nothing changed: {still}"
+    );
+    // A read that fails (the network dropped) says so, and the notice goes once reads work.
+    eval(client, "window.__offline = true; return null;").await;
+    wait_for(
+        client,
+        "the failed read is said",
+        "const n = document.getElementById('notice'); return n.hidden ? null : n.dataset.status;",
+        |v| v == "0",
+    )
+    .await;
+    eval(client, "window.__offline = false; return null;").await;
+    lists_pass(client, 1).await;
+    wait_for(
+        client,
+        "the failed read's notice goes",
+        "return document.getElementById('notice').hidden;",
+        |v| v == true,
+    )
+    .await;
+
+    // A stream refused for want of room says so, and the page follows the events once there
+    // is room again.
+    let held = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("http://{}/ops/api/events", app.addr))
+        .bearer_auth(WALLBOARD)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    sign_in(client, WALLBOARD, "wallboard").await;
+    wait_for(
+        client,
+        "the stream is refused",
+        "return document.getElementById('conn').textContent;",
+        |v| v == "stream refused (503)",
+    )
+    .await;
+    drop(held);
+    wait_for(
+        client,
+        "the stream is live once there is room",
+        "return document.getElementById('conn').dataset.live;",
+        |v| v == "true",
+    )
+    .await;
+    assert!(app.registry.len() >= 64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusals_said() {
+    let (chromium, chromedriver) = match browser() {
+        Ok(found) => found,
+        Err(why) => {
+            assert!(
+                !in_ci(),
+                "the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusals_said \
+                 cannot run under CI=true: {why}"
+            );
+            say(&format!(
+                "SKIPPED the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusals_said: {why}"
+            ));
+            return;
+        }
+    };
+    let clock = ManualClock::new();
+    let app = hostile_app(&clock).await;
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let driver = Driver::start(&chromedriver, &work.path().join("chromedriver.log"))
+        .await
+        .expect("chromedriver starts");
+    let client = connect(&driver, &chromium, &work.path().join("profile"))
+        .await
+        .expect("a browser session");
+    let outcome = std::panic::AssertUnwindSafe(hostile_scenario(&client, &app))
+        .catch_unwind()
+        .await;
+    let errors = client
+        .execute(
+            "return window.__triplineErrors || ['no error trap'];",
+            vec![],
+        )
+        .await;
+    let _ = client.close().await;
+    drop(driver);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    assert_eq!(errors.expect("the error trap"), json!([]), "script errors");
 }
