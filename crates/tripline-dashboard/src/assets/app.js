@@ -146,9 +146,11 @@ async function loadSession() {
   const who = $('who');
   if (r.body.anonymous) {
     who.textContent = 'anonymous';
+    who.title = '';
     who.className = 'who';
   } else {
     who.textContent = visible(r.body.principal) + ' · ' + r.body.permissions.join(', ');
+    who.title = who.textContent;
     who.className = 'who ok';
   }
   if (!r.body.anonymous || r.body.permissions.includes('read')) clearRefusal();
