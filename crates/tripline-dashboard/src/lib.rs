@@ -74,7 +74,11 @@
 //!   are keyed hashes that reveal nothing of the key.
 //! * **Keys look like what they are**: the registry refuses keys with invisible or
 //!   bidirectional-control characters (`tripline::registry::Key`), and the page shows any such
-//!   character in a principal's name as `\u{...}`.
+//!   character in a principal's name as `\u{...}`. Keys may hold combining marks (scripts
+//!   need them), so two keys can differ only in how an accent is written (`café` precomposed,
+//!   `cafe\u{301}` combining): in a name that is not in Unicode's NFC, the page shows the
+//!   combining marks (and the characters NFC would replace) as `\u{...}`, and a mark that
+//!   follows no letter or digit in any name, so such keys never look the same.
 //! * **No state from requests**: reads never create a breaker (an unknown id or key is a
 //!   404; lookups use [`Registry::peek`], never [`Registry::get`]); a control needs an
 //!   existing key or dependency; parameters and bodies are checked (sizes, names, values)

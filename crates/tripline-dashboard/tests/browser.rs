@@ -934,6 +934,13 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
     // A refused control stays said while the page goes on polling.
     eval(client, FETCH_TAP).await;
     sign_in(client, VIEWER, "viewer").await;
+    wait_for(
+        client,
+        "the long key listed again",
+        &card_state(&long_key),
+        |v| v == "closed",
+    )
+    .await;
     click(client, &format!("article.card[data-key=\"{long_key}\"]")).await;
     click(client, "#d-key-actions button[data-action=\"force-open\"]").await;
     wait_for(

@@ -43,9 +43,19 @@ const $ = (id) => document.getElementById(id);
 // names that differ by one never look the same. The server refuses them in keys; principal
 // names come from the application and may still hold them.
 const INVISIBLE = /[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8]|\ud82f[\udca0-\udca3]|\ud834[\udd73-\udd7a]|\udb40[\udc00-\udfff]|[\u0000-\u001f\u007f-\u009f]/g;
+// Combining marks, and characters that normalization replaces (U+212B ANGSTROM SIGN), are
+// also shown escaped in a text that is not in NFC: `cafe\u{301}` and `café` are two keys, and
+// must not look like one. A mark that follows no letter or digit is escaped in any text.
+const MARK = /\p{M}/u;
+const LONE_MARKS = /(^|[^\p{L}\p{N}\p{M}])(\p{M}+)/gu;
+const escaped = (c) => '\\u{' + c.codePointAt(0).toString(16) + '}';
 function visible(text) {
   if (text === null || text === undefined) return text;
-  return String(text).replace(INVISIBLE, (c) => '\\u{' + c.codePointAt(0).toString(16) + '}');
+  const s = String(text).replace(INVISIBLE, escaped);
+  if (s.normalize('NFC') !== s) {
+    return Array.from(s, (c) => (MARK.test(c) || c.normalize('NFC') !== c ? escaped(c) : c)).join('');
+  }
+  return s.replace(LONE_MARKS, (_, before, marks) => before + Array.from(marks, escaped).join(''));
 }
 
 function el(tag, className, text) {
