@@ -66,6 +66,11 @@ fn long_name() -> String {
     name
 }
 
+/// Held by each browser test while it runs: one Chromium at a time (`cargo test` runs tests
+/// on threads of one process; nextest's `dashboard-browser` group does the same across
+/// processes).
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Writes past the test harness's capture, so a skip is seen even when the test passes.
 fn say(message: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{message}");
@@ -657,6 +662,7 @@ async fn the_page_in_headless_chromium() {
             return;
         }
     };
+    let _one = ONE_BROWSER.lock().await;
     let clock = ManualClock::new();
     let app = app::start(Options {
         clock: clock.clone(),
@@ -667,6 +673,9 @@ async fn the_page_in_headless_chromium() {
             .map(String::from)
             .to_vec(),
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        // The test fails the server outright, never slows it: a timeout far above any pause
+        // of a loaded machine, so no call times out on wall-clock time.
+        timeout: Duration::from_secs(30),
     })
     .await
     .expect("the application starts");
@@ -825,6 +834,14 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
         "<img src=x onerror=window.__pwned=1>\\u{202e}x",
     )
     .await;
+    // The feed shows what happens once the stream is live.
+    wait_for(
+        client,
+        "the event stream is live",
+        "return document.getElementById('conn').dataset.live;",
+        |v| v == "true",
+    )
+    .await;
     for width in [1280u64, 1440] {
         client
             .set_window_size(width as u32, 1000)
@@ -839,6 +856,10 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
         .await;
         // The breaker of the long name, its detail panel open, a control pressed: the notice,
         // the feed and the detail all name the long principal and the long key.
+        wait_for(client, "the long key listed", &card_state(&long_key), |v| {
+            v == "closed"
+        })
+        .await;
         click(client, &format!("article.card[data-key=\"{long_key}\"]")).await;
         wait_for(
             client,
@@ -1022,6 +1043,7 @@ async fn the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusa
             return;
         }
     };
+    let _one = ONE_BROWSER.lock().await;
     let clock = ManualClock::new();
     let app = hostile_app(&clock).await;
     let work = tempfile::tempdir().expect("a temporary directory");

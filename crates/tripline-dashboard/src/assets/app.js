@@ -114,27 +114,33 @@ async function api(path, options) {
 // Notices.
 
 let noticeTimer = null;
-function notice(text, kind, status) {
+// `what` a refusal answered: 'read' (the listing, a breaker, the session) or 'control'.
+function notice(text, kind, status, what) {
   const n = $('notice');
   n.hidden = false;
   n.textContent = visible(text);
   n.className = 'notice ' + (kind || 'info');
   n.dataset.status = status === undefined ? '' : String(status);
   n.dataset.kind = kind || 'info';
+  n.dataset.what = what || '';
   clearTimeout(noticeTimer);
   if (kind !== 'error') noticeTimer = setTimeout(() => { n.hidden = true; }, 6000);
 }
 
-// A refusal that credentials explain (401, 403) goes once credentials that work arrive.
-function clearRefusal() {
+// A refusal goes once what it refused works again: a refused read (any status: a token that
+// may not read, a breaker gone, no answer at all) with the next read that works; a refused
+// control stays said until the next control, or until other credentials are used (for a
+// refusal they explain, 401 or 403). A read that works says nothing about a control.
+function clearRefusal(what, statuses) {
   const n = $('notice');
-  if (!n.hidden && n.dataset.kind === 'error' && (n.dataset.status === '401' || n.dataset.status === '403')) {
-    n.hidden = true;
-    n.dataset.status = '';
-  }
+  if (n.hidden || n.dataset.kind !== 'error' || n.dataset.what !== what) return;
+  if (statuses && !statuses.includes(n.dataset.status)) return;
+  n.hidden = true;
+  n.dataset.status = '';
 }
 
 function refusal(r, what) {
+  if (r.status === 0) return 'No answer: the application did not answer; the page tries again.';
   const why = (r.body && r.body.error) || ('status ' + r.status);
   const hint = r.status === 401 ? ' Enter a token that may ' + what + '.' : '';
   return 'Refused (' + r.status + '): ' + why + '.' + hint;
@@ -149,7 +155,7 @@ async function loadSession() {
     ui.session = null;
     $('who').textContent = 'token refused';
     $('who').className = 'who bad';
-    notice(refusal(r, 'read'), 'error', r.status);
+    notice(refusal(r, 'read'), 'error', r.status, 'read');
     return;
   }
   ui.session = r.body;
@@ -163,7 +169,7 @@ async function loadSession() {
     who.title = who.textContent;
     who.className = 'who ok';
   }
-  if (!r.body.anonymous || r.body.permissions.includes('read')) clearRefusal();
+  if (!r.body.anonymous || r.body.permissions.includes('read')) clearRefusal('read', ['401', '403']);
   document.body.dataset.controls = r.body.controls ? 'on' : 'off';
 }
 
@@ -190,9 +196,9 @@ async function refresh() {
   const r = await api(listQuery());
   if (!r.ok) {
     if (r.status === 400) {
-      notice(refusal(r, 'read'), 'error', r.status);
+      notice(refusal(r, 'read'), 'error', r.status, 'read');
     } else {
-      notice(refusal(r, 'read the breakers'), 'error', r.status);
+      notice(refusal(r, 'read the breakers'), 'error', r.status, 'read');
     }
     return;
   }
@@ -202,7 +208,7 @@ async function refresh() {
     ui.offset = Math.max(0, Math.floor((list.total - 1) / ui.limit) * ui.limit);
     return refresh();
   }
-  clearRefusal();
+  clearRefusal('read');
   renderTotals(list.states, list.all);
   renderDependencies(list.dependencies);
   renderGrid(list.breakers);
@@ -504,7 +510,7 @@ async function loadDetail(id) {
       $('detail').hidden = true;
       ui.selected = null;
     }
-    notice(refusal(r, 'read the breakers'), 'error', r.status);
+    notice(refusal(r, 'read the breakers'), 'error', r.status, 'read');
     return;
   }
   renderDetail(r.body);
@@ -737,7 +743,7 @@ async function control(action, target) {
     body: JSON.stringify(body),
   });
   if (!r.ok) {
-    notice(refusal(r, 'control breakers'), 'error', r.status);
+    notice(refusal(r, 'control breakers'), 'error', r.status, 'control');
     return;
   }
   const res = r.body;
@@ -841,6 +847,8 @@ async function useToken(token) {
   else sessionStorage.removeItem('tripline.token');
   $('token').value = '';
   await loadSession();
+  // Other credentials: a control they refused is no longer what they would answer.
+  if (ui.session) clearRefusal('control', ['401', '403']);
   follow();
   refresh();
 }
