@@ -10,6 +10,15 @@
 //! thousands of keys, and that the page raised no script error. It takes a screenshot of
 //! each of the three states (closed, open, forced open).
 //!
+//! A second test serves a dashboard of its own, as a hostile or unlucky deployment fills it,
+//! at 1,280 and 1,440 px: a principal whose name is 128 bytes of markup, a bidirectional
+//! override and a run with no break; a 128-character dependency with a 256-character scope;
+//! sixty dependencies; markup in a key; two tenants spelled with a precomposed and a combining
+//! accent. Nothing runs past the window's edge, no list scrolls sideways, no markup becomes an
+//! element, the two tenants look different, a refused control stays said while the page
+//! polls, a failed read's notice goes once reads work, and a stream refused for want of room
+//! goes live once there is room. The two tests take turns (one Chromium at a time).
+//!
 //! Without Chromium and chromedriver (`scripts/test` installs Debian's `chromium` and
 //! `chromium-driver`) the test says it is skipped and why, and passes; under `CI=true` it
 //! fails instead, saying what is missing. The screenshots go to
