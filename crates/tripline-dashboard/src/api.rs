@@ -637,19 +637,21 @@ fn truncate(s: &str, n: usize) -> &str {
     }
 }
 
-/// The breaker whose id is `id`: (source, key).
+/// The breaker whose id is `id`: (source, key). One keyed hash per breaker until found, and
+/// no text made for any.
 fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> {
+    let want = u64::from_str_radix(id, 16).ok()?;
     if let Some(m) = sh
         .manual
         .iter()
-        .find(|m| sh.id(Source::Manual, &m.key) == id)
+        .find(|m| sh.id_number(Source::Manual, &m.key) == want)
     {
         return Some((Source::Manual, m.key.clone()));
     }
     let mut found = None;
     if let Some(r) = &sh.registry {
         r.for_each(|k, _| {
-            if found.is_none() && sh.id(Source::Registry, k) == id {
+            if found.is_none() && sh.id_number(Source::Registry, k) == want {
                 found = Some(k.clone());
             }
         });

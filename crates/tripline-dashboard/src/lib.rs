@@ -267,7 +267,12 @@ impl<C: Clock + Clone> Shared<C> {
 
     /// The opaque id of a breaker: a keyed hash of its source and key.
     pub(crate) fn id(&self, source: Source, key: &Key) -> String {
-        format!("{:016x}", self.ids.hash_one((source, key)))
+        format!("{:016x}", self.id_number(source, key))
+    }
+
+    /// The id as a number (what a lookup by id compares, with no text made per breaker).
+    pub(crate) fn id_number(&self, source: Source, key: &Key) -> u64 {
+        self.ids.hash_one((source, key))
     }
 
     /// Whether `key`'s scope is hidden from `principal`.
