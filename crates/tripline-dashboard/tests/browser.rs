@@ -51,7 +51,7 @@ const READER: &str = "reader-token-for-the-browser-test";
 const DEADLINE: Duration = Duration::from_secs(15);
 
 /// The flags that keep Chromium off the network (this machine has none) and self-contained.
-const CHROMIUM_FLAGS: [&str; 9] = [
+const CHROMIUM_FLAGS: [&str; 10] = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -61,6 +61,8 @@ const CHROMIUM_FLAGS: [&str; 9] = [
     "--disable-component-update",
     "--disable-sync",
     "--window-size=1280,1100",
+    // A hostile name that resolves to this machine, as DNS rebinding makes it.
+    "--host-resolver-rules=MAP rebound.test 127.0.0.1",
 ];
 
 /// The width the page must fit: a laptop's.
@@ -781,16 +783,30 @@ async fn hostile_app(clock: &ManualClock) -> Hostile {
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let dashboard = DashboardBuilder::new(clock.clone())
-        .registry(registry.clone())
-        .bearer_token(HOSTILE, &hostile_name(), Permissions::ALL)
-        .bearer_token(VIEWER, "viewer", Permissions::READ)
-        .bearer_token(WALLBOARD, "wallboard", Permissions::READ)
-        .max_streams_per_principal(1)
-        .sensitive(|key| matches!(key.scope(), Some((ScopeKind::Tenant, _))))
-        .allowed_host(&addr.to_string())
-        .build()
-        .unwrap();
+    let dashboard =
+        DashboardBuilder::new(clock.clone())
+            .registry(registry.clone())
+            // An application whose own sessions are cookies: the case cross-site requests aim at
+            // (a browser sends cookies by itself; it never sends a bearer token by itself).
+            .authenticate(|parts: &axum::http::request::Parts| {
+                let session = parts
+                    .headers
+                    .get_all(axum::http::header::COOKIE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .any(|v| v.split(';').any(|c| c.trim() == "app_session=let-me-in"));
+                Ok::<_, tripline_dashboard::Unauthenticated>(session.then(|| {
+                    tripline_dashboard::Principal::new("cookie-operator", Permissions::ALL)
+                }))
+            })
+            .bearer_token(HOSTILE, &hostile_name(), Permissions::ALL)
+            .bearer_token(VIEWER, "viewer", Permissions::READ)
+            .bearer_token(WALLBOARD, "wallboard", Permissions::READ)
+            .max_streams_per_principal(1)
+            .sensitive(|key| matches!(key.scope(), Some((ScopeKind::Tenant, _))))
+            .allowed_host(&addr.to_string())
+            .build()
+            .unwrap();
     let app = dashboard.mount(axum::Router::new(), "/ops");
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -798,13 +814,19 @@ async fn hostile_app(clock: &ManualClock) -> Hostile {
     Hostile { addr, registry }
 }
 
-/// Counts the page's listing requests (`window.__lists`) and fails them while
-/// `window.__offline` is true, as a network that drops would.
+/// Counts the page's listing requests (`window.__lists`), fails them while
+/// `window.__offline` is true, as a network that drops would, and while `window.__hold` is
+/// true keeps the answer of a listing without a dependency filter until `window.__release()`
+/// (`window.__held` counts those waiting), as a slow answer would.
 const FETCH_TAP: &str = "if (!window.__tapped) { window.__tapped = true; window.__lists = 0; \
-    window.__offline = false; const real = window.fetch; \
+    window.__offline = false; window.__hold = false; window.__held = 0; \
+    let gate = new Promise((r) => { window.__release = r; }); const real = window.fetch; \
     window.fetch = async (u, o) => { if (String(u).startsWith('api/breakers?')) { \
       if (window.__offline) throw new TypeError('offline'); \
-      const r = await real(u, o); window.__lists++; return r; } return real(u, o); }; } \
+      const held = window.__hold && !String(u).includes('dependency='); \
+      const r = await real(u, o); \
+      if (held) { window.__held++; await gate; } \
+      window.__lists++; return r; } return real(u, o); }; } \
     return window.__lists;";
 
 /// Waits until the page made `n` more listing requests (they come every 2 s).
@@ -833,6 +855,20 @@ async fn notice(client: &Client) -> Value {
 async fn hostile_scenario(client: &Client, app: &Hostile) {
     let long = long_name();
     let long_key = format!("{long}/shard={}", "7".repeat(256));
+    // A hostile page whose own name now resolves here reads nothing, not even the page.
+    client
+        .goto(&format!(
+            "http://rebound.test:{}/ops/api/session",
+            app.addr.port()
+        ))
+        .await
+        .expect("the rebound name loads");
+    let body = eval(client, "return document.body.textContent;").await;
+    assert!(
+        body.as_str()
+            .is_some_and(|b| b.contains("\"field\":\"host\"") && !b.contains("csrf")),
+        "a rebound host was answered: {body}"
+    );
     client
         .goto(&format!("http://{}/ops/", app.addr))
         .await
@@ -936,6 +972,18 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
         who.as_str().unwrap().contains("\\u{202e}") && !who.as_str().unwrap().contains('\u{202E}'),
         "the bidi override shows escaped: {who}"
     );
+    // The answer to an older listing that comes late does not replace a newer one: an
+    // unfiltered listing held back, the filter chosen meanwhile, the old answer let go.
+    eval(client, FETCH_TAP).await;
+    eval(client, "window.__hold = true; return null;").await;
+    wait_for(
+        client,
+        "a listing held back",
+        "return window.__held;",
+        |v| v.as_u64().is_some_and(|n| n >= 1),
+    )
+    .await;
+    eval(client, "window.__hold = false; return null;").await;
     // Two tenants that differ only in how the accent is written do not look the same (what
     // the page shows differs once both are normalized, as an eye reads them).
     eval(client, "const s = document.getElementById('f-dep'); s.value = 'payments'; s.dispatchEvent(new Event('change')); return null;").await;
@@ -946,6 +994,29 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
         |v| v == 2,
     )
     .await;
+    let before = eval(
+        client,
+        "const n = window.__lists; window.__release(); return n;",
+    )
+    .await
+    .as_u64()
+    .unwrap();
+    wait_for(
+        client,
+        "the late answer came",
+        "return window.__lists;",
+        |v| v.as_u64().is_some_and(|n| n > before),
+    )
+    .await;
+    let cards = eval(
+        client,
+        "return document.querySelectorAll('#grid article.card').length;",
+    )
+    .await;
+    assert_eq!(
+        cards, 2,
+        "a late answer to an older listing replaced the filtered one"
+    );
     let tenants = eval(
         client,
         "return Array.from(document.querySelectorAll('article.card')).filter(c => (c.dataset.key || '').startsWith('payments/')).map(c => c.querySelector('.scope').textContent.normalize('NFC'));",
@@ -957,12 +1028,12 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
         .iter()
         .map(|t| t.as_str().unwrap())
         .collect();
-    assert_eq!(tenants.len(), 2, "{tenants:?}");
+    let dbg = eval(client, "return [document.getElementById('who').textContent, Array.from(document.querySelectorAll('article.card')).map(c => [c.dataset.key, c.textContent])];").await;
+    assert_eq!(tenants.len(), 2, "{tenants:?} {dbg}");
     assert_ne!(tenants[0], tenants[1], "two keys that look the same");
     eval(client, "const s = document.getElementById('f-dep'); s.value = ''; s.dispatchEvent(new Event('change')); return null;").await;
 
     // A refused control stays said while the page goes on polling.
-    eval(client, FETCH_TAP).await;
     sign_in(client, VIEWER, "viewer").await;
     wait_for(
         client,
@@ -1034,6 +1105,113 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
     )
     .await;
     assert!(app.registry.len() >= 64);
+    let errors = eval(
+        client,
+        "return window.__triplineErrors || ['no error trap'];",
+    )
+    .await;
+    assert_eq!(errors, json!([]), "script errors");
+    cross_site(client, app).await;
+}
+
+/// An application session in a cookie works from the dashboard's own page, and not from a
+/// page of another origin on the same site (another port of the same host: the browser sends
+/// the cookie, even a `SameSite=Strict` one), whatever the page tries: a form posting
+/// text that parses as JSON, a `no-cors` fetch, a JSON fetch (which needs a preflight).
+async fn cross_site(client: &Client, app: &Hostile) {
+    let target = Key::new("dep-00").unwrap();
+    let dashboard = format!("http://{}/ops", app.addr);
+    client.goto(&format!("{dashboard}/")).await.unwrap();
+    eval(
+        client,
+        "document.cookie = 'app_session=let-me-in; path=/'; sessionStorage.clear(); return null;",
+    )
+    .await;
+    client.refresh().await.unwrap();
+    wait_for(
+        client,
+        "the cookie's principal is signed in",
+        "return document.getElementById('who').textContent;",
+        |v| v.as_str().is_some_and(|t| t.starts_with("cookie-operator")),
+    )
+    .await;
+    // The page itself may control: same origin, and the double-submit token.
+    let done = eval(
+        client,
+        "return fetch('api/session').then(r => r.json()).then(s => fetch('api/control', { method: 'POST', \
+           headers: { 'Content-Type': 'application/json', 'X-Tripline-CSRF': s.csrf }, \
+           body: JSON.stringify({ action: 'metrics-only', key: 'dep-00' }) })).then(r => r.status);",
+    )
+    .await;
+    assert_eq!(
+        done, 200,
+        "the dashboard's own page, with the cookie's session"
+    );
+    assert_eq!(
+        app.registry.peek(&target).unwrap().state(),
+        State::MetricsOnly
+    );
+    app.registry
+        .clear_operator(&tripline::registry::Selector::Key(target.clone()));
+
+    // Another origin of the same site.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other = listener.local_addr().unwrap();
+    let control = format!("{dashboard}/api/control");
+    let body = r#"{"action":"force-open","key":"dep-00","x":""#;
+    let page = format!(
+        r#"<!doctype html><meta charset="utf-8"><iframe name="sink"></iframe>
+<form id="f" method="POST" action="{control}" enctype="text/plain" target="sink">
+<input type="hidden" name='{body}' value='"}}'></form>
+<script>
+window.__done = null;
+const json = JSON.stringify({{action: 'force-open', key: 'dep-00'}});
+const sink = document.querySelector('iframe');
+const posted = new Promise((done) => {{ sink.onload = () => done('form answered'); }});
+document.getElementById('f').submit();
+Promise.all([
+  posted,
+  fetch('{control}', {{method: 'POST', mode: 'no-cors', credentials: 'include',
+    headers: {{'Content-Type': 'text/plain'}}, body: json}}).then(() => 'no-cors answered', (e) => 'no-cors: ' + e),
+  fetch('{control}', {{method: 'POST', credentials: 'include',
+    headers: {{'Content-Type': 'application/json'}}, body: json}}).then((r) => 'json: ' + r.status, (e) => 'json refused by the browser'),
+]).then((r) => {{ window.__done = r; }});
+</script>"#
+    );
+    let attacker = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { axum::response::Html(page) }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, attacker).await;
+    });
+    client.goto(&format!("http://{other}/")).await.unwrap();
+    let outcome = wait_for(
+        client,
+        "the attacks are answered",
+        "return window.__done;",
+        |v| v.is_array(),
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        json!([
+            "form answered",
+            "no-cors answered",
+            "json refused by the browser"
+        ]),
+        "{outcome}"
+    );
+    let breaker = app.registry.peek(&target).unwrap();
+    assert_eq!(
+        breaker.state(),
+        State::Closed,
+        "a cross-site request reached a control"
+    );
+    assert!(app.registry.operator_overrides().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1065,16 +1243,9 @@ async fn the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusa
     let outcome = std::panic::AssertUnwindSafe(hostile_scenario(&client, &app))
         .catch_unwind()
         .await;
-    let errors = client
-        .execute(
-            "return window.__triplineErrors || ['no error trap'];",
-            vec![],
-        )
-        .await;
     let _ = client.close().await;
     drop(driver);
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
     }
-    assert_eq!(errors.expect("the error trap"), json!([]), "script errors");
 }
