@@ -39,6 +39,15 @@ const ui = {
 
 const $ = (id) => document.getElementById(id);
 
+// Answers can come back in another order than their requests went (a slow one, a retry):
+// each kind of request is numbered, and only the answer to the newest one is shown, so a late
+// answer to an older listing never replaces the listing of the filter chosen since.
+const asked = { session: 0, list: 0, detail: 0, incidents: 0, history: 0 };
+function ask(kind) {
+  const n = ++asked[kind];
+  return () => asked[kind] === n;
+}
+
 // Characters nobody sees (zero-width, bidirectional controls, ...), shown as \u{...} so two
 // names that differ by one never look the same. The server refuses them in keys; principal
 // names come from the application and may still hold them.
@@ -150,7 +159,9 @@ function refusal(r, what) {
 // Session.
 
 async function loadSession() {
+  const newest = ask('session');
   const r = await api('api/session');
+  if (!newest()) return;
   if (!r.ok) {
     ui.session = null;
     $('who').textContent = 'token refused';
@@ -193,7 +204,9 @@ function listQuery() {
 async function refresh() {
   clearTimeout(ui.refreshTimer);
   ui.refreshTimer = null;
+  const newest = ask('list');
   const r = await api(listQuery());
+  if (!newest()) return;
   if (!r.ok) {
     if (r.status === 400) {
       notice(refusal(r, 'read'), 'error', r.status, 'read');
@@ -503,8 +516,9 @@ function select(id) {
 }
 
 async function loadDetail(id) {
+  const newest = ask('detail');
   const r = await api('api/breakers/' + encodeURIComponent(id));
-  if (ui.selected !== id) return;
+  if (!newest() || ui.selected !== id) return;
   if (!r.ok) {
     if (r.status === 404) {
       $('detail').hidden = true;
@@ -651,7 +665,9 @@ async function loadHistory(id) {
   const h = ui.history;
   if (h && h.id === id && Date.now() - h.at < HISTORY_MS) return;
   ui.history = { id, at: Date.now(), body: h && h.id === id ? h.body : null };
+  const newest = ask('history');
   const r = await api('api/breakers/' + encodeURIComponent(id) + '/history');
+  if (!newest()) return;
   if (ui.selected !== id || !r.ok) return;
   ui.history.body = r.body;
   renderHistory(r.body);
@@ -702,8 +718,9 @@ function renderHistory(h) {
 }
 
 async function loadIncidents() {
+  const newest = ask('incidents');
   const r = await api('api/incidents');
-  if (!r.ok) return;
+  if (!newest() || !r.ok) return;
   const list = $('incidents');
   list.replaceChildren();
   const all = r.body.incidents;
