@@ -606,3 +606,56 @@ async fn get_json(router: &Router, path: &str) -> Value {
     assert_eq!(resp.status(), StatusCode::OK);
     serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
 }
+
+/// Breakers that flap (out of Closed and back, slot after slot) and breakers that stay out:
+/// at most 1,000 incidents are kept, those that ended going first, so every breaker still out
+/// of Closed is listed; the slots stay within their bound meanwhile.
+#[tokio::test]
+async fn flapping_breakers_keep_at_most_1000_incidents_and_those_under_way_stay() {
+    let f = fixture();
+    for i in 0..1_200 {
+        f.registry
+            .get(&Key::scoped("flap", ScopeKind::Shard, &i.to_string()).unwrap())
+            .unwrap();
+    }
+    let flap = |from: usize, to: usize| {
+        for i in from..to {
+            let b = f
+                .registry
+                .peek(&Key::scoped("flap", ScopeKind::Shard, &i.to_string()).unwrap())
+                .unwrap();
+            b.force_open();
+            b.reset();
+        }
+    };
+    for _ in 0..3 {
+        flap(0, 600);
+        f.next_slot();
+    }
+    // 600 more leave Closed and stay out.
+    for i in 600..1_200 {
+        f.registry
+            .peek(&Key::scoped("flap", ScopeKind::Shard, &i.to_string()).unwrap())
+            .unwrap()
+            .force_open();
+    }
+    f.next_slot();
+    let list = f.get("/api/incidents", OPERATOR).await;
+    let incidents = list["incidents"].as_array().unwrap();
+    assert_eq!(incidents.len(), 1_000);
+    let under_way = incidents
+        .iter()
+        .filter(|i| i["ended_age_ms"].is_null())
+        .count();
+    assert_eq!(
+        under_way, 600,
+        "every breaker still out of Closed is listed"
+    );
+    // In the order they began.
+    let seqs: Vec<u64> = incidents
+        .iter()
+        .map(|i| i["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    assert!(f.dashboard.history_memory() < 1_204 * (360 * 20 + 600) + 1_000 * 200);
+}
