@@ -2933,3 +2933,94 @@ fn the_client_address_hook_may_use_the_dashboard() {
         "a request from the hook hung: {answers:?}"
     );
 }
+
+#[tokio::test]
+async fn control_bodies_of_shapes_nobody_expects_are_refused_and_change_nothing() {
+    let f = fixture();
+    let before = registry_state(&f);
+    for (body, field) in [
+        // A key given twice, once spelled with an escape.
+        (
+            r#"{"action":"force-open","key":"prices","ke\u0079":"catalog/shard=1"}"#.to_string(),
+            "key",
+        ),
+        // A byte-order mark, trailing data, nesting past any sense.
+        (
+            "\u{feff}{\"action\":\"force-open\",\"key\":\"prices\"}".to_string(),
+            "body",
+        ),
+        (
+            r#"{"action":"force-open","key":"prices"} {"action":"clear"}"#.to_string(),
+            "body",
+        ),
+        (format!("{}1{}", "[".repeat(4000), "]".repeat(4000)), "body"),
+        (
+            format!(
+                "{{\"action\":\"force-open\",\"key\":{}\"prices\"{}}}",
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+            "body",
+        ),
+        // A target that is not a string, an action with a NUL in it.
+        (
+            r#"{"action":"force-open","key":"prices","dependency":null}"#.to_string(),
+            "dependency",
+        ),
+        (
+            r#"{"action":"force-open\u0000","key":"prices"}"#.to_string(),
+            "action",
+        ),
+        (
+            r#"{"action":"force-open","key":"prices\u202e"}"#.to_string(),
+            "key.dependency",
+        ),
+    ] {
+        let (status, _, r) = send(&f.router, control_raw(body.clone(), Some(OPERATOR), &[])).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body:.60}: {r}");
+        assert_eq!(r["field"], field, "{body:.60}: {r}");
+    }
+    // A body past the limit, sent without a length (chunked), is cut off at the limit.
+    let chunks = futures_util::stream::iter(
+        (0..64).map(|_| Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b' '; 1024]))),
+    );
+    let req = Request::post("/ops/api/control")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+        .body(Body::from_stream(chunks))
+        .unwrap();
+    let (status, _, _) = send(&f.router, req).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    // JSON's media type with parameters or in capitals is JSON; anything else is not.
+    for (content_type, ok) in [
+        ("application/json; charset=utf-8", true),
+        ("Application/JSON", true),
+        ("application/json, text/plain", false),
+        ("application/jsonx", false),
+        ("text/plain", false),
+        ("multipart/form-data; boundary=x", false),
+    ] {
+        let req = Request::post("/ops/api/control")
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+            .body(Body::from(
+                json!({"action": "metrics-only", "key": "prices"}).to_string(),
+            ))
+            .unwrap();
+        let (status, _, r) = send(&f.router, req).await;
+        let expected = if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        };
+        assert_eq!(status, expected, "{content_type}: {r}");
+        if ok {
+            f.registry.clear_operator(&Selector::Key(key("prices")));
+        }
+    }
+    assert_eq!(
+        registry_state(&f),
+        before,
+        "a refused body changed something"
+    );
+}
