@@ -16,8 +16,13 @@
 //! sixty dependencies; markup in a key; two tenants spelled with a precomposed and a combining
 //! accent. Nothing runs past the window's edge, no list scrolls sideways, no markup becomes an
 //! element, the two tenants look different, a refused control stays said while the page
-//! polls, a failed read's notice goes once reads work, and a stream refused for want of room
-//! goes live once there is room. The two tests take turns (one Chromium at a time).
+//! polls, a failed read's notice goes once reads work, a late answer to an older listing does
+//! not replace a newer one, and a stream refused for want of room goes live once there is
+//! room. It also opens the page under a name that resolves to the loopback (DNS rebinding, by
+//! Chromium's resolver rules): only the host refusal comes back; and, the application's own
+//! session being a cookie, it posts controls from another origin of the same site (another
+//! port), which the browser sends the cookie with: nothing changes. The two tests take turns
+//! (one Chromium at a time).
 //!
 //! Without Chromium and chromedriver (`scripts/test` installs Debian's `chromium` and
 //! `chromium-driver`) the test says it is skipped and why, and passes; under `CI=true` it
