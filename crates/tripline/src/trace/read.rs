@@ -562,6 +562,7 @@ impl<'o> Builder<'o> {
         if let Some((latest, latest_line)) = self.latest_end {
             let window = self.opts.reorder_window.as_nanos() as i128;
             if end + window < latest {
+                steps(self.starts.len() as u64);
                 let first = self.starts.iter().copied().min().unwrap_or(raw.start);
                 return Err(TraceError::Backwards {
                     line,
@@ -910,4 +911,60 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
         b.line(line, Ok(f))?;
     }
     b.finish()
+}
+/// Counts the lines a line's checks look at (unit tests bound the reader's work with it).
+#[cfg(test)]
+fn steps(n: u64) {
+    tests::STEPS.with(|s| s.set(s.get() + n));
+}
+
+#[cfg(not(test))]
+fn steps(_: u64) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        pub(super) static STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Reads `text` with bad lines skipped; returns the trace and the steps it took.
+    fn counted(text: &str) -> (Trace, u64) {
+        STEPS.with(|s| s.set(0));
+        let opts = ReadOptions {
+            skip_bad_lines: true,
+            ..ReadOptions::default()
+        };
+        let t = read(text.as_bytes(), &opts).unwrap();
+        (t, STEPS.with(std::cell::Cell::get))
+    }
+
+    #[test]
+    fn skipping_lines_out_of_order_takes_a_bounded_number_of_steps_per_line() {
+        // n calls in order, each ending a second after the last, then n that end an hour
+        // before the latest: every one of those is skipped.
+        let trace = |n: u64| {
+            let mut text = String::new();
+            for i in 0..n {
+                text.push_str(&format!(
+                    "{{\"start\": {}, \"duration_ms\": 1, \"outcome\": \"success\"}}\n",
+                    i * 1000
+                ));
+            }
+            for _ in 0..n {
+                text.push_str("{\"start\": 0, \"duration_ms\": 1, \"outcome\": \"failure\"}\n");
+            }
+            text
+        };
+        for n in [100, 1000, 4000] {
+            let (t, steps) = counted(&trace(n));
+            assert_eq!((t.calls.len() as u64, t.skipped), (n, n));
+            assert!(
+                steps <= 4 * 2 * n,
+                "{steps} steps for {} lines: the skip path is not linear",
+                2 * n
+            );
+        }
+    }
 }
