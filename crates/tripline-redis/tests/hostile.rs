@@ -36,3 +36,51 @@ proptest! {
         }
     }
 }
+
+// ---- records the property above found, each a named case ----
+
+fn packed(fields: &[(&str, rmpv::Value)]) -> Vec<u8> {
+    let map = rmpv::Value::Map(
+        fields
+            .iter()
+            .map(|(k, v)| (rmpv::Value::from(*k), v.clone()))
+            .collect(),
+    );
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &map).unwrap();
+    out
+}
+
+#[test]
+fn a_record_that_is_not_messagepack_or_not_a_map_starts_over() {
+    checks::stored_record(&[0xc1]); // a byte MessagePack never uses
+    checks::stored_record(b"closed");
+    checks::stored_record(&[0x2a]); // the number 42
+}
+
+#[test]
+fn a_record_with_a_field_of_the_wrong_type_starts_over() {
+    // Found: "attempt to get length of local 'r' (a number value)" on every record call.
+    checks::stored_record(&packed(&[("st", "closed".into()), ("wr", 7.into())]));
+    // Found: "table index is nil" on every read.
+    checks::stored_record(&packed(&[("st", rmpv::Value::Nil), ("tf", "".into())]));
+    checks::stored_record(&packed(&[("st", "ajar".into()), ("ep", 3.into())]));
+    checks::stored_record(&packed(&[("st", "open".into()), ("ep", "three".into())]));
+}
+
+#[test]
+fn a_record_claiming_more_probe_slots_than_a_round_has_does_not_stall_redis() {
+    // Found: 'lk' = 2.4e16 made every loop over the probe slots run past the Redis timeout.
+    checks::stored_record(&packed(&[
+        ("lk", 24_460_000_000_000_000u64.into()),
+        ("ab", 0.into()),
+    ]));
+}
+
+#[test]
+fn a_record_whose_open_deadline_is_past_two_to_the_64_starts_over() {
+    // Found: 'ou' = 1.8e19 came back in the reply as a negative integer, a malformed reply.
+    checks::stored_record(&packed(&[("ou", 18_022_000_000_000_000_000u64.into())]));
+    checks::stored_record(&packed(&[("st", "open".into()), ("ou", (-5).into())]));
+    checks::stored_record(&packed(&[("st", "open".into()), ("ou", f64::NAN.into())]));
+}

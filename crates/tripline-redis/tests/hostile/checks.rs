@@ -14,15 +14,39 @@ use tripline_redis::server::RedisServer;
 use tripline_redis::{Backend, SharedBreaker, SharedConfig, TimeSource};
 
 const WORDS: [&str; 16] = [
-    "ok", "rejected", "probe", "stale", "closed", "open", "half-open", "forced-open", "disabled",
-    "metrics-only", "closed>open>failure-rate", "open>half-open>wait", "half-open>closed>probes",
-    "x>y>z", ">>", "open>closed",
+    "ok",
+    "rejected",
+    "probe",
+    "stale",
+    "closed",
+    "open",
+    "half-open",
+    "forced-open",
+    "disabled",
+    "metrics-only",
+    "closed>open>failure-rate",
+    "open>half-open>wait",
+    "half-open>closed>probes",
+    "x>y>z",
+    ">>",
+    "open>closed",
 ];
 
 fn text(u: &mut Unstructured<'_>) -> Result<Vec<u8>> {
     Ok(match u.int_in_range(0..=5)? {
         0 | 1 => u.choose(&WORDS)?.as_bytes().to_vec(),
-        2 => u.choose(&["0", "1", "6", "7", "-1", "18446744073709551615", "18446744073709551616", "+3", " 1"])?
+        2 => u
+            .choose(&[
+                "0",
+                "1",
+                "6",
+                "7",
+                "-1",
+                "18446744073709551615",
+                "18446744073709551616",
+                "+3",
+                " 1",
+            ])?
             .as_bytes()
             .to_vec(),
         3 => u.arbitrary::<u64>()?.to_string().into_bytes(),
@@ -51,7 +75,9 @@ pub(crate) fn reply(u: &mut Unstructured<'_>) -> Result<Vec<Value>> {
         v.push(if u.ratio(3, 4)? && i < 9 {
             let plausible = match i {
                 0 => u.choose(&["ok", "rejected", "probe", "stale"])?.to_string(),
-                1 => u.choose(&["closed", "open", "half-open", "forced-open", "disabled"])?.to_string(),
+                1 => u
+                    .choose(&["closed", "open", "half-open", "forced-open", "disabled"])?
+                    .to_string(),
                 8 => u.int_in_range(0..=7u8)?.to_string(),
                 _ => u.arbitrary::<u64>()?.to_string(),
             };
@@ -74,7 +100,13 @@ pub(crate) fn parse_reply(raw: Vec<Value>) {
     let epoch: u64 = summary[2].parse().expect("the epoch is a number");
     let epochs: Vec<u64> = summary[15..]
         .iter()
-        .map(|t| t.rsplit_once('@').expect("an epoch").1.parse().expect("a number"))
+        .map(|t| {
+            t.rsplit_once('@')
+                .expect("an epoch")
+                .1
+                .parse()
+                .expect("a number")
+        })
         .collect();
     assert!(epochs.windows(2).all(|w| w[0] <= w[1]), "{summary:?}");
     assert!(epochs.last().is_none_or(|e| *e == epoch), "{summary:?}");
@@ -82,7 +114,11 @@ pub(crate) fn parse_reply(raw: Vec<Value>) {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let s = if i >= 15 { s.rsplit_once('@').expect("an epoch").0 } else { s.as_str() };
+            let s = if i >= 15 {
+                s.rsplit_once('@').expect("an epoch").0
+            } else {
+                s.as_str()
+            };
             Value::BulkString(s.as_bytes().to_vec())
         })
         .collect();
@@ -105,22 +141,39 @@ fn msgpack(u: &mut Unstructured<'_>, depth: u32) -> Result<rmpv::Value> {
         0 | 1 => M::from(u.int_in_range(0..=1_000_000_000i64)?),
         2 => M::from(u.arbitrary::<i64>()?),
         3 => M::from(u.arbitrary::<u64>()?),
-        4 => M::F64(u.choose(&[0.5, -1.0, f64::NAN, f64::INFINITY, 1e300, -0.0])?.to_owned()),
-        5 => M::from(u.choose(&["closed", "open", "half-open", "forced-open", "disabled", "metrics-only", "", "x"])?.to_owned()),
+        4 => M::F64(
+            u.choose(&[0.5, -1.0, f64::NAN, f64::INFINITY, 1e300, -0.0])?
+                .to_owned(),
+        ),
+        5 => M::from(
+            u.choose(&[
+                "closed",
+                "open",
+                "half-open",
+                "forced-open",
+                "disabled",
+                "metrics-only",
+                "",
+                "x",
+            ])?
+            .to_owned(),
+        ),
         6 => M::Binary(u.arbitrary()?),
         7 => M::Nil,
         8 => M::Boolean(u.arbitrary()?),
         9 if depth < 2 => M::Array(vec![msgpack(u, depth + 1)?, msgpack(u, depth + 1)?]),
-        10 if depth < 2 => M::Map(vec![(M::from(u.arbitrary::<String>()?), msgpack(u, depth + 1)?)]),
+        10 if depth < 2 => M::Map(vec![(
+            M::from(u.arbitrary::<String>()?),
+            msgpack(u, depth + 1)?,
+        )]),
         _ => M::from(u.arbitrary::<String>()?),
     })
 }
 
 /// The record's fields, as `breaker.lua` names them.
 const FIELDS: [&str; 32] = [
-    "ab", "cf", "cs", "eo", "ep", "hs", "ld", "lk", "ln", "lt", "lv", "nse", "o", "ou", "ox",
-    "rf", "rr", "rs", "ru", "st", "tc", "tf", "th", "tr", "ts", "wc", "wf", "wq", "wr", "ws",
-    "wx", "xa",
+    "ab", "cf", "cs", "eo", "ep", "hs", "ld", "lk", "ln", "lt", "lv", "nse", "o", "ou", "ox", "rf",
+    "rr", "rs", "ru", "st", "tc", "tf", "th", "tr", "ts", "wc", "wf", "wq", "wr", "ws", "wx", "xa",
 ];
 
 /// What a record in Redis may hold: MessagePack bytes of a map of the record's fields with
@@ -198,18 +251,35 @@ pub(crate) fn stored_record(bytes: &[u8]) {
     {
         let mut c = store.conn.lock().unwrap_or_else(|p| p.into_inner());
         let keys = b.keys();
-        let _: () = redis::cmd("DEL").arg(&keys.all()[..]).query(&mut *c).expect("DEL");
-        let _: () = redis::cmd("SET").arg(&keys.record).arg(bytes).query(&mut *c).expect("SET");
+        let _: () = redis::cmd("DEL")
+            .arg(&keys.all()[..])
+            .query(&mut *c)
+            .expect("DEL");
+        let _: () = redis::cmd("SET")
+            .arg(&keys.record)
+            .arg(bytes)
+            .query(&mut *c)
+            .expect("SET");
     }
     let rt = &store.runtime;
     let snapshot = rt.block_on(b.refresh());
-    assert!(snapshot.is_ok(), "reading a record {bytes:?} fails: {snapshot:?}");
+    assert!(
+        snapshot.is_ok(),
+        "reading a record {bytes:?} fails: {snapshot:?}"
+    );
     if let Ok(p) = rt.block_on(b.acquire()) {
         let _ = rt.block_on(p.record(Outcome::Failure));
     }
-    assert!(rt.block_on(b.force_open()).is_ok(), "{:?}", b.last_redis_error());
+    assert!(
+        rt.block_on(b.force_open()).is_ok(),
+        "{:?}",
+        b.last_redis_error()
+    );
     assert!(rt.block_on(b.reset()).is_ok(), "{:?}", b.last_redis_error());
     assert_eq!(b.last_redis_error(), None, "after a record {bytes:?}");
-    let after = rt.block_on(b.refresh()).expect("a record left by the functions reads");
-    let _ = after;
+    let after = rt.block_on(b.refresh());
+    assert!(
+        after.is_ok(),
+        "after a record {bytes:?} the record left reads: {after:?}"
+    );
 }
