@@ -14,7 +14,9 @@
 //!   minus `$request_time`. The key is the path's first segment (`/exercises/42` → `exercises`).
 //!
 //! The status decides the outcome (5xx and 429 fail, other 4xx are ignored). Lines that do not
-//! match are reported on stderr with their number and skipped.
+//! match, are not UTF-8, or hold what a trace cannot (a call that ended more than a second
+//! before the line above it, a time past year 9999) are reported on stderr with their number
+//! and skipped.
 //!
 //! ```text
 //! cargo run -p tripline --features trace --example access_log -- envoy < access.log > trace.jsonl
@@ -73,7 +75,7 @@ impl Parser {
         let c = self
             .re
             .captures(line.trim_end())
-            .ok_or("does not match the format")?;
+            .ok_or_else(|| "does not match the format".to_string())?;
         let status: u16 = c["status"].parse().unwrap_or(0);
         match self.kind {
             Kind::Envoy => {
@@ -96,8 +98,11 @@ impl Parser {
             Kind::Nginx => {
                 let end = OffsetDateTime::parse(&c["time"], &self.nginx_time)
                     .map_err(|e| format!("time_local {:?}: {e}", &c["time"]))?;
-                let secs: f64 = c["duration"].parse().map_err(|_| "bad request_time")?;
-                let duration = Duration::from_secs_f64(secs);
+                let duration = c["duration"]
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+                    .ok_or("bad request_time")?;
                 let path = c["request"].split(' ').nth(1).unwrap_or("");
                 let segment = path
                     .trim_start_matches('/')
@@ -150,18 +155,32 @@ fn convert(
     };
     let mut w = TraceWriter::new(out, Format::JsonLines, &header)?;
     let (mut written, mut skipped) = (0, 0);
-    for (i, line) in input.lines().enumerate() {
+    for (i, line) in input.split(b'\n').enumerate() {
         let line = line?;
+        // A line that is not UTF-8 (a raw byte in a path) is skipped, not the whole log.
+        let Ok(line) = std::str::from_utf8(&line) else {
+            skip(i + 1, "is not valid UTF-8");
+            skipped += 1;
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        match parser.parse(&line) {
-            Ok(l) => {
-                let mut r = Record::new(Start::UnixNanos(l.start), l.duration, outcome(&l));
-                r.status = (l.status != 0).then_some(l.status);
-                r.error = l.error.as_deref();
-                r.key = l.key.as_deref();
-                w.write(&r)?;
+        let parsed = parser.parse(line).and_then(|l| {
+            let mut r = Record::new(Start::UnixNanos(l.start), l.duration, outcome(&l));
+            r.status = (l.status != 0).then_some(l.status);
+            r.error = l.error.as_deref();
+            r.key = l.key.as_deref();
+            // What the trace writer refuses (a line that ends long before the one written
+            // before it, a time past year 9999) is skipped; an I/O error stops.
+            match w.write(&r) {
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e.to_string()),
+                other => Ok(other),
+            }
+        });
+        match parsed {
+            Ok(done) => {
+                done?;
                 written += 1;
             }
             Err(e) => {
