@@ -455,18 +455,20 @@ impl Millis {
     /// `FromStr` takes but for `inf` and `NaN`, which are out of range).
     fn parse(s: &str) -> Millis {
         let b = s.as_bytes();
-        let mut i = 0;
-        let negative = match b.first() {
+        // Steps over a sign at `i`; whether it is a minus.
+        let sign = |i: &mut usize| match b.get(*i) {
             Some(b'-') => {
-                i += 1;
+                *i += 1;
                 true
             }
             Some(b'+') => {
-                i += 1;
+                *i += 1;
                 false
             }
             _ => false,
         };
+        let mut i = 0;
+        let negative = sign(&mut i);
         let mantissa = i;
         let (mut int_digits, mut frac_digits) = (0i64, 0usize);
         while i < b.len() && b[i].is_ascii_digit() {
@@ -491,17 +493,7 @@ impl Millis {
         let mut exp: i64 = 0;
         if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
             i += 1;
-            let neg_exp = match b.get(i) {
-                Some(b'-') => {
-                    i += 1;
-                    true
-                }
-                Some(b'+') => {
-                    i += 1;
-                    false
-                }
-                _ => false,
-            };
+            let neg_exp = sign(&mut i);
             let start = i;
             while i < b.len() && b[i].is_ascii_digit() {
                 exp = exp
@@ -1090,6 +1082,41 @@ mod tests {
         };
         let t = read(text.as_bytes(), &opts).unwrap();
         (t, STEPS.with(std::cell::Cell::get))
+    }
+
+    #[test]
+    fn milliseconds_are_read_exactly_to_the_nanosecond() {
+        use Millis::*;
+        let cases = [
+            ("312.5", Nanos(312_500_000)),
+            ("0.000001", Nanos(1)),
+            ("5e-7", Nanos(1)), // half a nanosecond rounds away from zero, as f64::round does
+            ("4.9e-7", Nanos(0)),
+            ("-3", Nanos(-3_000_000)),
+            ("-0.0000005", Nanos(-1)),
+            ("+2", Nanos(2_000_000)),
+            (".5", Nanos(500_000)),
+            ("5.", Nanos(5_000_000)),
+            ("00001.5", Nanos(1_500_000)),
+            ("1E3", Nanos(1_000_000_000)),
+            ("1700000000000.000123", Nanos(1_700_000_000_000_000_123)),
+            ("1e15", Nanos(1_000_000_000_000_000_000_000)),
+            ("0e999999999999999999999", Nanos(0)),
+            ("1e-999999999999999999999", Nanos(0)),
+            ("1e16", OutOfRange),
+            ("1e999999999999999999999", OutOfRange),
+            ("inf", OutOfRange),
+            ("NaN", OutOfRange),
+            ("", NotANumber),
+            ("-", NotANumber),
+            ("1e", NotANumber),
+            ("1.2.3", NotANumber),
+            ("0x10", NotANumber),
+            ("2026-12-01T19:00:00Z", NotANumber),
+        ];
+        for (text, want) in cases {
+            assert_eq!(Millis::parse(text), want, "{text:?}");
+        }
     }
 
     #[test]
