@@ -203,16 +203,17 @@ pub(crate) fn record(u: &mut Unstructured<'_>) -> Result<Vec<u8>> {
 
 struct Store {
     server: RedisServer,
+    client: redis::Client,
     runtime: tokio::runtime::Runtime,
     conn: std::sync::Mutex<redis::Connection>,
 }
 
 static STORE: LazyLock<Store> = LazyLock::new(|| {
     let server = RedisServer::start().expect("redis-server (the Redis checks need it)");
-    let conn = redis::Client::open(server.url())
-        .and_then(|c| c.get_connection())
-        .expect("a connection");
+    let client = redis::Client::open(server.url()).expect("a client");
+    let conn = client.get_connection().expect("a connection");
     Store {
+        client,
         runtime: tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -251,15 +252,26 @@ pub(crate) fn stored_record(bytes: &[u8]) {
     {
         let mut c = store.conn.lock().unwrap_or_else(|p| p.into_inner());
         let keys = b.keys();
-        let _: () = redis::cmd("DEL")
-            .arg(&keys.all()[..])
-            .query(&mut *c)
-            .expect("DEL");
-        let _: () = redis::cmd("SET")
-            .arg(&keys.record)
-            .arg(bytes)
-            .query(&mut *c)
-            .expect("SET");
+        // libFuzzer's timer (SIGALRM) can interrupt a blocking call: retry it.
+        let mut run = |cmd: &redis::Cmd| {
+            let mut last = None;
+            for _ in 0..5 {
+                match cmd.query::<()>(&mut *c) {
+                    Ok(()) => return,
+                    // The reply may be half read: start on a new connection.
+                    Err(e) if e.is_io_error() => {
+                        last = Some(e);
+                        if let Ok(fresh) = store.client.get_connection() {
+                            *c = fresh;
+                        }
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            panic!("{last:?}");
+        };
+        run(redis::cmd("DEL").arg(&keys.all()[..]));
+        run(redis::cmd("SET").arg(&keys.record).arg(bytes));
     }
     let rt = &store.runtime;
     let snapshot = rt.block_on(b.refresh());

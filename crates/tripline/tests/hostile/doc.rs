@@ -169,10 +169,11 @@ pub(crate) fn mutated(seed: &Table, u: &mut Unstructured<'_>, words: &[&str]) ->
             (3, Step::Index(i), Value::Array(a)) => {
                 a.remove(*i);
             }
-            (_, Step::Key(k), Value::Table(t)) => {
-                if !matches!(t.get(k), Some(Value::Table(_))) || op == 9 {
-                    t.insert(k.clone(), value);
-                }
+            // A table is replaced only now and then: its fields are where the findings are.
+            (_, Step::Key(k), Value::Table(t))
+                if op == 9 || !matches!(t.get(k), Some(Value::Table(_))) =>
+            {
+                t.insert(k.clone(), value);
             }
             _ => {}
         }
