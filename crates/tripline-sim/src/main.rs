@@ -129,7 +129,10 @@ fn run(command: Command) -> Result<(), String> {
             if json {
                 println!("{}", r.to_json());
             } else {
-                print!("{}", r.table());
+                print!(
+                    "{}",
+                    tripline_sim::screen::screen(&r, tripline_sim::screen::width())
+                );
             }
             if let Some(path) = report {
                 let is_svg = path

@@ -468,3 +468,77 @@ fn an_out_of_order_line_is_named_without_a_moving_origin() {
     assert!(!err.contains("-1"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A shortened gymfolks (eight runs) as a file, for the screen tests.
+fn short_gymfolks(dir: &std::path::Path) -> std::path::PathBuf {
+    let (ok, text, _) = tripline(&["show", "gymfolks"]);
+    assert!(ok);
+    let text = text
+        .replace("duration = \"10m\"", "duration = \"150s\"")
+        .replace("until = \"420s\"", "until = \"110s\"")
+        .replace("rate = 1200.0", "rate = 300.0");
+    let path = dir.join("gymfolks-short.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `tripline simulate` opens with the headline and lays the comparison out for the
+/// terminal's width (`COLUMNS`): no line wider than it, every run in a group of columns
+/// under the row labels; piped without `COLUMNS`, the full table is one.
+#[test]
+fn the_first_screen_fits_80_and_120_columns() {
+    let dir = scratch("screen");
+    let file = short_gymfolks(&dir);
+    let labels = [
+        "without",
+        "with",
+        "shared",
+        "shared, 100ms view",
+        "breaker + budget",
+        "bulkhead 25",
+        "adaptive limit",
+        "shed by priority",
+    ];
+    for width in [80usize, 120] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tripline"))
+            .args(["simulate", file.to_str().unwrap()])
+            .env("COLUMNS", width.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        for line in text.lines() {
+            assert!(line.chars().count() <= width, "{width}: {line:?}");
+        }
+        let happened = text.find("What happened").expect("the headline");
+        let requests = text.find("\n requests ").expect("the table");
+        assert!(happened < requests, "{text}");
+        assert!(text.contains("What each protection changed"), "{text}");
+        // The comparison in groups of columns, each under the row labels again; every run
+        // is in one.
+        let groups = text.matches("\n requests ").count();
+        assert!(groups >= 2, "{width}: {groups} groups\n{text}");
+        let table = &text[requests - 400.min(requests)..];
+        for label in labels {
+            assert!(table.contains(label), "{width}: {label}");
+        }
+    }
+    // Piped, with no COLUMNS: the full table, every run on the header line.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tripline"))
+        .args(["simulate", file.to_str().unwrap()])
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("gymfolks — "), "{text}");
+    assert!(text.contains("What happened: From 60 s to 110 s"), "{text}");
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("without"))
+        .unwrap();
+    for label in labels {
+        assert!(header.contains(label), "{header}");
+    }
+    assert_eq!(text.matches("\nrequests ").count(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
