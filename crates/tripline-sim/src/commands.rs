@@ -351,7 +351,11 @@ pub(crate) fn run_tune(a: TuneArgs) -> Result<(), String> {
         holdout,
         keep: current.as_ref().map(|c| c.config.clone()),
     };
-    let split = tripline_sim::tune::split_point(&prepared, opts.holdout);
+    let split = tripline_sim::tune::split_point(
+        &prepared,
+        opts.holdout,
+        tripline_sim::tune::holdout_tail(&space),
+    );
     if !a.json {
         println!(
             "{}",

@@ -141,7 +141,7 @@ fn recovery(r: &Report, run: &RunReport) -> Option<String> {
         return None;
     }
     Some(match run.recovery_s {
-        Some(x) if x == 0.0 => "healthy as the faults ended".into(),
+        Some(0.0) => "healthy as the faults ended".into(),
         Some(x) => format!("healthy {} after the faults", secs(x)),
         None => "never healthy again within the run".into(),
     })

@@ -621,9 +621,9 @@ pub const MAX_BUDGET: usize = 1_000_000;
 pub enum Holdout {
     /// Choose on the whole trace; nothing is checked.
     None,
-    /// Hold out the last share of the trace's span, in (0, 1). A split that falls inside an
-    /// incident moves to the incident's start when an incident is left before it, else to
-    /// its end, so that no incident is cut in two.
+    /// Hold out the last share of the trace's span, in (0, 1). The split keeps clear of the
+    /// incidents and of the longest open duration after each ([`split_point`]), so that no
+    /// incident is cut in two and what staying open after one costs counts with it.
     Share(f64),
     /// Hold out every call that starts from this time on (from the trace's origin), as given.
     From(Duration),
@@ -645,7 +645,7 @@ impl Holdout {
             s.parse::<f64>().ok()
         };
         match share {
-            Some(x) if x == 0.0 => Ok(Holdout::None),
+            Some(0.0) => Ok(Holdout::None),
             Some(x) if x > 0.0 && x < 1.0 => Ok(Holdout::Share(x)),
             Some(_) => Err(bad()),
             None => humantime::parse_duration(s)
@@ -656,6 +656,13 @@ impl Holdout {
 }
 
 /// Where the held-out part of `p` starts, if anything is held out (see [`Holdout`]).
+///
+/// For a [`Holdout::Share`] the split keeps clear of every incident and of the `tail` after
+/// it (the longest open duration the search may choose, and a little more), so that what a
+/// configuration costs by staying open after an incident counts in the part that holds the
+/// incident: a split that falls in an incident or its tail moves back to the incident's
+/// start when an incident (with its tail) is left before it, else forward past the tail. A
+/// [`Holdout::From`] is taken as given.
 ///
 /// ```
 /// use std::time::Duration;
@@ -672,28 +679,45 @@ impl Holdout {
 /// let trace = read(text.as_bytes(), &ReadOptions::default()).unwrap();
 /// let p = prepare(&trace, &ReplayOptions::default()).unwrap();
 /// // 30 % held out would split at 70 s, inside the incident, which has nothing before it:
-/// // the split moves to its end.
-/// assert_eq!(split_point(&p, Holdout::Share(0.3)), Some(Duration::from_secs(80)));
-/// assert_eq!(split_point(&p, Holdout::None), None);
+/// // the split moves past the incident and a tail of 5 s.
+/// let tail = Duration::from_secs(5);
+/// assert_eq!(split_point(&p, Holdout::Share(0.3), tail), Some(Duration::from_secs(85)));
+/// assert_eq!(split_point(&p, Holdout::None, tail), None);
 /// ```
-pub fn split_point(p: &Prepared, holdout: Holdout) -> Option<Duration> {
+pub fn split_point(p: &Prepared, holdout: Holdout, tail: Duration) -> Option<Duration> {
     match holdout {
         Holdout::None => None,
         Holdout::From(at) => Some(at),
         Holdout::Share(share) => {
-            let incidents = p.incidents();
-            let mut at = p.span.as_secs_f64() * (1.0 - share);
-            // Each move leaves the incident it was in; a bounded number of moves.
-            for _ in 0..=incidents.len() {
-                let Some(inside) = incidents.iter().find(|i| i.start_s < at && at < i.end_s) else {
-                    break;
-                };
-                let before = incidents.iter().any(|i| i.end_s <= inside.start_s);
-                at = if before { inside.start_s } else { inside.end_s };
+            let tail = tail.as_secs_f64();
+            let mut busy: Vec<(f64, f64)> = p
+                .incidents()
+                .iter()
+                .map(|i| (i.start_s, i.end_s + tail))
+                .collect();
+            busy.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut merged: Vec<(f64, f64)> = Vec::new();
+            for (a, b) in busy {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
             }
+            let at = p.span.as_secs_f64() * (1.0 - share);
+            let at = match merged.iter().position(|&(a, b)| a < at && at < b) {
+                None => at,
+                Some(k) if k > 0 => merged[k].0,
+                Some(k) => merged[k].1,
+            };
             Some(Duration::from_secs_f64(at.max(0.0)))
         }
     }
+}
+
+/// The tail a share's split keeps clear after each incident: the longest open duration the
+/// space allows, and 5 s.
+pub fn holdout_tail(space: &Space) -> Duration {
+    space.open_duration[1] + Duration::from_secs(5)
 }
 
 /// How a search runs.
@@ -882,7 +906,7 @@ pub fn tune(
     if ladders.lens().contains(&0) {
         return Err("the space leaves a dimension without a value".into());
     }
-    let split = split_point(p, opts.holdout);
+    let split = split_point(p, opts.holdout, holdout_tail(space));
     let parts = split.map(|at| (p.part(Duration::ZERO, at), p.part(at, Duration::MAX)));
     let fit = parts.as_ref().map_or(p, |(f, _)| f);
     let incidents = fit.incidents().len() as u64;
@@ -1171,6 +1195,9 @@ pub fn resilience4j_defaults() -> BreakerConfig {
         .unwrap_or_default()
 }
 
+/// One figure of a replay, as the held-out table shows it.
+type Figure = dyn Fn(&ConfigReplay) -> String;
+
 /// A share of bad calls admitted: "195 (0.4 %)".
 fn bad_of(r: &ConfigReplay) -> String {
     let t = &r.totals;
@@ -1309,7 +1336,7 @@ impl TuneReport {
             );
             let w = 18usize;
             let _ = writeln!(s, "  {:34}  {:>w$}  {:>w$}", "", "chosen on", "held out");
-            let lines: [(&str, &dyn Fn(&ConfigReplay) -> String); 5] = [
+            let lines: [(&str, &Figure); 5] = [
                 ("incidents tripped", &|r| {
                     format!("{} of {}", r.totals.incidents_tripped, r.totals.incidents)
                 }),

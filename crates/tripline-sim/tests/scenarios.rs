@@ -608,6 +608,21 @@ fn semian_classic_refuses_most_and_adaptive_a_quarter() {
         "semian, refused per 30 s from 120 s: adaptive {}",
         fmt_shares(&a)
     );
+    let answered = |run: &RunReport| -> Vec<u64> {
+        run.series.bins[120..420]
+            .chunks(30)
+            .map(|c| {
+                c.iter()
+                    .map(|b| u64::from(b.succeeded + b.failed + b.rejected))
+                    .sum()
+            })
+            .collect()
+    };
+    eprintln!(
+        "semian, requests answered per 30 s from 120 s: classic {:?}, adaptive {:?}",
+        answered(classic),
+        answered(adaptive)
+    );
     let sw = r.sweep.as_ref().unwrap();
     let at = |value: &str, label: &str| {
         let p = sw.points.iter().find(|p| p.value == value).unwrap();

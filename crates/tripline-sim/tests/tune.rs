@@ -90,21 +90,23 @@ fn tuned(p: &Prepared, holdout: Holdout) -> TuneReport {
     .unwrap()
 }
 
-/// The done-when of the tuner: chosen on the first 400 s, the configuration trips in every
-/// incident of the held-out 400 s and admits at most a tenth of their bad calls.
+/// The tuner's promise: chosen on the first part (two or three incidents), the configuration
+/// trips in every incident of the held-out later part (as many, of the same kinds) and admits
+/// at most a tenth of their bad calls.
 fn check_held_out(kinds: &[Kind]) {
+    let part = 60 + 110 * kinds.len() as u64;
     let mut incidents = Vec::new();
-    for part in 0..2u64 {
+    for n in 0..2u64 {
         for (i, &k) in kinds.iter().enumerate() {
-            let from = part * 400 + 60 + i as u64 * 110;
+            let from = n * part + 60 + i as u64 * 110;
             incidents.push((k, from, from + 40));
         }
     }
-    let trace = generated(800, &incidents, 7);
+    let trace = generated(2 * part, &incidents, 7);
     let p = prepared(&trace);
     assert_found(&p, &incidents);
-    let r = tuned(&p, Holdout::From(Duration::from_secs(400)));
-    assert_eq!(r.held_out_from_s, Some(400.0));
+    let r = tuned(&p, Holdout::From(Duration::from_secs(part)));
+    assert_eq!(r.held_out_from_s, Some(part as f64));
     assert_eq!(r.incidents, kinds.len() as u64);
     let fit = &r.chosen.replay.totals;
     let held = &r.held_out.as_ref().unwrap().totals;
@@ -202,8 +204,8 @@ fn on_latency_incidents_alone_the_choice_trips_in_each() {
 /// keeps the values in force there, whatever the search's seed.
 #[test]
 fn settings_the_trace_does_not_constrain_keep_the_value_in_force() {
-    let incidents = [(Kind::Errors, 60, 100), (Kind::Errors, 200, 240)];
-    let trace = generated(300, &incidents, 5);
+    let incidents = [(Kind::Errors, 40, 70), (Kind::Errors, 130, 160)];
+    let trace = generated(200, &incidents, 5);
     let p = prepared(&trace);
     let current = BreakerConfig::builder()
         .count_window(20)
@@ -216,7 +218,7 @@ fn settings_the_trace_does_not_constrain_keep_the_value_in_force() {
     for seed in 0..5 {
         let opts = TuneOptions {
             seed,
-            budget: 96,
+            budget: 48,
             keep: Some(current.clone()),
             ..TuneOptions::default()
         };
@@ -245,7 +247,11 @@ fn settings_the_trace_does_not_constrain_keep_the_value_in_force() {
         "{slow:?}"
     );
     // Without a configuration in force, tripline's defaults are kept.
-    let r = tuned(&p, Holdout::None);
+    let opts = TuneOptions {
+        budget: 48,
+        ..TuneOptions::default()
+    };
+    let r = tune(&p, &Space::default(), &opts, &ReplayOptions::default(), &|_| {}).unwrap();
     let d = BreakerConfig::default();
     assert_eq!(
         (
@@ -328,16 +334,22 @@ fn a_max_time_to_trip_no_candidate_meets_names_the_nearest() {
     assert!(r.eligible > 0 && r.nearest.is_none() && r.chosen.eligible);
 }
 
-/// The split for a share of the trace never cuts an incident in two.
+/// The split for a share of the trace never cuts an incident in two, nor the time after it
+/// in which a configuration may still be open.
 #[test]
 fn a_holdout_share_moves_the_split_out_of_an_incident() {
     let incidents = [(Kind::Errors, 60, 100), (Kind::Errors, 200, 240)];
     let trace = generated(300, &incidents, 4);
     let p = prepared(&trace);
     // 30 % of 300 s: 210 s, inside the second incident, with one before it.
-    let at = tripline_sim::tune::split_point(&p, Holdout::Share(0.3)).unwrap();
+    let tail = tripline_sim::tune::holdout_tail(&Space::default());
+    let at = tripline_sim::tune::split_point(&p, Holdout::Share(0.3), tail).unwrap();
     assert!((at.as_secs_f64() - 200.0).abs() <= 1.0, "{at:?}");
     let r = tuned(&p, Holdout::Share(0.3));
     assert_eq!(r.incidents, 1);
     assert_eq!(r.held_out.as_ref().unwrap().totals.incidents, 1);
+    // 10 % would split at 270 s, 30 s after the second incident: within the tail of 65 s, so
+    // the split moves back to that incident's start.
+    let at = tripline_sim::tune::split_point(&p, Holdout::Share(0.1), tail).unwrap();
+    assert!((at.as_secs_f64() - 200.0).abs() <= 1.0, "{at:?}");
 }
