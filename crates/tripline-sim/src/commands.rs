@@ -66,7 +66,7 @@ impl TraceArgs {
             ..ReadOptions::default()
         };
         let trace = read_path(path, &opts)
-            .map_err(|e| format!("invalid trace {}: {}", path.display(), explain(&e)))?;
+            .map_err(|e| format!("invalid trace {}: {}", path.display(), explain(&e, path)))?;
         let incidents = if self.incident.is_empty() {
             None
         } else {
@@ -102,10 +102,11 @@ impl TraceArgs {
     }
 }
 
-/// A reading error as the command says it. A line out of end order is named by the lines
-/// and the gap alone: the reader's own figure for the line's end counts from the earliest
-/// start read so far, an origin that moves as earlier starts turn up, so it is left out.
-fn explain(e: &TraceError) -> String {
+/// A reading error as the command says it. A line out of end order is named by the two
+/// lines, quoted as written (their times in the file's own terms), and the gap: the reader's
+/// own figure for the line's end counts from the earliest start read so far, an origin that
+/// moves as earlier starts turn up, so it is left out.
+fn explain(e: &TraceError, path: &Path) -> String {
     match e {
         TraceError::Backwards {
             line,
@@ -113,14 +114,52 @@ fn explain(e: &TraceError) -> String {
             latest_line,
             window_ms,
             ..
-        } => format!(
-            "line {line}: the call ends (start + duration_ms) {back_ms} ms before the call of \
-             line {latest_line} ends; lines must come in the order calls ended, at most \
-             {window_ms} ms out of order (--reorder-window): sort the trace by end time, widen \
-             the window, or skip such lines (--skip-bad-lines)"
-        ),
+        } => {
+            let quoted = quote_lines(path, &[*line, *latest_line]);
+            let q = |n: u64| {
+                quoted
+                    .iter()
+                    .find(|(l, _)| *l == n)
+                    .map(|(_, t)| format!(" ({t})"))
+                    .unwrap_or_default()
+            };
+            format!(
+                "line {line}{}: the call ends (start + duration_ms) {back_ms} ms before the call \
+                 of line {latest_line}{} ends; lines must come in the order calls ended, at most \
+                 {window_ms} ms out of order (--reorder-window): sort the trace by end time, \
+                 widen the window, or skip such lines (--skip-bad-lines)",
+                q(*line),
+                q(*latest_line)
+            )
+        }
         other => other.to_string(),
     }
+}
+
+/// The lines `wanted` (1-based) of a text file, each in backquotes and cut to 80 characters.
+fn quote_lines(path: &Path, wanted: &[u64]) -> Vec<(u64, String)> {
+    use std::io::BufRead as _;
+    let Some(&last) = wanted.iter().max() else {
+        return Vec::new();
+    };
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, text) in std::io::BufReader::new(file).lines().enumerate() {
+        let n = i as u64 + 1;
+        if n > last {
+            break;
+        }
+        let Ok(text) = text else { break };
+        if wanted.contains(&n) {
+            let text = text.trim_end_matches('\r');
+            let cut: String = text.chars().take(80).collect();
+            let more = if text.chars().count() > 80 { "…" } else { "" };
+            out.push((n, format!("`{cut}{more}`")));
+        }
+    }
+    out
 }
 
 /// Configurations given by name instead of a file.

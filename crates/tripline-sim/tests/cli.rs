@@ -441,8 +441,8 @@ fn a_trace_that_cannot_be_recorded_leaves_no_file() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A line out of end order is named by its line and the line it ends before, with no time
-/// counted from an origin that moved.
+/// A line out of end order is named by its line and the line it ends before, both quoted as
+/// written, with no time counted from an origin that moved.
 #[test]
 fn an_out_of_order_line_is_named_without_a_moving_origin() {
     let dir = scratch("backwards");
@@ -461,7 +461,8 @@ fn an_out_of_order_line_is_named_without_a_moving_origin() {
     assert!(!ok);
     assert!(
         err.contains(
-            "line 4: the call ends (start + duration_ms) 3000 ms before the call of line 3 ends"
+            "line 4 (`3000,10,success`): the call ends (start + duration_ms) 3000 ms before \
+             the call of line 3 (`6000,10,success`) ends"
         ),
         "{err}"
     );

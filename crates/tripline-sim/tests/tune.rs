@@ -251,7 +251,14 @@ fn settings_the_trace_does_not_constrain_keep_the_value_in_force() {
         budget: 48,
         ..TuneOptions::default()
     };
-    let r = tune(&p, &Space::default(), &opts, &ReplayOptions::default(), &|_| {}).unwrap();
+    let r = tune(
+        &p,
+        &Space::default(),
+        &opts,
+        &ReplayOptions::default(),
+        &|_| {},
+    )
+    .unwrap();
     let d = BreakerConfig::default();
     assert_eq!(
         (
