@@ -461,12 +461,24 @@ pub(crate) fn run_tune(a: TuneArgs) -> Result<(), String> {
         )
     });
     if a.json {
+        let keys: Vec<&str> = prepared.keys().collect();
+        let incidents: Vec<serde_json::Value> = prepared
+            .incidents()
+            .iter()
+            .map(|i| {
+                serde_json::json!({
+                    "key": keys.get(i.key).copied().unwrap_or_default(),
+                    "start_s": i.start_s,
+                    "end_s": i.end_s,
+                })
+            })
+            .collect();
         let doc = serde_json::json!({
             "schema_version": tripline_sim::replay::REPLAY_SCHEMA_VERSION,
             "trace": path.display().to_string(),
             "calls": prepared.calls,
             "bad_latency_ms": prepared.bad_latency.as_secs_f64() * 1000.0,
-            "incidents": prepared.incidents(),
+            "incidents": incidents,
             "evaluated": result.evaluated,
             "front": result.front,
             "chosen": result.chosen,

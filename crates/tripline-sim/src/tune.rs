@@ -1212,14 +1212,16 @@ fn bad_of(r: &ConfigReplay) -> String {
 }
 
 impl TuneReport {
-    /// The front and the choice, as a table. `baselines` are replays of the configurations
-    /// to compare with on the part the choice was made on, and `held_out` the same on the
-    /// held-out part (empty when nothing was held out).
+    /// The front and the choice, as a table, with the settings kept, the nearest candidate
+    /// when none met `max_time_to_trip`, and the choice's figures on the held-out part.
+    /// `baselines` are replays of the configurations to compare with on the part the choice
+    /// was made on.
     pub fn table(&self, baselines: &[ConfigReplay]) -> String {
         self.table_with(baselines, &[])
     }
 
-    /// [`table`](Self::table), with the baselines' figures on the held-out part beside the
+    /// [`table`](Self::table), with the baselines' figures on the held-out part (`held_out`:
+    /// their replays there, matched by label; empty when nothing was held out) beside the
     /// choice's.
     pub fn table_with(&self, baselines: &[ConfigReplay], held_out: &[ConfigReplay]) -> String {
         use std::fmt::Write as _;
