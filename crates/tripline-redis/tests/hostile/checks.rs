@@ -232,7 +232,7 @@ pub(crate) fn stored_record(bytes: &[u8]) {
     let _rt = store.runtime.enter();
     let shared = SharedConfig::builder()
         .time_source(TimeSource::Local)
-        .redis_timeout(Duration::from_secs(2))
+        .redis_timeout(Duration::from_secs(10))
         .replica_id("fuzz")
         .build()
         .expect("a shared configuration");
