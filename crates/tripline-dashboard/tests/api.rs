@@ -42,6 +42,17 @@ fn small() -> BreakerConfig {
         .unwrap()
 }
 
+/// A registry whose breakers all use [`small`].
+fn small_registry<C: tripline::Clock + Clone>(clock: &C) -> Arc<Registry<C>> {
+    Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            clock.clone(),
+        )
+        .unwrap(),
+    )
+}
+
 fn key(s: &str) -> Key {
     s.parse().unwrap()
 }
@@ -82,13 +93,7 @@ fn fixture_with(
     f: impl FnOnce(DashboardBuilder<ManualClock>) -> DashboardBuilder<ManualClock>,
 ) -> Fixture {
     let clock = ManualClock::new();
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            clock.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&clock);
     for k in KEYS {
         registry.get(&key(k)).unwrap();
     }
@@ -2000,13 +2005,7 @@ async fn an_override_from_the_configuration_says_which_layer_holds_it_and_what_l
 #[tokio::test]
 async fn a_control_by_id_reaches_only_that_row_where_two_share_a_key() {
     let clock = ManualClock::new();
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            clock.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&clock);
     let in_registry = registry.get(&key("legacy-api")).unwrap();
     let by_hand = CircuitBreaker::with_clock("legacy", small(), clock.clone());
     let audits = Arc::new(Mutex::new(Vec::new()));
@@ -2298,13 +2297,7 @@ async fn list_with(router: &Router, token: &str) -> Value {
 #[test]
 fn a_registry_listener_and_the_application_callbacks_may_use_the_dashboard() {
     let clock = ManualClock::new();
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            clock.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&clock);
     registry.get(&key("legacy-api/shard=1")).unwrap();
     registry.get(&key("elsewhere")).unwrap();
     let slot: Slot = Arc::default();
@@ -2518,13 +2511,7 @@ fn the_dashboards_clock_may_use_the_dashboard() {
         inner: manual.clone(),
         hook: None,
     };
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            plain.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&plain);
     registry.get(&key("legacy-api")).unwrap();
     registry.get(&key("elsewhere")).unwrap();
     let by_hand = CircuitBreaker::with_clock("by-hand", small(), plain);
@@ -2894,13 +2881,7 @@ async fn a_request_is_answered_only_when_every_host_it_names_is_allowed() {
 #[test]
 fn the_client_address_hook_may_use_the_dashboard() {
     let clock = ManualClock::new();
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            clock.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&clock);
     registry.get(&key("elsewhere")).unwrap();
     let slot: Slot = Arc::default();
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));

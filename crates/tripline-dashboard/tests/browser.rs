@@ -299,6 +299,17 @@ async fn sign_in(client: &Client, token: &str, principal: &str) {
     .await;
 }
 
+/// Waits until the page follows the event stream.
+async fn stream_live(client: &Client) {
+    wait_for(
+        client,
+        "the event stream is live",
+        "return document.getElementById('conn').dataset.live;",
+        |v| v == "true",
+    )
+    .await;
+}
+
 /// The page fits the window's width: nothing scrolls sideways, and every column of the
 /// dependency table (the last one included) is in view.
 async fn fits(client: &Client, when: &str) {
@@ -398,13 +409,7 @@ async fn scenario(client: &Client, app: &App<ManualClock>, clock: &ManualClock) 
         |v| v == true,
     )
     .await;
-    wait_for(
-        client,
-        "the event stream is live",
-        "return document.getElementById('conn').dataset.live;",
-        |v| v == "true",
-    )
-    .await;
+    stream_live(client).await;
     wait_for(
         client,
         "the grid shows prices Closed",
@@ -885,13 +890,7 @@ async fn hostile_scenario(client: &Client, app: &Hostile) {
     )
     .await;
     // The feed shows what happens once the stream is live.
-    wait_for(
-        client,
-        "the event stream is live",
-        "return document.getElementById('conn').dataset.live;",
-        |v| v == "true",
-    )
-    .await;
+    stream_live(client).await;
     for width in [1280u64, 1440] {
         client
             .set_window_size(width as u32, 1000)
