@@ -323,6 +323,39 @@ fn times_going_backwards_beyond_the_reorder_window_are_refused() {
 }
 
 #[test]
+fn an_out_of_order_error_names_times_against_a_fixed_origin() {
+    // Relative times are named as written, whatever earlier lines started at.
+    let text = "start,duration_ms,outcome\n9000,10,success\n5000,10,success\n3000,10,success\n";
+    let e = err(text);
+    assert!(
+        matches!(e, TraceError::Backwards { line: 3, end_ms, .. } if end_ms == 5010.0),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("ends at 5010 ms"), "{e}");
+    let skip = ReadOptions {
+        skip_bad_lines: true,
+        ..opts()
+    };
+    let t = read(text.as_bytes(), &skip).unwrap();
+    assert!(
+        t.bad_lines
+            .iter()
+            .any(|b| b.to_string().contains("ends at 3010 ms")),
+        "{:?}",
+        t.bad_lines
+    );
+    // Absolute times from the first line's start, which does not move as lines are read.
+    let text = "start,duration_ms,outcome\n\
+                2026-01-01T00:00:10Z,0,success\n\
+                2026-01-01T00:00:04Z,0,success\n\
+                2026-01-01T00:00:03Z,0,success\n";
+    let t = read(text.as_bytes(), &skip).unwrap();
+    let named: Vec<String> = t.bad_lines.iter().map(|b| b.to_string()).collect();
+    assert!(named[0].contains("ends at -6000 ms"), "{named:?}");
+    assert!(named[1].contains("ends at -7000 ms"), "{named:?}");
+}
+
+#[test]
 fn empty_traces_versions_and_mixed_clocks_get_clear_errors() {
     assert_eq!(
         err("").to_string(),

@@ -179,7 +179,8 @@ pub enum TraceError {
     Backwards {
         /// The line (1-based).
         line: u64,
-        /// Its end, in milliseconds from the first call's start.
+        /// Its end in milliseconds: as written for relative times, from the first line's
+        /// start for absolute ones.
         end_ms: f64,
         /// How far before the latest end it is.
         back_ms: f64,
@@ -640,6 +641,8 @@ struct Builder<'o> {
     latest_end: Option<(i128, u64)>,
     /// The earliest start kept so far.
     earliest: Option<i128>,
+    /// The first line's start: the fixed origin an error names absolute times from.
+    first_start: Option<i128>,
 }
 
 impl<'o> Builder<'o> {
@@ -659,6 +662,7 @@ impl<'o> Builder<'o> {
             error_names: Vec::new(),
             latest_end: None,
             earliest: None,
+            first_start: None,
         }
     }
 
@@ -706,7 +710,13 @@ impl<'o> Builder<'o> {
             let window = self.opts.reorder_window.as_nanos() as i128;
             if end + window < latest {
                 steps(1);
-                let first = self.earliest.unwrap_or(raw.start);
+                // Relative times are named as written; absolute ones from the first line's
+                // start, an origin that does not move as lines are read.
+                let first = if raw.absolute {
+                    self.first_start.unwrap_or(raw.start)
+                } else {
+                    0
+                };
                 return Err(TraceError::Backwards {
                     line,
                     end_ms: (end - first) as f64 / 1e6,
@@ -758,6 +768,7 @@ impl<'o> Builder<'o> {
             self.latest_end = Some((end, line));
         }
         self.earliest = Some(self.earliest.map_or(raw.start, |e| e.min(raw.start)));
+        self.first_start.get_or_insert(raw.start);
         self.starts.push(raw.start);
         self.calls.push(TraceCall {
             start: 0,
