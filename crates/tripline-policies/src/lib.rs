@@ -119,6 +119,8 @@ pub mod breaker;
 pub mod bulkhead;
 #[cfg(feature = "chaos")]
 pub mod chaos;
+#[cfg(feature = "outlier")]
+mod delivery;
 #[cfg(feature = "gate")]
 pub mod gate;
 #[cfg(feature = "grpc")]
@@ -127,6 +129,8 @@ pub mod grpc;
 pub mod http;
 #[cfg(feature = "limiter")]
 pub mod limiter;
+#[cfg(test)]
+mod model_tests;
 #[cfg(feature = "outlier")]
 pub mod outlier;
 #[cfg(feature = "partial")]
@@ -141,6 +145,14 @@ pub mod reqwest;
 pub mod retry;
 #[cfg(feature = "shed")]
 pub mod shed;
+#[cfg(any(
+    feature = "outlier",
+    feature = "bulkhead",
+    feature = "throttle",
+    feature = "partial",
+    feature = "chaos"
+))]
+mod sync;
 #[cfg(feature = "throttle")]
 pub mod throttle;
 #[cfg(feature = "timeout")]

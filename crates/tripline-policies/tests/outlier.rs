@@ -932,8 +932,9 @@ fn picks_and_records_allocate_nothing() {
 }
 
 /// Bounded real-thread stress: two threads pick and record (half of one host's calls fail)
-/// while a third changes the host set and moves the clock. Afterwards every pick is given
-/// back, the cap held at every ejection, and a host is selectable.
+/// while a third changes the host set and moves the clock, and a listener records from inside
+/// its calls. Afterwards every pick is given back, the cap held at every ejection, a host is
+/// selectable, and the events reached the listeners in sequence order.
 #[test]
 fn concurrent_picks_records_churn_and_sweeps_keep_the_invariants() {
     let c = config()
@@ -944,6 +945,14 @@ fn concurrent_picks_records_churn_and_sweeps_keep_the_invariants() {
         .unwrap();
     let (d, clock) = detector(c, 10);
     let log = events(&d);
+    // A listener that calls back in, from whichever thread delivers.
+    let d2 = d.clone();
+    d.subscribe(move |e| {
+        if let (Some(h), OutlierEventKind::Ejected { .. }) = (e.host, &e.kind) {
+            d2.record_host(&(h + 1), HostOutcome::Success);
+            let _ = d2.stats();
+        }
+    });
     std::thread::scope(|s| {
         for t in 0..2u32 {
             let d = d.clone();
@@ -988,11 +997,10 @@ fn concurrent_picks_records_churn_and_sweeps_keep_the_invariants() {
         }
     }
     assert!(ejections > 0);
-    // Every event has its own sequence number (listeners on different threads may see
-    // them out of order).
-    let mut seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
-    seqs.sort_unstable();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    // One delivery loop at a time: the listener got every event, in sequence order,
+    // whichever thread caused it.
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+    assert!(seqs.iter().copied().eq(1..=seqs.len() as u64), "{seqs:?}");
 }
 
 // ---- listeners and clocks that call back in ----
@@ -1008,12 +1016,15 @@ fn finishes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'stati
         .unwrap_or_else(|_| panic!("{what} did not finish: deadlocked"))
 }
 
+/// `(listener, event)` in the order the listeners were called.
+type SharedLog = Arc<Mutex<Vec<(u8, OutlierEvent<u32>)>>>;
+
 /// Two listeners logging `(listener, seq)` in one shared log, in the order they were called.
 fn two_logs(
     d: &OutlierDetector<u32, ManualClock>,
     first: impl Fn(&OutlierEvent<u32>) + Send + Sync + 'static,
-) -> Arc<Mutex<Vec<(u8, OutlierEvent<u32>)>>> {
-    let log: Arc<Mutex<Vec<(u8, OutlierEvent<u32>)>>> = Arc::default();
+) -> SharedLog {
+    let log: SharedLog = Arc::default();
     let l = log.clone();
     d.subscribe(move |e| {
         l.lock().unwrap().push((1, e.clone()));
@@ -1032,7 +1043,11 @@ fn assert_delivered_in_sequence(log: &[(u8, OutlierEvent<u32>)]) {
     sorted.sort_unstable();
     assert_eq!(seqs, sorted, "delivered out of sequence");
     let n = log.iter().map(|(_, e)| e.seq).max().unwrap_or(0);
-    assert_eq!(log.len() as u64, 2 * n, "an event missed a listener: {seqs:?}");
+    assert_eq!(
+        log.len() as u64,
+        2 * n,
+        "an event missed a listener: {seqs:?}"
+    );
 }
 
 #[test]
@@ -1054,7 +1069,10 @@ fn a_listener_that_changes_the_host_set_leaves_the_events_in_sequence() {
         .filter(|(l, _)| *l == 2)
         .map(|(_, e)| (e.host, e.kind.clone()))
         .collect();
-    assert!(matches!(second[0], (Some(0), OutlierEventKind::Ejected { .. })));
+    assert!(matches!(
+        second[0],
+        (Some(0), OutlierEventKind::Ejected { .. })
+    ));
     assert_eq!(second[1], (Some(9), OutlierEventKind::HostRemoved));
     assert_eq!(second[2], (Some(10), OutlierEventKind::HostAdded));
 }
@@ -1079,7 +1097,10 @@ fn a_listener_that_records_on_another_host_sees_ejected_before_returned() {
         .filter(|(l, _)| *l == 2)
         .map(|(_, e)| e.kind.clone())
         .collect();
-    assert!(matches!(second[0], OutlierEventKind::Ejected { .. }), "{second:?}");
+    assert!(
+        matches!(second[0], OutlierEventKind::Ejected { .. }),
+        "{second:?}"
+    );
     assert_eq!(second[1], OutlierEventKind::Returned);
     assert!(!ejected(&d, 0));
 }
@@ -1097,7 +1118,8 @@ impl Clock for ReadingClock {
         if let Some(d) = self.detector.get() {
             let s = d.stats();
             let _ = (d.host_status(&0), d.ejected(), d.ejections_active(), s);
-            self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.clock.now()
     }
@@ -1139,16 +1161,19 @@ fn ejected_c<C: Clock>(d: &OutlierDetector<u32, C>, host: u32) -> bool {
 
 #[test]
 fn a_listener_may_call_every_method_of_its_detector() {
-    let (d, clock) = detector(
-        config().max_ejection_percent(50).build().unwrap(),
-        10,
-    );
+    let (d, clock) = detector(config().max_ejection_percent(50).build().unwrap(), 10);
     let d2 = d.clone();
     let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let c = calls.clone();
     d.subscribe(move |e| {
         c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = (d2.stats(), d2.hosts(), d2.selectable(), d2.ejected(), d2.in_panic());
+        let _ = (
+            d2.stats(),
+            d2.hosts(),
+            d2.selectable(),
+            d2.ejected(),
+            d2.in_panic(),
+        );
         let _ = (d2.host_status(&1), d2.is_ejected(&1), d2.ejections_active());
         let p = d2.pick();
         d2.record(p, HostOutcome::Success);
@@ -1273,4 +1298,22 @@ fn a_failure_for_a_host_whose_ejection_is_over_counts() {
     assert_eq!(d.host_status(&0).unwrap().consecutive_5xx, 1);
     record(&d, 0, HostOutcome::Status(500), 4);
     assert!(ejected(&d, 0));
+}
+
+#[test]
+fn a_panicking_listener_is_counted_and_the_others_still_get_the_event() {
+    let (d, _) = detector(OutlierConfig::default(), 10);
+    d.subscribe(|e| {
+        if let OutlierEventKind::Ejected { .. } = e.kind {
+            panic!("a listener's bug");
+        }
+    });
+    let log = events(&d);
+    record(&d, 0, HostOutcome::Status(500), 5); // ejected: the first listener panics
+    record(&d, 1, HostOutcome::Status(500), 5); // refused by the cap: an overflow event
+    let kinds: Vec<OutlierEventKind> = log.lock().unwrap().iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(matches!(kinds[0], OutlierEventKind::Ejected { .. }));
+    assert!(matches!(kinds[1], OutlierEventKind::Overflow { .. }));
+    assert_eq!(d.stats().listener_panics, 1);
 }
