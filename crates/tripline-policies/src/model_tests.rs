@@ -263,3 +263,86 @@ mod outlier {
         );
     }
 }
+
+#[cfg(feature = "bulkhead")]
+mod bulkhead {
+    use std::time::Duration;
+
+    use shuttle::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::bulkhead::{Bulkhead, BulkheadConfig, BulkheadPermit, Entry};
+
+    /// Holds a permit while counting it: never more than `max` held at once.
+    fn hold(held: &AtomicU32, max: u32, permit: BulkheadPermit) {
+        let n = held.fetch_add(1, Ordering::SeqCst) + 1;
+        assert!(n <= max, "{n} slots held, max {max}");
+        thread::yield_now();
+        held.fetch_sub(1, Ordering::SeqCst);
+        drop(permit);
+    }
+
+    /// Three threads enter, wait (collecting their slot, or giving up), and leave, in every
+    /// order shuttle tries: never more slots held than `max_concurrent`, every call either
+    /// served or refused, and, once all are done, every slot and place back.
+    #[test]
+    fn slots_and_places_are_bounded_and_all_come_back() {
+        shuttle::check_random(
+            || {
+                let b = Bulkhead::new(
+                    BulkheadConfig::builder()
+                        .max_concurrent(1)
+                        .max_waiting(1)
+                        .max_wait(Duration::from_secs(1))
+                        .build()
+                        .unwrap(),
+                );
+                let held = Arc::new(AtomicU32::new(0));
+                let served = Arc::new(AtomicU32::new(0));
+                let threads: Vec<_> = (0..3)
+                    .map(|t| {
+                        let (b, held, served) = (b.clone(), held.clone(), served.clone());
+                        thread::spawn(move || {
+                            for _ in 0..2 {
+                                match b.enter() {
+                                    Ok(Entry::Admitted(p)) => {
+                                        served.fetch_add(1, Ordering::SeqCst);
+                                        hold(&held, 1, p);
+                                    }
+                                    Ok(Entry::Queued(mut w)) => {
+                                        let mut tries = 0;
+                                        loop {
+                                            if let Some(p) = w.try_slot() {
+                                                served.fetch_add(1, Ordering::SeqCst);
+                                                hold(&held, 1, p);
+                                                break;
+                                            }
+                                            tries += 1;
+                                            if tries > 2 + t {
+                                                let _ = w.time_out();
+                                                break;
+                                            }
+                                            thread::yield_now();
+                                        }
+                                    }
+                                    Err(_) => {}
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for t in threads {
+                    t.join().unwrap();
+                }
+                let r = b.rejections();
+                let served = u64::from(served.load(Ordering::SeqCst));
+                assert_eq!(served + r.queue_full + r.timed_out, 6);
+                assert!(served >= 1);
+                assert_eq!((b.in_flight(), b.waiting(), b.available()), (0, 0, 1));
+                // Everything given back: the next call takes the slot at once.
+                assert!(matches!(b.enter(), Ok(Entry::Admitted(_))));
+            },
+            SCHEDULES,
+        );
+    }
+}

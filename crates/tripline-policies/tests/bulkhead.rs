@@ -341,7 +341,10 @@ mod own_time {
         assert_eq!((b.in_flight(), b.waiting()), (1, 0));
         let mut second = queued(b.enter().expect("the queue has room"));
         assert_eq!(b.waiting(), 1);
-        assert!(b.enter().is_err(), "one slot busy, one call waiting: full again");
+        assert!(
+            b.enter().is_err(),
+            "one slot busy, one call waiting: full again"
+        );
         let slot = first.try_slot().expect("its slot");
         assert!(second.try_slot().is_none());
         drop(slot);
@@ -379,7 +382,7 @@ mod own_time {
                     }
                     2 if !held.is_empty() => {
                         let i = rng.random_range(0..held.len());
-                        held.swap_remove(i);
+                        drop(held.swap_remove(i));
                     }
                     3 if !waiters.is_empty() => {
                         let i = rng.random_range(0..waiters.len());
