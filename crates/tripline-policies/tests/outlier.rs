@@ -1317,3 +1317,154 @@ fn a_panicking_listener_is_counted_and_the_others_still_get_the_event() {
     assert!(matches!(kinds[1], OutlierEventKind::Overflow { .. }));
     assert_eq!(d.stats().listener_panics, 1);
 }
+
+// ---- tower::balance with outlier ejection ----
+
+#[cfg(feature = "tower")]
+mod tower_discover {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use tokio_stream::wrappers::UnboundedReceiverStream;
+    use tower::balance::p2c::Balance;
+    use tower::discover::{Change, ServiceList};
+    use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
+    use tower::{Service, ServiceExt, service_fn};
+    use tripline::ManualClock;
+    use tripline_policies::BoxError;
+    use tripline_policies::outlier::{
+        HostOutcome, OutlierConfig, OutlierDetector, OutlierDiscover,
+    };
+
+    /// Ten replicas counting their calls; `bad` fails every call.
+    fn replicas(
+        calls: Arc<Vec<AtomicU32>>,
+        bad: usize,
+    ) -> Vec<
+        impl Service<
+            u32,
+            Response = u32,
+            Error = BoxError,
+            Future = impl std::future::Future<Output = Result<u32, BoxError>> + Send,
+        > + Clone
+        + Send,
+    > {
+        (0..10usize)
+            .map(|i| {
+                let calls = calls.clone();
+                service_fn(move |req: u32| {
+                    calls[i].fetch_add(1, Ordering::Relaxed);
+                    async move {
+                        if i == bad {
+                            Err::<u32, BoxError>("500".into())
+                        } else {
+                            Ok(req)
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    fn detector(clock: &ManualClock) -> OutlierDetector<usize, ManualClock> {
+        OutlierDetector::builder(OutlierConfig::default())
+            .clock(clock.clone())
+            .seed(4)
+            .build(0..10usize)
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn tower_balance_skips_an_ejected_host_and_takes_it_back_when_it_returns() {
+        let clock = ManualClock::new();
+        let d = detector(&clock);
+        let calls: Arc<Vec<AtomicU32>> = Arc::new((0..10).map(|_| AtomicU32::new(0)).collect());
+        let discover =
+            OutlierDiscover::new(ServiceList::new(replicas(calls.clone(), 3)), d.clone());
+        let mut balance = Balance::new(PendingRequestsDiscover::new(
+            discover,
+            CompleteOnResponse::default(),
+        ));
+        for _ in 0..200 {
+            let _ = balance.ready().await.unwrap().call(1).await;
+        }
+        // Five 5xx in a row: ejected, and out of tower's balancer.
+        assert_eq!(d.is_ejected(&3), Some(true));
+        assert_eq!(calls[3].load(Ordering::Relaxed), 5);
+        assert_eq!(balance.len(), 9);
+        assert_eq!(d.host_status(&0).unwrap().in_flight, 0);
+
+        // 30 s later the next result's sweep lets it back: offered again, and it fails again.
+        clock.advance(Duration::from_secs(30));
+        for _ in 0..200 {
+            let _ = balance.ready().await.unwrap().call(1).await;
+        }
+        assert!(
+            calls[3].load(Ordering::Relaxed) > 5,
+            "offered again after its return"
+        );
+        assert_eq!(d.is_ejected(&3), Some(true));
+        assert_eq!(d.host_status(&3).unwrap().multiplier, 2);
+        assert_eq!(balance.len(), 9);
+    }
+
+    #[tokio::test]
+    async fn the_detector_follows_discovery_and_panic_offers_every_host() {
+        let clock = ManualClock::new();
+        // Started on placeholder hosts: the discovered set replaces them.
+        let d = OutlierDetector::builder(
+            OutlierConfig::builder()
+                .max_ejection_percent(100)
+                .build()
+                .unwrap(),
+        )
+        .clock(clock.clone())
+        .seed(4)
+        .build([100usize])
+        .unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let calls: Arc<Vec<AtomicU32>> = Arc::new((0..10).map(|_| AtomicU32::new(0)).collect());
+        let services = replicas(calls.clone(), 9);
+        for (i, s) in services.iter().enumerate().take(4) {
+            tx.send(Ok::<_, Infallible>(Change::Insert(i, s.clone())))
+                .unwrap();
+        }
+        let discover = OutlierDiscover::new(UnboundedReceiverStream::new(rx), d.clone());
+        let mut balance = Balance::new(PendingRequestsDiscover::new(
+            discover,
+            CompleteOnResponse::default(),
+        ));
+        balance.ready().await.unwrap().call(1).await.unwrap();
+        assert_eq!(d.hosts(), [0, 1, 2, 3]);
+        assert_eq!(balance.len(), 4);
+
+        tx.send(Ok(Change::Remove(1))).unwrap();
+        tx.send(Ok(Change::Insert(9, services[9].clone()))).unwrap();
+        let _ = balance.ready().await.unwrap().call(1).await;
+        assert_eq!(d.hosts(), [0, 2, 3, 9]);
+        assert_eq!(balance.len(), 4);
+
+        // Host 0 is ejected (its 5xx recorded by hand, as another balancer would): it leaves.
+        for _ in 0..5 {
+            d.record_host(&0, HostOutcome::Status(500));
+        }
+        let _ = balance.ready().await.unwrap().call(1).await;
+        assert_eq!(balance.len(), 3);
+        // Then 2 and 9: one healthy host of four is below the panic threshold (50 %), so
+        // every host is offered again.
+        for h in [2, 9] {
+            for _ in 0..5 {
+                d.record_host(&h, HostOutcome::Status(500));
+            }
+        }
+        assert!(d.in_panic());
+        let before = calls[0].load(Ordering::Relaxed);
+        for _ in 0..50 {
+            let _ = balance.ready().await.unwrap().call(1).await;
+        }
+        assert_eq!(balance.len(), 4, "in panic every host is offered");
+        assert!(calls[0].load(Ordering::Relaxed) > before);
+    }
+}

@@ -680,6 +680,21 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         self.take(&s, i)
     }
 
+    /// A pick of `host`, chosen by another balancer (tower's, through
+    /// [`OutlierDiscover`](super::OutlierDiscover)): counted in flight on it until recorded
+    /// or dropped. `None` when `host` is not in the set.
+    #[cfg_attr(
+        not(feature = "tower"),
+        expect(dead_code, reason = "used by the tower discovery")
+    )]
+    pub(crate) fn pick_host(&self, host: &H) -> Option<Pick<H>> {
+        let s = self.inner.snapshot.load();
+        let &i = s.index.get(host)?;
+        let entry = s.hosts[i as usize].clone();
+        entry.in_flight.fetch_add(1, Ordering::AcqRel);
+        Some(Pick { entry })
+    }
+
     fn take(&self, s: &Snapshot<H>, i: u32) -> Pick<H> {
         if s.panic {
             self.inner.panic_picks.fetch_add(1, Ordering::Relaxed);

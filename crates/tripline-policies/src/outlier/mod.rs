@@ -150,7 +150,10 @@
 //!
 //! With the `tower` feature, [`OutlierLayer`] makes a service that picks a host for each
 //! request, calls the inner service with `(host, request)`, and records the classified result
-//! (a [`HostClassifier`]); a request whose future is dropped records nothing. Per-host
+//! (a [`HostClassifier`]); a request whose future is dropped records nothing. To keep
+//! `tower::balance` as the balancer, wrap its discovery in an [`OutlierDiscover`]: the
+//! detector follows the discovered hosts, each service records its results on its host, and
+//! an ejected host is taken out of the balancer until it returns. Per-host
 //! breakers from a [`Registry`](tripline::registry::Registry) compose with it: the inner
 //! service asks the picked host's breaker, and a breaker's rejection is a local refusal that
 //! the default classifier does not count against the host (the breaker stops the calls; the
@@ -158,6 +161,8 @@
 
 mod config;
 mod detector;
+#[cfg(feature = "tower")]
+mod discover;
 #[cfg(feature = "tower")]
 pub mod future;
 #[cfg(feature = "tower")]
@@ -175,6 +180,8 @@ pub use detector::{
     Balance, EjectionType, HostChange, HostKey, HostOutcome, HostStatus, OutlierDetector,
     OutlierDetectorBuilder, OutlierEvent, OutlierEventKind, OutlierStats, Pick,
 };
+#[cfg(feature = "tower")]
+pub use discover::{OutlierDiscover, OutlierEndpoint};
 #[cfg(feature = "tower")]
 pub use layer::OutlierLayer;
 #[cfg(feature = "metrics")]
