@@ -121,6 +121,8 @@ pub mod bulkhead;
 pub mod chaos;
 #[cfg(feature = "outlier")]
 mod delivery;
+#[cfg(any(feature = "throttle", feature = "partial", feature = "chaos"))]
+mod draws;
 #[cfg(feature = "gate")]
 pub mod gate;
 #[cfg(feature = "grpc")]
@@ -150,7 +152,8 @@ pub mod shed;
     feature = "bulkhead",
     feature = "throttle",
     feature = "partial",
-    feature = "chaos"
+    feature = "chaos",
+    feature = "shed"
 ))]
 mod sync;
 #[cfg(feature = "throttle")]

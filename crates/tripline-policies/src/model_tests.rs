@@ -346,3 +346,168 @@ mod bulkhead {
         );
     }
 }
+
+#[cfg(feature = "chaos")]
+mod draws {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+
+    use rand::{RngCore, SeedableRng};
+
+    use super::*;
+    use crate::chaos::{Chaos, ChaosConfig};
+
+    /// A generator that counts its draws and decides once more from inside each draw.
+    struct CallingBack {
+        rng: rand_pcg::Pcg64Mcg,
+        chaos: Arc<OnceLock<Chaos>>,
+        draws: Arc<StdAtomicU64>,
+        inside: bool,
+    }
+
+    impl RngCore for CallingBack {
+        fn next_u32(&mut self) -> u32 {
+            self.draws.fetch_add(1, StdOrdering::Relaxed);
+            if !self.inside {
+                if let Some(c) = self.chaos.get() {
+                    self.inside = true;
+                    let _ = (c.decide(), c.stats());
+                    self.inside = false;
+                }
+            }
+            self.rng.next_u32()
+        }
+        fn next_u64(&mut self) -> u64 {
+            u64::from(self.next_u32())
+        }
+        fn fill_bytes(&mut self, dst: &mut [u8]) {
+            self.rng.fill_bytes(dst);
+        }
+    }
+
+    /// Two threads decide while the generator, drawn with no lock held, decides again from
+    /// inside its draws: no deadlock, every decision made (from the generator or the spare
+    /// stream), and the generator back in its slot afterwards: the next decisions, made one
+    /// at a time, all draw from it.
+    #[test]
+    fn a_generator_that_calls_back_in_is_never_drawn_under_a_lock_nor_lost() {
+        shuttle::check_random(
+            || {
+                let slot: Arc<OnceLock<Chaos>> = Arc::default();
+                let draws = Arc::new(StdAtomicU64::new(0));
+                let rng = CallingBack {
+                    rng: rand_pcg::Pcg64Mcg::seed_from_u64(5),
+                    chaos: slot.clone(),
+                    draws: draws.clone(),
+                    inside: false,
+                };
+                let chaos =
+                    Chaos::with_rng(ChaosConfig::builder().error(0.5).build().unwrap(), rng);
+                chaos.enable();
+                assert!(slot.set(chaos.clone()).is_ok());
+                let t = {
+                    let chaos = chaos.clone();
+                    thread::spawn(move || {
+                        for _ in 0..3 {
+                            let _ = chaos.decide();
+                        }
+                    })
+                };
+                for _ in 0..3 {
+                    let _ = chaos.decide();
+                }
+                t.join().unwrap();
+                // Six decisions, and one more from inside each draw of the generator that did
+                // not find it busy.
+                let made = chaos.stats().calls;
+                assert!(made >= 6, "{made}");
+                // Back in its slot: alone, each decision draws from the generator (once for
+                // itself, the callback's own decision from the spare stream).
+                let before = draws.load(StdOrdering::Relaxed);
+                for _ in 0..4 {
+                    let _ = chaos.decide();
+                }
+                assert_eq!(draws.load(StdOrdering::Relaxed) - before, 4);
+            },
+            SCHEDULES,
+        );
+    }
+}
+
+#[cfg(feature = "shed")]
+mod shed {
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use super::*;
+    use crate::shed::Priority;
+    use crate::shed::slots::{Admit, Slots};
+
+    /// A waker that reads and asks the pool whose grant wakes it.
+    struct Reading(Arc<Slots>);
+
+    impl Wake for Reading {
+        fn wake(self: Arc<Self>) {
+            let _ = (self.0.counts(), self.0.queued());
+            drop(self.0.try_admit(Priority::CRITICAL));
+        }
+    }
+
+    /// Three threads take, queue for, wait on (through a waker that calls the pool back),
+    /// give up and release slots: no deadlock (a grant is sent after the lock is released),
+    /// never more slots held than the capacity, every call accounted for, and everything back
+    /// at the end.
+    #[test]
+    fn grants_are_sent_outside_the_lock_to_wakers_that_call_back_in() {
+        shuttle::check_random(
+            || {
+                let pool = Slots::new(1, None, 2);
+                let threads: Vec<_> = (0..3)
+                    .map(|t| {
+                        let pool = pool.clone();
+                        thread::spawn(move || {
+                            let waker = Waker::from(Arc::new(Reading(pool.clone())));
+                            let mut cx = Context::from_waker(&waker);
+                            match pool.admit(Priority::DEFAULT) {
+                                Ok(Admit::Now(slot)) => {
+                                    assert!(pool.in_flight() <= 1);
+                                    thread::yield_now();
+                                    drop(slot);
+                                }
+                                Ok(Admit::Queued(mut ticket)) => {
+                                    if t == 2 {
+                                        let _ = ticket.time_out();
+                                        return;
+                                    }
+                                    for _ in 0..4 {
+                                        let outcome = {
+                                            let fut = std::pin::pin!(ticket.outcome());
+                                            fut.poll(&mut cx)
+                                        };
+                                        if let Poll::Ready(granted) = outcome {
+                                            assert!(pool.in_flight() <= 1);
+                                            drop(granted);
+                                            return;
+                                        }
+                                        thread::yield_now();
+                                    }
+                                    let _ = ticket.time_out();
+                                }
+                                Err(_) => {}
+                            }
+                        })
+                    })
+                    .collect();
+                for t in threads {
+                    t.join().unwrap();
+                }
+                assert_eq!((pool.in_flight(), pool.waiting()), (0, 0));
+                let c = pool.counts();
+                // Every call of the threads (and of the wakers) took a slot or was refused.
+                let refused = c.full + c.shed + c.queue_full + c.evicted + c.timed_out;
+                assert!(c.admitted + c.admitted_after_wait + refused >= 3, "{c:?}");
+                assert!(pool.try_admit(Priority::DEFAULT).is_ok());
+            },
+            SCHEDULES,
+        );
+    }
+}
