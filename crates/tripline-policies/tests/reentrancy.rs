@@ -289,3 +289,65 @@ fn a_limiter_grant_whose_waker_reads_it_does_not_deadlock() {
     );
     assert_eq!(limiter.in_flight(), 0);
 }
+
+/// A clock that reads the budget it times, once at a time (a reading asked from inside that
+/// read does not read again).
+#[cfg(feature = "retry")]
+struct BudgetClock {
+    clock: tripline::ManualClock,
+    budget: Arc<OnceLock<Arc<tripline_policies::retry::budget::ErrorRateBudget<BudgetClock>>>>,
+    inside: std::sync::atomic::AtomicBool,
+    reads: Arc<std::sync::atomic::AtomicU32>,
+}
+
+#[cfg(feature = "retry")]
+impl tripline::Clock for BudgetClock {
+    fn now(&self) -> u64 {
+        use std::sync::atomic::Ordering;
+        if let Some(b) = self.budget.get() {
+            if !self.inside.swap(true, Ordering::AcqRel) {
+                let _ = (b.counts(), b.allows_retries());
+                self.reads.fetch_add(1, Ordering::Relaxed);
+                self.inside.store(false, Ordering::Release);
+            }
+        }
+        tripline::Clock::now(&self.clock)
+    }
+}
+
+#[cfg(feature = "retry")]
+#[test]
+fn an_error_rate_budget_whose_clock_reads_it_does_not_deadlock() {
+    use tripline::Outcome;
+    use tripline_policies::retry::budget::{ErrorRateBudget, RetryBudget};
+
+    let slot = Arc::new(OnceLock::new());
+    let reads = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let clock = BudgetClock {
+        clock: tripline::ManualClock::new(),
+        budget: slot.clone(),
+        inside: std::sync::atomic::AtomicBool::new(false),
+        reads: reads.clone(),
+    };
+    let budget = Arc::new(ErrorRateBudget::builder().build_with_clock(clock).unwrap());
+    assert!(slot.set(budget.clone()).is_ok());
+    let b = budget.clone();
+    finishes(
+        "the budget's figures, read on a clock that reads them",
+        move || {
+            for i in 0..50 {
+                b.on_outcome(
+                    if i % 2 == 0 {
+                        Outcome::Failure
+                    } else {
+                        Outcome::Success
+                    },
+                    None,
+                );
+                let _ = (b.counts(), b.allows_retries());
+            }
+        },
+    );
+    assert!(reads.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert_eq!(budget.counts(), (50, 25));
+}
