@@ -81,7 +81,9 @@ impl ErrorRateBudget {
 impl<C: Clock> ErrorRateBudget<C> {
     /// `(calls, failures)` in the window now.
     pub fn counts(&self) -> (u64, u64) {
-        let [calls, failures] = crate::lock(&self.window).totals(self.clock.now());
+        // Read before the lock: a user clock may read the budget.
+        let now = self.clock.now();
+        let [calls, failures] = crate::lock(&self.window).totals(now);
         (calls.max(0) as u64, failures.max(0) as u64)
     }
 
