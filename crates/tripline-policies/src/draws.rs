@@ -3,26 +3,24 @@
 //!
 //! # The lock
 //!
-//! `rng` guards only the slot the generator sits in: a call takes the generator out, draws
-//! from it with the lock released, and puts it back (also when the generator panics). No user
-//! code runs under it, so a generator may call back into the policy it draws for. A call that
-//! finds the slot empty (the generator is out: another thread is drawing, or the generator
-//! itself called back in) draws from the policy's spare stream instead (splitmix64 over an
-//! atomic counter: uniform, and lock-free), so no call ever waits for another's draw. Calls
-//! made one at a time draw every number from the generator, in order: a seeded generator
-//! replays the same run.
+//! `rng` holds the generator. It is only ever try-locked, never waited on: a call that takes
+//! it draws and lets go; a call that finds it held (another thread is drawing, or the
+//! generator itself called back into the policy) draws from the policy's spare stream instead
+//! (splitmix64 over an atomic counter: uniform, and lock-free). So a generator may call back
+//! into the policy it draws for without deadlock, and no call ever waits for another's draw.
+//! Calls made one at a time draw every number from the generator, in order: a seeded generator
+//! replays the same run. A generator that panics leaves the lock poisoned, which changes
+//! nothing: the next draw takes it as usual.
 
 use std::sync::atomic::Ordering;
 
 use rand::RngCore;
 
-use crate::sync::{AtomicU64, Mutex, lock};
-
-type Generator = Box<dyn RngCore + Send>;
+use crate::sync::{AtomicU64, Mutex};
 
 /// The generator and the spare stream. See the [module docs](self).
 pub(crate) struct Draws {
-    rng: Mutex<Option<Generator>>,
+    rng: Mutex<Box<dyn RngCore + Send>>,
     spare: AtomicU64,
 }
 
@@ -35,41 +33,22 @@ impl std::fmt::Debug for Draws {
 impl Draws {
     pub(crate) fn new(rng: impl RngCore + Send + 'static) -> Self {
         Self {
-            rng: Mutex::new(Some(Box::new(rng))),
+            rng: Mutex::new(Box::new(rng)),
             spare: AtomicU64::new(0x243F_6A88_85A3_08D3),
         }
     }
 
-    /// Runs `f` with the generator (or the spare stream, if the generator is out), no lock
-    /// held while `f` draws.
+    /// Runs `f` with the generator, or with the spare stream if the generator is in use.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut dyn RngCore) -> R) -> R {
-        let taken = lock(&self.rng).take();
-        match taken {
-            Some(rng) => {
-                let mut out = Out {
-                    slot: &self.rng,
-                    rng: Some(rng),
-                };
-                match out.rng.as_deref_mut() {
-                    Some(rng) => f(rng),
-                    None => f(&mut Spare(&self.spare)),
-                }
-            }
+        let held = match self.rng.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        match held {
+            Some(mut g) => f(&mut **g),
             None => f(&mut Spare(&self.spare)),
         }
-    }
-}
-
-/// The generator while it is out of its slot; dropping it (after the draw, or while a
-/// panicking generator unwinds) puts it back.
-struct Out<'a> {
-    slot: &'a Mutex<Option<Generator>>,
-    rng: Option<Generator>,
-}
-
-impl Drop for Out<'_> {
-    fn drop(&mut self) {
-        *lock(self.slot) = self.rng.take();
     }
 }
 

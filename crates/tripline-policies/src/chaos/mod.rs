@@ -305,6 +305,8 @@ pub struct ChaosStats {
 
 struct Inner {
     enabled: AtomicBool,
+    /// Guards the rules (swapped whole by `reconfigure`, cloned out by each decision). Nothing
+    /// runs under it but that swap or clone.
     rules: Mutex<Arc<[FaultRule]>>,
     /// The generator, drawn from with no lock held (it may call back in): see `crate::draws`.
     draws: Draws,

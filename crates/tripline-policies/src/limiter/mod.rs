@@ -129,6 +129,9 @@ struct Inner {
     /// A fixed limit reads no clock and feeds no algorithm.
     fixed: bool,
     slots: Arc<Slots>,
+    /// Guards the algorithm's state; the new limit reaches the slots under it (so limits
+    /// arrive in the order computed). Never run under it: the clock (read before) and the
+    /// waiters' wakers (the slots' grants are sent after it is released).
     algorithm: Mutex<Algorithm>,
     clock: Box<dyn Clock>,
     successes: AtomicU64,

@@ -135,6 +135,8 @@ struct State {
 struct Inner {
     config: PartialConfig,
     interval: u64,
+    /// Guards the window and the controller (the updates run under it). Never run under it:
+    /// the clock (read before it is taken) and the generator (drawn after it is released).
     state: Mutex<State>,
     /// The generator, drawn from with no lock held (it may call back in): see `crate::draws`.
     draws: Draws,

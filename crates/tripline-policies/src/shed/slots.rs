@@ -72,6 +72,7 @@ impl State {
 /// The pool. Shared behind an `Arc`: every [`Slot`] holds one.
 #[derive(Debug)]
 pub(crate) struct Slots {
+    /// See the [module docs](self#the-lock).
     state: Mutex<State>,
     in_flight: AtomicU32,
     waiting: AtomicU32,
@@ -129,13 +130,21 @@ impl Slots {
 
     /// A slot now, a place in the queue, or the refusal.
     pub(crate) fn admit(self: &Arc<Self>, p: Priority) -> Result<Admit, Refusal> {
+        let mut s = self.lock();
+        if s.in_flight < s.cutoff(p) {
+            return Ok(Admit::Now(self.take(&mut s, p)));
+        }
+        drop(s);
         let mut out = Outbox::default();
-        let admitted = self.admit_locked(p, &mut out);
+        let admitted = self.admit_or_queue(p, &mut out);
         out.send();
         admitted
     }
 
-    fn admit_locked(self: &Arc<Self>, p: Priority, out: &mut Outbox) -> Result<Admit, Refusal> {
+    /// [`admit`](Self::admit) when no slot was free a moment ago: the decision again, under
+    /// the lock, with the queue; a waiter pushed out is told after the lock is released.
+    #[cold]
+    fn admit_or_queue(self: &Arc<Self>, p: Priority, out: &mut Outbox) -> Result<Admit, Refusal> {
         let mut s = self.lock();
         if s.in_flight < s.cutoff(p) {
             return Ok(Admit::Now(self.take(&mut s, p)));
@@ -219,14 +228,20 @@ impl Slots {
     }
 
     fn release(self: &Arc<Self>) {
-        let mut out = Outbox::default();
-        {
+        let out = {
             let mut s = self.lock();
             s.in_flight = s.in_flight.saturating_sub(1);
-            self.grant(&mut s, &mut out);
+            let out = (!s.queue.is_empty()).then(|| {
+                let mut out = Outbox::default();
+                self.grant(&mut s, &mut out);
+                out
+            });
             self.publish(&s);
+            out
+        };
+        if let Some(out) = out {
+            out.send();
         }
-        out.send();
     }
 
     /// A grant whose waiter had gone when it was sent: it was not admitted after all (its slot
@@ -318,11 +333,21 @@ impl Outbox {
 
     /// Sends every grant and refusal. A grant whose waiter has gone comes back: it is not
     /// counted as admitted, and its slot is released (which may grant the next waiter).
+    #[inline]
     pub(crate) fn send(mut self) {
         self.flush();
     }
 
+    #[inline]
     fn flush(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        self.deliver();
+    }
+
+    #[cold]
+    fn deliver(&mut self) {
         for (tx, grant) in self.0.drain(..) {
             if let Err(Ok(slot)) = tx.send(grant) {
                 if let Some(slots) = &slot.slots {
@@ -335,6 +360,7 @@ impl Outbox {
 }
 
 impl Drop for Outbox {
+    #[inline]
     fn drop(&mut self) {
         self.flush();
     }

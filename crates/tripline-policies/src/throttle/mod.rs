@@ -156,6 +156,8 @@ struct Inner {
     /// K exactly, as `k_num / 2^k_shift` (every f64 in [1, 100] is such a fraction).
     k_num: i128,
     k_shift: u32,
+    /// Guards the requests and accepts per bucket. Never run under it: the clock (read before
+    /// it is taken) and the generator (drawn after it is released).
     window: Mutex<Buckets>,
     /// The generator, drawn from with no lock held (it may call back in): see `crate::draws`.
     draws: Draws,

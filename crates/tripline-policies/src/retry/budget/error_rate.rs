@@ -40,6 +40,8 @@ const PPM: i128 = 1_000_000;
 /// # Ok::<(), tripline::ConfigError>(())
 /// ```
 pub struct ErrorRateBudget<C: Clock = MonotonicClock> {
+    /// Guards the calls and failures per bucket. Never run under it: the clock (read before
+    /// it is taken).
     window: Mutex<Buckets>,
     threshold_ppm: i64,
     minimum_calls: u32,
