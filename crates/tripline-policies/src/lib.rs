@@ -119,6 +119,10 @@ pub mod breaker;
 pub mod bulkhead;
 #[cfg(feature = "chaos")]
 pub mod chaos;
+#[cfg(feature = "outlier")]
+mod delivery;
+#[cfg(any(feature = "throttle", feature = "partial", feature = "chaos"))]
+mod draws;
 #[cfg(feature = "gate")]
 pub mod gate;
 #[cfg(feature = "grpc")]
@@ -127,6 +131,8 @@ pub mod grpc;
 pub mod http;
 #[cfg(feature = "limiter")]
 pub mod limiter;
+#[cfg(test)]
+mod model_tests;
 #[cfg(feature = "outlier")]
 pub mod outlier;
 #[cfg(feature = "partial")]
@@ -141,6 +147,15 @@ pub mod reqwest;
 pub mod retry;
 #[cfg(feature = "shed")]
 pub mod shed;
+#[cfg(any(
+    feature = "outlier",
+    feature = "bulkhead",
+    feature = "throttle",
+    feature = "partial",
+    feature = "chaos",
+    feature = "shed"
+))]
+mod sync;
 #[cfg(feature = "throttle")]
 pub mod throttle;
 #[cfg(feature = "timeout")]

@@ -196,6 +196,29 @@ mod tower_service {
         assert_eq!((b.in_flight(), b.waiting()), (0, 0));
     }
 
+    /// One slot, one place in the queue: a queued call A is handed the freed slot but has not
+    /// been polled yet. It is no longer waiting, so the queue has room and B queues behind
+    /// it instead of being refused.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_queues_while_the_call_handed_the_freed_slot_is_unpolled() {
+        use tower::Service;
+        let b = bulkhead(1, 1, 1000);
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut svc = BulkheadLayer::new(b.clone()).layer(recorder(&order));
+        let held = b.try_acquire().unwrap();
+        svc.ready().await.unwrap();
+        let a = svc.call(1);
+        drop(held); // the slot goes to A, which is not polled yet
+        assert_eq!(b.waiting(), 0, "A holds the slot");
+        svc.ready().await.unwrap();
+        let second = svc.call(2);
+        assert_eq!(b.waiting(), 1);
+        let (a, second) = tokio::join!(a, second);
+        assert_eq!((a.unwrap(), second.expect("queued, not refused")), (1, 2));
+        assert_eq!(*order.lock().unwrap(), [1, 2]);
+        assert_eq!(b.rejections().queue_full, 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_wait_is_timed_from_the_call() {
         use tower::Service;
@@ -304,6 +327,80 @@ mod own_time {
         let _again = queued(b.enter().unwrap());
         assert_eq!(b.rejections().queue_full, 1);
         assert_eq!(b.rejections().timed_out, 0);
+    }
+
+    #[test]
+    fn a_call_queues_while_the_freed_slot_waits_to_be_collected() {
+        let b = bulkhead(1, 1, 1000);
+        let Ok(Entry::Admitted(held)) = b.enter() else {
+            panic!("a slot was free")
+        };
+        let mut first = queued(b.enter().unwrap());
+        assert!(b.enter().is_err(), "one slot busy, one call waiting: full");
+        drop(held); // handed to `first`, which has not collected it
+        assert_eq!((b.in_flight(), b.waiting()), (1, 0));
+        let mut second = queued(b.enter().expect("the queue has room"));
+        assert_eq!(b.waiting(), 1);
+        assert!(
+            b.enter().is_err(),
+            "one slot busy, one call waiting: full again"
+        );
+        let slot = first.try_slot().expect("its slot");
+        assert!(second.try_slot().is_none());
+        drop(slot);
+        assert!(second.try_slot().is_some());
+        assert_eq!(b.rejections().queue_full, 2);
+    }
+
+    /// The bounds hold whatever the interleaving of entries, collections, give-ups and
+    /// releases: never more than `max_concurrent` slots held, never more than `max_waiting`
+    /// calls waiting, and a call is refused only when both are full.
+    #[test]
+    fn the_bounds_hold_and_a_call_is_refused_only_when_both_are_full() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(11);
+        for (max_concurrent, max_waiting) in [(1, 1), (2, 1), (1, 3), (3, 2)] {
+            let b = bulkhead(max_concurrent, max_waiting, 1000);
+            let mut held = Vec::new();
+            let mut waiters: Vec<BulkheadWaiter> = Vec::new();
+            for _ in 0..5000 {
+                match rng.random_range(0..5) {
+                    0 | 1 => {
+                        let busy = held.len() as u32;
+                        let waiting = waiters.len() as u32;
+                        match b.enter() {
+                            Ok(Entry::Admitted(p)) => held.push(p),
+                            Ok(Entry::Queued(w)) => waiters.push(w),
+                            Err(_) => {
+                                // Refused: every slot is held or handed to a waiter, and the
+                                // calls not yet handed one fill the queue.
+                                let handed = (busy + waiting).min(max_concurrent) - busy;
+                                assert!(busy + handed == max_concurrent);
+                                assert_eq!(waiting - handed, max_waiting);
+                            }
+                        }
+                    }
+                    2 if !held.is_empty() => {
+                        let i = rng.random_range(0..held.len());
+                        drop(held.swap_remove(i));
+                    }
+                    3 if !waiters.is_empty() => {
+                        let i = rng.random_range(0..waiters.len());
+                        if let Some(p) = waiters[i].try_slot() {
+                            held.push(p);
+                            waiters.swap_remove(i);
+                        }
+                    }
+                    4 if !waiters.is_empty() => {
+                        let i = rng.random_range(0..waiters.len());
+                        let _ = waiters.swap_remove(i).time_out();
+                    }
+                    _ => {}
+                }
+                assert!(b.in_flight() <= max_concurrent);
+                assert!(b.waiting() <= max_waiting, "{} waiting", b.waiting());
+            }
+        }
     }
 
     #[test]

@@ -932,8 +932,9 @@ fn picks_and_records_allocate_nothing() {
 }
 
 /// Bounded real-thread stress: two threads pick and record (half of one host's calls fail)
-/// while a third changes the host set and moves the clock. Afterwards every pick is given
-/// back, the cap held at every ejection, and a host is selectable.
+/// while a third changes the host set and moves the clock, and a listener records from inside
+/// its calls. Afterwards every pick is given back, the cap held at every ejection, a host is
+/// selectable, and the events reached the listeners in sequence order.
 #[test]
 fn concurrent_picks_records_churn_and_sweeps_keep_the_invariants() {
     let c = config()
@@ -944,6 +945,14 @@ fn concurrent_picks_records_churn_and_sweeps_keep_the_invariants() {
         .unwrap();
     let (d, clock) = detector(c, 10);
     let log = events(&d);
+    // A listener that calls back in, from whichever thread delivers.
+    let d2 = d.clone();
+    d.subscribe(move |e| {
+        if let (Some(h), OutlierEventKind::Ejected { .. }) = (e.host, &e.kind) {
+            d2.record_host(&(h + 1), HostOutcome::Success);
+            let _ = d2.stats();
+        }
+    });
     std::thread::scope(|s| {
         for t in 0..2u32 {
             let d = d.clone();
@@ -988,9 +997,474 @@ fn concurrent_picks_records_churn_and_sweeps_keep_the_invariants() {
         }
     }
     assert!(ejections > 0);
-    // Every event has its own sequence number (listeners on different threads may see
-    // them out of order).
-    let mut seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
-    seqs.sort_unstable();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    // One delivery loop at a time: the listener got every event, in sequence order,
+    // whichever thread caused it.
+    let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+    assert!(seqs.iter().copied().eq(1..=seqs.len() as u64), "{seqs:?}");
+}
+
+// ---- listeners and clocks that call back in ----
+
+/// Runs `f` on its own thread and fails if it has not finished within a generous bound: a
+/// call that deadlocks never finishes.
+fn finishes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("{what} did not finish: deadlocked"))
+}
+
+/// `(listener, event)` in the order the listeners were called.
+type SharedLog = Arc<Mutex<Vec<(u8, OutlierEvent<u32>)>>>;
+
+/// Two listeners logging `(listener, seq)` in one shared log, in the order they were called.
+fn two_logs(
+    d: &OutlierDetector<u32, ManualClock>,
+    first: impl Fn(&OutlierEvent<u32>) + Send + Sync + 'static,
+) -> SharedLog {
+    let log: SharedLog = Arc::default();
+    let l = log.clone();
+    d.subscribe(move |e| {
+        l.lock().unwrap().push((1, e.clone()));
+        first(e);
+    });
+    let l = log.clone();
+    d.subscribe(move |e| l.lock().unwrap().push((2, e.clone())));
+    log
+}
+
+/// Every listener saw every event in sequence order, and event n reached every listener before
+/// any listener saw event n + 1.
+fn assert_delivered_in_sequence(log: &[(u8, OutlierEvent<u32>)]) {
+    let seqs: Vec<(u64, u8)> = log.iter().map(|(l, e)| (e.seq, *l)).collect();
+    let mut sorted = seqs.clone();
+    sorted.sort_unstable();
+    assert_eq!(seqs, sorted, "delivered out of sequence");
+    let n = log.iter().map(|(_, e)| e.seq).max().unwrap_or(0);
+    assert_eq!(
+        log.len() as u64,
+        2 * n,
+        "an event missed a listener: {seqs:?}"
+    );
+}
+
+#[test]
+fn a_listener_that_changes_the_host_set_leaves_the_events_in_sequence() {
+    let (d, _) = detector(config().max_ejection_percent(20).build().unwrap(), 10);
+    let d2 = d.clone();
+    let log = two_logs(&d, move |e| {
+        if let OutlierEventKind::Ejected { .. } = e.kind {
+            // A deploy reacting to the ejection: the set changes from inside the listener.
+            d2.remove_host(&9).unwrap();
+            d2.add_host(10).unwrap();
+        }
+    });
+    record(&d, 0, HostOutcome::Status(500), 5);
+    let log = log.lock().unwrap();
+    assert_delivered_in_sequence(&log);
+    let second: Vec<(Option<u32>, OutlierEventKind)> = log
+        .iter()
+        .filter(|(l, _)| *l == 2)
+        .map(|(_, e)| (e.host, e.kind.clone()))
+        .collect();
+    assert!(matches!(
+        second[0],
+        (Some(0), OutlierEventKind::Ejected { .. })
+    ));
+    assert_eq!(second[1], (Some(9), OutlierEventKind::HostRemoved));
+    assert_eq!(second[2], (Some(10), OutlierEventKind::HostAdded));
+}
+
+#[test]
+fn a_listener_that_records_on_another_host_sees_ejected_before_returned() {
+    let (d, clock) = detector(OutlierConfig::default(), 10);
+    let (d2, c2) = (d.clone(), clock.clone());
+    let log = two_logs(&d, move |e| {
+        if let (Some(0), OutlierEventKind::Ejected { .. }) = (e.host, &e.kind) {
+            // The ejection is over by the time the listener records on host 1: the sweep it
+            // runs returns host 0, after the ejection every listener must see first.
+            c2.advance(Duration::from_secs(30));
+            d2.record_host(&1, HostOutcome::Success);
+        }
+    });
+    record(&d, 0, HostOutcome::Status(500), 5);
+    let log = log.lock().unwrap();
+    assert_delivered_in_sequence(&log);
+    let second: Vec<OutlierEventKind> = log
+        .iter()
+        .filter(|(l, _)| *l == 2)
+        .map(|(_, e)| e.kind.clone())
+        .collect();
+    assert!(
+        matches!(second[0], OutlierEventKind::Ejected { .. }),
+        "{second:?}"
+    );
+    assert_eq!(second[1], OutlierEventKind::Returned);
+    assert!(!ejected(&d, 0));
+}
+
+/// A clock that reads the detector it times (an operator's clock that logs the figures).
+#[derive(Clone)]
+struct ReadingClock {
+    clock: ManualClock,
+    detector: Arc<std::sync::OnceLock<OutlierDetector<u32, ReadingClock>>>,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Clock for ReadingClock {
+    fn now(&self) -> u64 {
+        if let Some(d) = self.detector.get() {
+            let s = d.stats();
+            let _ = (d.host_status(&0), d.ejected(), d.ejections_active(), s);
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.clock.now()
+    }
+}
+
+#[test]
+fn a_clock_that_reads_the_detector_does_not_deadlock() {
+    let clock = ReadingClock {
+        clock: ManualClock::new(),
+        detector: Arc::default(),
+        reads: Arc::default(),
+    };
+    let d = OutlierDetector::builder(OutlierConfig::default())
+        .clock(clock.clone())
+        .seed(1)
+        .build(0..10u32)
+        .unwrap();
+    assert!(clock.detector.set(d.clone()).is_ok());
+    let reads = clock.reads.clone();
+    finishes("a sweep, an ejection and a change of the set", move || {
+        clock.clock.advance(Duration::from_secs(10));
+        assert!(d.tick());
+        for _ in 0..5 {
+            d.record_host(&3, HostOutcome::Status(500));
+        }
+        assert!(ejected_c(&d, 3));
+        clock.clock.advance(Duration::from_secs(30));
+        let p = d.pick(); // the sweep that returns host 3, from a pick
+        d.record(p, HostOutcome::Success);
+        assert!(!ejected_c(&d, 3));
+        d.set_hosts(0..5).unwrap();
+    });
+    assert!(reads.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
+
+fn ejected_c<C: Clock>(d: &OutlierDetector<u32, C>, host: u32) -> bool {
+    d.is_ejected(&host).unwrap()
+}
+
+#[test]
+fn a_listener_may_call_every_method_of_its_detector() {
+    let (d, clock) = detector(config().max_ejection_percent(50).build().unwrap(), 10);
+    let d2 = d.clone();
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let c = calls.clone();
+    d.subscribe(move |e| {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = (
+            d2.stats(),
+            d2.hosts(),
+            d2.selectable(),
+            d2.ejected(),
+            d2.in_panic(),
+        );
+        let _ = (d2.host_status(&1), d2.is_ejected(&1), d2.ejections_active());
+        let p = d2.pick();
+        d2.record(p, HostOutcome::Success);
+        d2.tick();
+        if let (Some(2), OutlierEventKind::Ejected { .. }) = (e.host, &e.kind) {
+            for _ in 0..5 {
+                d2.record_host(&4, HostOutcome::Status(500));
+            }
+            d2.subscribe(|_| {});
+            d2.set_hosts(0..12).unwrap();
+        }
+    });
+    let d3 = d.clone();
+    finishes("events whose listener calls back in", move || {
+        for _ in 0..5 {
+            d3.record_host(&2, HostOutcome::Status(500));
+        }
+        clock.advance(Duration::from_secs(40));
+        d3.tick();
+    });
+    assert!(calls.load(std::sync::atomic::Ordering::Relaxed) >= 4);
+    assert_eq!(d.hosts().len(), 12);
+}
+
+// ---- Envoy's timer, run lazily ----
+
+/// Ejects `host` with five 5xx and lets it back at the first sweep after its time.
+fn eject_and_return(d: &OutlierDetector<u32, ManualClock>, clock: &ManualClock, host: u32) {
+    record(d, host, HostOutcome::Status(500), 5);
+    assert!(ejected(d, host));
+    let until = d.host_status(&host).unwrap().ejected_until.unwrap();
+    while ejected(d, host) {
+        clock.advance(Duration::from_secs(10));
+        d.tick();
+    }
+    assert!(clock.now() >= until);
+}
+
+#[test]
+fn the_multiplier_decays_by_the_intervals_that_passed() {
+    // Envoy's timer decrements the multiplier of a host that stayed in at every interval,
+    // whether or not calls came. After three ejections and 600 s of silence the multiplier is
+    // back to 0, so the next ejection lasts one base time (10 s), as Envoy's does.
+    let c = config()
+        .base_ejection_time(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let (d, clock) = detector(c, 10);
+    for _ in 0..3 {
+        eject_and_return(&d, &clock, 0);
+        // Straight back in: no interval passes in between, so no decay.
+        assert!(!ejected(&d, 0));
+    }
+    assert_eq!(d.host_status(&0).unwrap().multiplier, 3);
+    clock.advance(Duration::from_secs(600));
+    record(&d, 0, HostOutcome::Status(500), 5);
+    let st = d.host_status(&0).unwrap();
+    assert_eq!(st.multiplier, 1);
+    assert_eq!(st.ejected_until.unwrap() - clock.now(), 10_000_000_000);
+}
+
+#[test]
+fn an_ejection_that_ends_in_silence_decays_from_the_interval_it_ended_in() {
+    // Ejected for 10 s at t = 0; no call and no tick for 100 s. Envoy's timer returns it at
+    // the sweep at 10 s and decays its multiplier at 20 s: the next ejection lasts 10 s again.
+    let c = config()
+        .base_ejection_time(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let (d, clock) = detector(c, 10);
+    record(&d, 0, HostOutcome::Status(500), 5);
+    assert_eq!(d.host_status(&0).unwrap().multiplier, 1);
+    clock.advance(Duration::from_secs(100));
+    assert!(d.tick());
+    let st = d.host_status(&0).unwrap();
+    assert_eq!((st.ejected, st.multiplier), (false, 0));
+    record(&d, 0, HostOutcome::Status(500), 5);
+    let st = d.host_status(&0).unwrap();
+    assert_eq!(st.ejected_until.unwrap() - clock.now(), 10_000_000_000);
+}
+
+#[test]
+fn sweeps_keep_envoys_interval_grid() {
+    // The timer fires every interval from the start, whenever the sweep actually runs: a
+    // sweep run late at 15 s leaves the next one due at 20 s, not 25 s.
+    let (d, clock) = detector(OutlierConfig::default(), 10);
+    clock.advance(Duration::from_secs(15));
+    assert!(d.tick());
+    clock.advance(Duration::from_secs(4));
+    assert!(!d.tick());
+    clock.advance(Duration::from_secs(1));
+    assert!(d.tick());
+}
+
+#[test]
+fn a_failure_for_a_host_whose_ejection_is_over_counts() {
+    // The sweep that is due runs before a result is applied (as before a pick): the host is
+    // back first, so its first failure counts and five failures eject it again, not six.
+    let (d, clock) = detector(OutlierConfig::default(), 10);
+    record(&d, 0, HostOutcome::Status(500), 5);
+    assert!(ejected(&d, 0));
+    clock.advance(Duration::from_secs(30));
+    record(&d, 0, HostOutcome::Status(500), 4);
+    assert!(!ejected(&d, 0));
+    assert_eq!(d.host_status(&0).unwrap().consecutive_5xx, 4);
+    record(&d, 0, HostOutcome::Status(500), 1);
+    assert!(ejected(&d, 0));
+
+    // The same through record(pick, ..): a call picked before the ejection, answered after
+    // the ejection ended.
+    let (d, clock) = detector(OutlierConfig::default(), 10);
+    let early = loop {
+        let p = d.pick();
+        if *p.host() == 0 {
+            break p;
+        }
+    };
+    record(&d, 0, HostOutcome::Status(500), 5);
+    clock.advance(Duration::from_secs(30));
+    d.record(early, HostOutcome::Status(500));
+    assert!(!ejected(&d, 0));
+    assert_eq!(d.host_status(&0).unwrap().consecutive_5xx, 1);
+    record(&d, 0, HostOutcome::Status(500), 4);
+    assert!(ejected(&d, 0));
+}
+
+#[test]
+fn a_panicking_listener_is_counted_and_the_others_still_get_the_event() {
+    let (d, _) = detector(OutlierConfig::default(), 10);
+    d.subscribe(|e| {
+        if let OutlierEventKind::Ejected { .. } = e.kind {
+            panic!("a listener's bug");
+        }
+    });
+    let log = events(&d);
+    record(&d, 0, HostOutcome::Status(500), 5); // ejected: the first listener panics
+    record(&d, 1, HostOutcome::Status(500), 5); // refused by the cap: an overflow event
+    let kinds: Vec<OutlierEventKind> = log.lock().unwrap().iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(matches!(kinds[0], OutlierEventKind::Ejected { .. }));
+    assert!(matches!(kinds[1], OutlierEventKind::Overflow { .. }));
+    assert_eq!(d.stats().listener_panics, 1);
+}
+
+// ---- tower::balance with outlier ejection ----
+
+#[cfg(feature = "tower")]
+mod tower_discover {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use tokio_stream::wrappers::UnboundedReceiverStream;
+    use tower::balance::p2c::Balance;
+    use tower::discover::{Change, ServiceList};
+    use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
+    use tower::{Service, ServiceExt, service_fn};
+    use tripline::ManualClock;
+    use tripline_policies::BoxError;
+    use tripline_policies::outlier::{
+        HostOutcome, OutlierConfig, OutlierDetector, OutlierDiscover,
+    };
+
+    /// Ten replicas counting their calls; `bad` fails every call.
+    fn replicas(
+        calls: Arc<Vec<AtomicU32>>,
+        bad: usize,
+    ) -> Vec<
+        impl Service<
+            u32,
+            Response = u32,
+            Error = BoxError,
+            Future = impl std::future::Future<Output = Result<u32, BoxError>> + Send,
+        > + Clone
+        + Send,
+    > {
+        (0..10usize)
+            .map(|i| {
+                let calls = calls.clone();
+                service_fn(move |req: u32| {
+                    calls[i].fetch_add(1, Ordering::Relaxed);
+                    async move {
+                        if i == bad {
+                            Err::<u32, BoxError>("500".into())
+                        } else {
+                            Ok(req)
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    fn detector(clock: &ManualClock) -> OutlierDetector<usize, ManualClock> {
+        OutlierDetector::builder(OutlierConfig::default())
+            .clock(clock.clone())
+            .seed(4)
+            .build(0..10usize)
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn tower_balance_skips_an_ejected_host_and_takes_it_back_when_it_returns() {
+        let clock = ManualClock::new();
+        let d = detector(&clock);
+        let calls: Arc<Vec<AtomicU32>> = Arc::new((0..10).map(|_| AtomicU32::new(0)).collect());
+        let discover =
+            OutlierDiscover::new(ServiceList::new(replicas(calls.clone(), 3)), d.clone());
+        let mut balance = Balance::new(PendingRequestsDiscover::new(
+            discover,
+            CompleteOnResponse::default(),
+        ));
+        for _ in 0..200 {
+            let _ = balance.ready().await.unwrap().call(1).await;
+        }
+        // Five 5xx in a row: ejected, and out of tower's balancer.
+        assert_eq!(d.is_ejected(&3), Some(true));
+        assert_eq!(calls[3].load(Ordering::Relaxed), 5);
+        assert_eq!(balance.len(), 9);
+        assert_eq!(d.host_status(&0).unwrap().in_flight, 0);
+
+        // 30 s later the next result's sweep lets it back: offered again, and it fails again.
+        clock.advance(Duration::from_secs(30));
+        for _ in 0..200 {
+            let _ = balance.ready().await.unwrap().call(1).await;
+        }
+        assert!(
+            calls[3].load(Ordering::Relaxed) > 5,
+            "offered again after its return"
+        );
+        assert_eq!(d.is_ejected(&3), Some(true));
+        assert_eq!(d.host_status(&3).unwrap().multiplier, 2);
+        assert_eq!(balance.len(), 9);
+    }
+
+    #[tokio::test]
+    async fn the_detector_follows_discovery_and_panic_offers_every_host() {
+        let clock = ManualClock::new();
+        // Started on placeholder hosts: the discovered set replaces them.
+        let d = OutlierDetector::builder(
+            OutlierConfig::builder()
+                .max_ejection_percent(100)
+                .build()
+                .unwrap(),
+        )
+        .clock(clock.clone())
+        .seed(4)
+        .build([100usize])
+        .unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let calls: Arc<Vec<AtomicU32>> = Arc::new((0..10).map(|_| AtomicU32::new(0)).collect());
+        let services = replicas(calls.clone(), 9);
+        for (i, s) in services.iter().enumerate().take(4) {
+            tx.send(Ok::<_, Infallible>(Change::Insert(i, s.clone())))
+                .unwrap();
+        }
+        let discover = OutlierDiscover::new(UnboundedReceiverStream::new(rx), d.clone());
+        let mut balance = Balance::new(PendingRequestsDiscover::new(
+            discover,
+            CompleteOnResponse::default(),
+        ));
+        balance.ready().await.unwrap().call(1).await.unwrap();
+        assert_eq!(d.hosts(), [0, 1, 2, 3]);
+        assert_eq!(balance.len(), 4);
+
+        tx.send(Ok(Change::Remove(1))).unwrap();
+        tx.send(Ok(Change::Insert(9, services[9].clone()))).unwrap();
+        let _ = balance.ready().await.unwrap().call(1).await;
+        assert_eq!(d.hosts(), [0, 2, 3, 9]);
+        assert_eq!(balance.len(), 4);
+
+        // Host 0 is ejected (its 5xx recorded by hand, as another balancer would): it leaves.
+        for _ in 0..5 {
+            d.record_host(&0, HostOutcome::Status(500));
+        }
+        let _ = balance.ready().await.unwrap().call(1).await;
+        assert_eq!(balance.len(), 3);
+        // Then 2 and 9: one healthy host of four is below the panic threshold (50 %), so
+        // every host is offered again.
+        for h in [2, 9] {
+            for _ in 0..5 {
+                d.record_host(&h, HostOutcome::Status(500));
+            }
+        }
+        assert!(d.in_panic());
+        let before = calls[0].load(Ordering::Relaxed);
+        for _ in 0..50 {
+            let _ = balance.ready().await.unwrap().call(1).await;
+        }
+        assert_eq!(balance.len(), 4, "in panic every host is offered");
+        assert!(calls[0].load(Ordering::Relaxed) > before);
+    }
 }

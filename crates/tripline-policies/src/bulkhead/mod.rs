@@ -18,6 +18,13 @@
 //! that finds others queued queues behind them even if a slot is momentarily free. The wait
 //! is timed from the same moment.
 //!
+//! A queued call that is handed a freed slot holds it from that moment, whether or not its
+//! future (or [`BulkheadWaiter`]) has collected it yet: it counts as in flight, not as
+//! waiting, so the place it left in the queue is free for the next call. A call is refused at
+//! once exactly when `max_concurrent + max_waiting` calls are already inside (holding a slot,
+//! handed one, or waiting for one); while fewer are, it takes a slot or a place. A call counts
+//! as gone from the moment its slot starts being released.
+//!
 //! Defaults are resilience4j's: 25 concurrent calls and no waiting.
 //!
 //! ```
@@ -51,7 +58,7 @@ mod layer;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
@@ -59,6 +66,8 @@ use pin_project_lite::pin_project;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tripline::ConfigError;
+
+use crate::sync::{AtomicU32, AtomicU64};
 
 pub use error::BulkheadFull;
 #[cfg(feature = "tower")]
@@ -158,10 +167,32 @@ impl BulkheadConfigBuilder {
 #[derive(Debug)]
 struct Inner {
     config: BulkheadConfig,
+    /// The slots. Its permits are taken by calls (a slot) and handed by tokio, first come
+    /// first served, to the calls waiting in it.
     semaphore: Arc<Semaphore>,
-    waiting: AtomicU32,
+    /// Calls inside: holding a slot, handed one, or waiting for one; at most `max_concurrent +
+    /// max_waiting`. Taken (with a bounded compare-and-swap) before a call asks the semaphore
+    /// for a slot, given back when it leaves: by its permit before the slot is released, or by
+    /// its place in the queue when it gives up. No lock, and no user code, is involved.
+    inside: AtomicU32,
     full: AtomicU64,
     timed_out: AtomicU64,
+}
+
+impl Inner {
+    /// Takes a place inside, if fewer than `max_concurrent + max_waiting` calls are in.
+    fn enter(&self) -> bool {
+        let max = self.config.max_concurrent + self.config.max_waiting;
+        self.inside
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A bulkhead shared by every call to one dependency. Cloning is cheap; clones share the
@@ -201,7 +232,7 @@ impl Bulkhead {
             inner: Arc::new(Inner {
                 config,
                 semaphore: Arc::new(Semaphore::new(config.max_concurrent as usize)),
-                waiting: AtomicU32::new(0),
+                inside: AtomicU32::new(0),
                 full: AtomicU64::new(0),
                 timed_out: AtomicU64::new(0),
             }),
@@ -215,10 +246,25 @@ impl Bulkhead {
 
     /// Takes a slot if one is free now; never waits.
     pub fn try_acquire(&self) -> Result<BulkheadPermit, BulkheadFull> {
-        match self.inner.semaphore.clone().try_acquire_owned() {
-            Ok(p) => Ok(BulkheadPermit(p)),
-            Err(_) => Err(self.full(None)),
+        if !self.inner.enter() {
+            return Err(self.full(None));
         }
+        match self.take_slot() {
+            Some(p) => Ok(p),
+            None => {
+                self.inner.leave();
+                Err(self.full(None))
+            }
+        }
+    }
+
+    /// A free slot for a call that has its place inside, if the semaphore has one.
+    fn take_slot(&self) -> Option<BulkheadPermit> {
+        let p = self.inner.semaphore.try_acquire().ok()?;
+        p.forget();
+        Some(BulkheadPermit {
+            bulkhead: self.inner.clone(),
+        })
     }
 
     /// Takes a slot, waiting for one (in the bounded queue, for at most `max_wait`) if all are
@@ -277,26 +323,23 @@ impl Bulkhead {
         }
     }
 
-    /// Takes a free slot, or a place in the queue, or refuses; never waits.
+    /// Takes a free slot, or a place in the queue, or refuses; never waits. Refuses exactly
+    /// when `max_concurrent + max_waiting` calls are inside.
     pub(crate) fn admit(&self) -> Admission {
-        if let Ok(p) = self.inner.semaphore.clone().try_acquire_owned() {
-            return Admission::Now(BulkheadPermit(p));
+        if !self.inner.enter() {
+            return Admission::Full(self.full(None));
         }
-        let i = &*self.inner;
-        let max = i.config.max_waiting;
-        let joined = i
-            .waiting
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_ok();
-        if joined {
-            Admission::Queued(Queued {
-                bulkhead: self.clone(),
-            })
-        } else {
-            Admission::Full(self.full(None))
+        if let Some(p) = self.take_slot() {
+            return Admission::Now(p);
         }
+        if self.inner.config.max_waiting == 0 {
+            // No queue: every slot is held (one may be on its way out).
+            self.inner.leave();
+            return Admission::Full(self.full(None));
+        }
+        Admission::Queued(Queued {
+            bulkhead: self.clone(),
+        })
     }
 
     fn full(&self, waited: Option<Duration>) -> BulkheadFull {
@@ -319,14 +362,16 @@ impl Bulkhead {
         self.inner.semaphore.available_permits() as u32
     }
 
-    /// Calls in flight now.
+    /// Calls in flight now: holding a slot, or handed one they have not collected yet.
     pub fn in_flight(&self) -> u32 {
         self.inner.config.max_concurrent - self.available()
     }
 
-    /// Calls waiting for a slot now.
+    /// Calls waiting for a slot now: not yet handed one (a call handed a freed slot holds it,
+    /// collected or not, and counts in [`in_flight`](Self::in_flight)).
     pub fn waiting(&self) -> u32 {
-        self.inner.waiting.load(Ordering::Acquire)
+        let inside = self.inner.inside.load(Ordering::Acquire);
+        inside.saturating_sub(self.in_flight())
     }
 
     /// Calls refused so far.
@@ -374,12 +419,13 @@ impl BulkheadWaiter {
         match self.acquire.as_mut().poll(&mut cx) {
             Poll::Pending => None,
             Poll::Ready(r) => {
-                // Out of the queue: the place is freed with the `Queued`.
-                let queued = self.queued.take();
+                // Out of the queue: its place inside goes on with the slot.
+                let queued = self.queued.take()?;
                 // The semaphore is never closed; a closed one gives no slot.
-                let permit = r.ok().map(BulkheadPermit);
-                drop(queued);
-                permit
+                match r {
+                    Ok(p) => Some(queued.into_permit(p)),
+                    Err(_) => None,
+                }
             }
         }
     }
@@ -402,8 +448,8 @@ impl BulkheadWaiter {
     }
 }
 
-/// A place in the wait queue; leaving it (by getting a slot, timing out or being dropped)
-/// frees the place.
+/// A place in the wait queue. Leaving it by timing out or being dropped gives the place inside
+/// back; getting a slot hands the place on to the permit.
 pub(crate) struct Queued {
     bulkhead: Bulkhead,
 }
@@ -426,11 +472,19 @@ impl Queued {
     fn full(&self, waited: Option<Duration>) -> BulkheadFull {
         self.bulkhead.full(waited)
     }
+
+    /// The slot tokio handed this call: the call stays inside, now holding it.
+    fn into_permit(self, p: OwnedSemaphorePermit) -> BulkheadPermit {
+        p.forget();
+        let bulkhead = self.bulkhead.inner.clone();
+        std::mem::forget(self);
+        BulkheadPermit { bulkhead }
+    }
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        self.bulkhead.inner.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.bulkhead.inner.leave();
     }
 }
 
@@ -485,12 +539,12 @@ where
             return Poll::Pending;
         }
         let acquired = ready!(this.acquire.poll(cx));
-        // Out of the queue: its place is freed now, not when the wait is dropped.
+        // Out of the queue, now, not when the wait is dropped.
         let Some(queued) = this.queued.take() else {
             return Poll::Pending;
         };
         Poll::Ready(match acquired {
-            Ok(p) => Ok(BulkheadPermit(p)),
+            Ok(p) => Ok(queued.into_permit(p)),
             // The semaphore is never closed; treat it as a full queue if it ever is.
             Err(_) => Err(queued.full(None)),
         })
@@ -527,9 +581,18 @@ where
 /// A slot in the bulkhead, given back when dropped.
 #[must_use = "the slot is released as soon as the permit is dropped"]
 #[derive(Debug)]
-pub struct BulkheadPermit(
-    #[expect(dead_code, reason = "held for its Drop, which frees the slot")] OwnedSemaphorePermit,
-);
+pub struct BulkheadPermit {
+    bulkhead: Arc<Inner>,
+}
+
+impl Drop for BulkheadPermit {
+    fn drop(&mut self) {
+        // The call leaves first, then its slot goes (to the first waiter, if any): a call
+        // that comes in between finds the place free and queues for the slot.
+        self.bulkhead.leave();
+        self.bulkhead.semaphore.add_permits(1);
+    }
+}
 
 #[cfg(feature = "tower")]
 mod service {

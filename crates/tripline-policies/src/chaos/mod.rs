@@ -67,6 +67,8 @@ use std::time::Duration;
 use rand::{RngCore, SeedableRng};
 use tripline::ConfigError;
 
+use crate::draws::Draws;
+
 pub use error::InjectedFault;
 #[cfg(feature = "tower")]
 pub use layer::ChaosLayer;
@@ -303,8 +305,11 @@ pub struct ChaosStats {
 
 struct Inner {
     enabled: AtomicBool,
+    /// Guards the rules (swapped whole by `reconfigure`, cloned out by each decision). Nothing
+    /// runs under it but that swap or clone.
     rules: Mutex<Arc<[FaultRule]>>,
-    rng: Mutex<Box<dyn RngCore + Send>>,
+    /// The generator, drawn from with no lock held (it may call back in): see `crate::draws`.
+    draws: Draws,
     calls: AtomicU64,
     latency: AtomicU64,
     errors: AtomicU64,
@@ -340,13 +345,16 @@ impl Chaos {
         Self::with_rng(config, rand_pcg::Pcg64Mcg::from_os_rng())
     }
 
-    /// An injector drawing from `rng` (seed it to hit the same calls on every run).
+    /// An injector drawing from `rng` (seed it to hit the same calls on every run). The
+    /// generator runs with no lock of the injector held, so it may call the injector; a
+    /// decision made while it is in use (by another thread, or from inside it) draws from the
+    /// injector's own spare stream instead of waiting for it.
     pub fn with_rng(config: ChaosConfig, rng: impl RngCore + Send + 'static) -> Self {
         Self {
             inner: Arc::new(Inner {
                 enabled: AtomicBool::new(config.enabled),
                 rules: Mutex::new(config.rules.into()),
-                rng: Mutex::new(Box::new(rng)),
+                draws: Draws::new(rng),
                 calls: AtomicU64::new(0),
                 latency: AtomicU64::new(0),
                 errors: AtomicU64::new(0),
@@ -399,13 +407,12 @@ impl Chaos {
         }
         i.calls.fetch_add(1, Ordering::Relaxed);
         let rules = Arc::clone(&crate::lock(&i.rules));
-        let fault = {
-            let mut rng = crate::lock(&i.rng);
+        let fault = i.draws.with(|rng| {
             rules.iter().find_map(|r| {
                 let u = u64::from(rng.next_u32());
                 (u * 1_000_000 < u64::from(r.rate_ppm) << 32).then_some(r.fault)
             })
-        }?;
+        })?;
         let counter = match fault {
             Fault::Latency(_) => &i.latency,
             Fault::Error => &i.errors,

@@ -129,6 +129,9 @@ struct Inner {
     /// A fixed limit reads no clock and feeds no algorithm.
     fixed: bool,
     slots: Arc<Slots>,
+    /// Guards the algorithm's state; the new limit reaches the slots under it (so limits
+    /// arrive in the order computed). Never run under it: the clock (read before) and the
+    /// waiters' wakers (the slots' grants are sent after it is released).
     algorithm: Mutex<Algorithm>,
     clock: Box<dyn Clock>,
     successes: AtomicU64,
@@ -297,20 +300,25 @@ impl Limiter {
             return;
         }
         let refused = i.slots.take_demand_refused();
-        let mut a = i.algorithm.lock().unwrap_or_else(PoisonError::into_inner);
-        // Refused demand is demand: count the limiter as full (see the module docs).
-        let in_flight = if refused {
-            in_flight.max(a.limit())
-        } else {
-            in_flight
+        let grants = {
+            let mut a = i.algorithm.lock().unwrap_or_else(PoisonError::into_inner);
+            // Refused demand is demand: count the limiter as full (see the module docs).
+            let in_flight = if refused {
+                in_flight.max(a.limit())
+            } else {
+                in_flight
+            };
+            let limit = a.update(Sample {
+                rtt,
+                in_flight,
+                dropped,
+            });
+            // Under the algorithm's lock, so that limits reach the slots in the order computed.
+            i.slots.set_limit(limit)
         };
-        let limit = a.update(Sample {
-            rtt,
-            in_flight,
-            dropped,
-        });
-        // Under the algorithm's lock, so that limits reach the slots in the order computed.
-        i.slots.set_limit(limit);
+        // The slots a larger limit hands to waiters go out after every lock is released: the
+        // waiters' wakers may call the limiter.
+        grants.send();
     }
 
     /// The limit now.

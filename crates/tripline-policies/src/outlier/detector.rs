@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -14,9 +14,14 @@ use tripline::{Clock, ConfigError, MonotonicClock};
 
 use super::config::OutlierConfig;
 use super::rules;
+use crate::delivery::Delivery;
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, lock};
 
 /// What a host key must be: cloneable, hashable, printable (errors name the host), shareable.
 /// `String`, `&'static str`, `SocketAddr`, `u32` and `Arc<str>` all are.
+///
+/// The key's `Clone`, `Hash` and `Eq` run under the detector's lock (the lock's contract is in
+/// the [module docs](super#locks-and-callbacks)): they must not call the detector.
 pub trait HostKey: Clone + Eq + Hash + fmt::Debug + Send + Sync + 'static {}
 impl<T: Clone + Eq + Hash + fmt::Debug + Send + Sync + 'static> HostKey for T {}
 
@@ -136,6 +141,8 @@ pub struct OutlierStats {
     pub ejections_detected: [u64; 7],
     /// Picks made while in panic (Envoy's `lb_healthy_panic`).
     pub lb_healthy_panic: u64,
+    /// Listener calls that panicked (each is caught; the other listeners still get the event).
+    pub listener_panics: u64,
     /// Whether the balancer is in panic now: it picks among every host.
     pub panic: bool,
     /// Hosts in the set.
@@ -200,8 +207,8 @@ pub enum OutlierEventKind {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct OutlierEvent<H> {
-    /// The event's number in this detector, in the order the events happened (listeners
-    /// called from different threads may see them out of that order).
+    /// The event's number in this detector (1, 2, ...), in the order the events happened.
+    /// Listeners receive the events in this order, whatever thread caused them.
     pub seq: u64,
     /// Nanoseconds on the detector's clock.
     pub at: u64,
@@ -212,8 +219,6 @@ pub struct OutlierEvent<H> {
     /// Hosts ejected after the event.
     pub ejections_active: u32,
 }
-
-type Listener<H> = Arc<dyn Fn(&OutlierEvent<H>) + Send + Sync>;
 
 /// The hot state of one host: counters updated without a lock.
 struct HostEntry<H> {
@@ -293,16 +298,29 @@ struct Ejection {
     last_success_rate: Option<f64>,
 }
 
+/// Everything that changes at an ejection, a return, a sweep or a change of the set, under the
+/// control lock. See the [module docs](super#locks-and-callbacks) for the lock's contract.
 struct Control<H> {
     hosts: Vec<Arc<HostEntry<H>>>,
     ejections: Vec<Ejection>,
     active: u32,
     next_id: u64,
+    /// When the next sweep is due: Envoy's timer, which fires every interval from the start.
     next_sweep: u64,
+    /// The latest clock reading the detector acted on. Readings are taken before the lock, so
+    /// a thread may bring an older one than another thread already used: it acts at this
+    /// time instead, and the detector's time never goes back.
+    now: u64,
     rng: Pcg64Mcg,
     stats: OutlierStats,
-    seq: u64,
-    events: Vec<OutlierEvent<H>>,
+}
+
+impl<H> Control<H> {
+    /// The time to act at, given a reading taken before the lock.
+    fn at(&mut self, reading: u64) -> u64 {
+        self.now = self.now.max(reading);
+        self.now
+    }
 }
 
 struct Inner<H, C> {
@@ -320,7 +338,8 @@ struct Inner<H, C> {
     rr: AtomicU64,
     p2c: AtomicU64,
     panic_picks: AtomicU64,
-    listeners: RwLock<Vec<Listener<H>>>,
+    /// The events, queued under `control`, delivered after it is released.
+    events: Delivery<OutlierEvent<H>>,
 }
 
 /// Per-host outlier detection with an ejection cap, and a balancer over its hosts. Cloning is
@@ -435,10 +454,9 @@ impl<C: Clock> OutlierDetectorBuilder<C> {
             active: 0,
             next_id: n as u64,
             next_sweep: now.saturating_add(interval),
+            now,
             rng: Pcg64Mcg::seed_from_u64(seed),
             stats: OutlierStats::default(),
-            seq: 0,
-            events: Vec::new(),
             hosts: entries,
         };
         let snapshot = build_snapshot(&control, panic_ppm);
@@ -458,7 +476,7 @@ impl<C: Clock> OutlierDetectorBuilder<C> {
                 rr: AtomicU64::new(0),
                 p2c: AtomicU64::new(seed ^ 0x5DEE_CE66_D1CE_4E5B),
                 panic_picks: AtomicU64::new(0),
-                listeners: RwLock::new(Vec::new()),
+                events: Delivery::new(),
             }),
         };
         Ok(d)
@@ -467,10 +485,6 @@ impl<C: Clock> OutlierDetectorBuilder<C> {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn check_hosts<H: HostKey>(
@@ -666,6 +680,21 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         self.take(&s, i)
     }
 
+    /// A pick of `host`, chosen by another balancer (tower's, through
+    /// [`OutlierDiscover`](super::OutlierDiscover)): counted in flight on it until recorded
+    /// or dropped. `None` when `host` is not in the set.
+    #[cfg_attr(
+        not(feature = "tower"),
+        expect(dead_code, reason = "used by the tower discovery")
+    )]
+    pub(crate) fn pick_host(&self, host: &H) -> Option<Pick<H>> {
+        let s = self.inner.snapshot.load();
+        let &i = s.index.get(host)?;
+        let entry = s.hosts[i as usize].clone();
+        entry.in_flight.fetch_add(1, Ordering::AcqRel);
+        Some(Pick { entry })
+    }
+
     fn take(&self, s: &Snapshot<H>, i: u32) -> Pick<H> {
         if s.panic {
             self.inner.panic_picks.fetch_add(1, Ordering::Relaxed);
@@ -675,19 +704,22 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         Pick { entry }
     }
 
-    /// Records the outcome of a call to the picked host. A consecutive-failure rule that
-    /// reaches its threshold tries to eject the host at once (within the cap); the
-    /// rate-based rules run at the sweeps. A pick of a host that has left the set records
-    /// nothing.
+    /// Records the outcome of a call to the picked host. The sweep that is due runs first (as
+    /// before a pick), so a result is applied to the host set as it is now: a host whose
+    /// ejection is over is back before its result counts. A consecutive-failure rule that
+    /// reaches its threshold tries to eject the host at once (within the cap); the rate-based
+    /// rules run at the sweeps. A pick of a host that has left the set records nothing.
     pub fn record(&self, pick: Pick<H>, outcome: HostOutcome) {
+        self.maybe_sweep();
         self.put(&pick.entry, outcome);
         drop(pick);
-        self.maybe_sweep();
     }
 
     /// Records the outcome of a call to `host` that was not picked here (another balancer
-    /// chose it). Returns false, recording nothing, when `host` is not in the set.
+    /// chose it), after the sweep that is due, as [`record`](Self::record). Returns false,
+    /// recording nothing, when `host` is not in the set.
     pub fn record_host(&self, host: &H, outcome: HostOutcome) -> bool {
+        self.maybe_sweep();
         let entry = {
             let s = self.inner.snapshot.load();
             match s.index.get(host) {
@@ -696,7 +728,6 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
             }
         };
         self.put(&entry, outcome);
-        self.maybe_sweep();
         true
     }
 
@@ -758,6 +789,7 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
     fn consecutive(&self, e: &Arc<HostEntry<H>>, t: EjectionType) {
         let now = self.inner.clock.now();
         let mut ctl = lock(&self.inner.control);
+        let now = ctl.at(now);
         let Some(i) = position(&ctl, e) else {
             return;
         };
@@ -855,20 +887,11 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         true
     }
 
+    /// Queues an event, under the control lock: sequence order is the order of the lock.
     fn event(&self, ctl: &mut Control<H>, at: u64, host: Option<H>, kind: OutlierEventKind) {
-        if self
-            .inner
-            .listeners
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-        {
-            return;
-        }
-        ctl.seq += 1;
         let ejections_active = ctl.active;
-        ctl.events.push(OutlierEvent {
-            seq: ctl.seq,
+        self.inner.events.queue(|seq| OutlierEvent {
+            seq,
             at,
             host,
             kind,
@@ -892,24 +915,11 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         }
     }
 
-    /// Hands the queued events to the listeners, after the lock is released.
-    fn dispatch(&self, mut ctl: MutexGuard<'_, Control<H>>) {
-        if ctl.events.is_empty() {
-            return;
-        }
-        let events = std::mem::take(&mut ctl.events);
+    /// Releases the control lock, then delivers the events queued under it (or leaves them to
+    /// the delivery loop running already, on another thread or further up this one's stack).
+    fn dispatch(&self, ctl: MutexGuard<'_, Control<H>>) {
         drop(ctl);
-        let listeners = self
-            .inner
-            .listeners
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        for e in &events {
-            for l in &listeners {
-                l(e);
-            }
-        }
+        self.inner.events.deliver();
     }
 
     fn maybe_sweep(&self) {
@@ -917,8 +927,10 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         if now < self.inner.next_sweep.load(Ordering::Acquire) {
             return;
         }
+        // Read before the lock: a user clock may read the detector.
+        let now = self.inner.clock.now();
         if let Ok(ctl) = self.inner.control.try_lock() {
-            self.sweep_locked(ctl, self.inner.clock.now());
+            self.sweep_locked(ctl, now);
         }
     }
 
@@ -926,31 +938,48 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
     /// decay of multipliers. Sweeps also run from [`pick`](Self::pick) and
     /// [`record`](Self::record) when due, so calling this is needed only when no calls come
     /// (to let ejected hosts return on time). Returns whether a sweep ran.
+    ///
+    /// The sweeps are Envoy's timer, run lazily: due every `interval` from the detector's
+    /// start, whenever they actually run. A sweep that runs after several were due stands for
+    /// all of them: a host whose ejection ended in the gap returns as of the first of them
+    /// after its time, and the multipliers decay by one for each of them that found the host
+    /// in and back for an interval, as Envoy's timer would have; the rate rules run once, over
+    /// the calls since the last sweep.
     pub fn tick(&self) -> bool {
+        // Read before the lock: a user clock may read the detector.
+        let now = self.inner.clock.now();
         let ctl = lock(&self.inner.control);
-        self.sweep_locked(ctl, self.inner.clock.now())
+        self.sweep_locked(ctl, now)
     }
 
     fn sweep_locked(&self, mut ctl: MutexGuard<'_, Control<H>>, now: u64) -> bool {
-        if now < ctl.next_sweep {
+        let now = ctl.at(now);
+        let due = ctl.next_sweep;
+        if now < due {
             return false;
         }
         let interval = self.inner.interval;
+        let ticks = rules::ticks_due(due, interval, now);
         let mut changed = false;
-        // 1. Returns.
+        // 1. The sweeps due before this one, and this one's returns: when each ejected host
+        //    came back, and how far its multiplier decayed since.
+        let mut decays_now = Vec::with_capacity(ctl.hosts.len());
         for i in 0..ctl.hosts.len() {
             let ej = ctl.ejections[i];
-            if let Some(since) = ej.since {
-                if now.saturating_sub(since) >= ej.duration {
-                    changed = true;
-                    ctl.ejections[i].since = None;
-                    ctl.ejections[i].returned = Some(now);
-                    ctl.active -= 1;
-                    ctl.hosts[i].reset_consecutive();
-                    let key = ctl.hosts[i].key.clone();
-                    self.event(&mut ctl, now, Some(key), OutlierEventKind::Returned);
-                }
+            let end = ej.since.map(|s| s.saturating_add(ej.duration));
+            let c = rules::catch_up(end, ej.returned, due, interval, ticks, now);
+            if let Some(back) = c.returns_at {
+                changed = true;
+                ctl.ejections[i].since = None;
+                ctl.ejections[i].returned = Some(back);
+                ctl.active -= 1;
+                ctl.hosts[i].reset_consecutive();
+                let key = ctl.hosts[i].key.clone();
+                self.event(&mut ctl, now, Some(key), OutlierEventKind::Returned);
             }
+            let m = &mut ctl.ejections[i].multiplier;
+            *m = m.saturating_sub(u32::try_from(c.decays_before).unwrap_or(u32::MAX));
+            decays_now.push(c.decays_now);
         }
         // 2. The interval's counts.
         let counts: Vec<(u64, u64, u64, u64)> =
@@ -966,16 +995,12 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
             changed |= self.rate_rules(&mut ctl, &local, true, now);
         }
         // 4. Decay: a host that is in, and has been back for an interval, loses one step.
-        for ej in ctl.ejections.iter_mut() {
-            if ej.since.is_none()
-                && ej
-                    .returned
-                    .is_some_and(|r| now.saturating_sub(r) >= interval)
-            {
+        for (ej, decays) in ctl.ejections.iter_mut().zip(decays_now) {
+            if decays && ej.since.is_none() {
                 ej.multiplier = ej.multiplier.saturating_sub(1);
             }
         }
-        ctl.next_sweep = now.saturating_add(interval);
+        ctl.next_sweep = due.saturating_add(ticks.saturating_mul(interval));
         self.inner
             .next_sweep
             .store(ctl.next_sweep, Ordering::Release);
@@ -1071,6 +1096,7 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         let hosts = check_hosts(&self.inner.config, hosts)?;
         let now = self.inner.clock.now();
         let mut guard = lock(&self.inner.control);
+        let now = guard.at(now);
         let ctl = &mut *guard;
         let mut old: HashMap<H, (Arc<HostEntry<H>>, Ejection)> = ctl
             .hosts
@@ -1239,6 +1265,7 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
         s.hosts_healthy = s.hosts - ctl.active;
         s.panic = self.inner.snapshot.load().panic;
         s.lb_healthy_panic = self.inner.panic_picks.load(Ordering::Relaxed);
+        s.listener_panics = self.inner.events.panics();
         s
     }
 
@@ -1254,14 +1281,39 @@ impl<H: HostKey, C: Clock> OutlierDetector<H, C> {
     }
 
     /// Calls `listener` with every event from now on (ejections, refusals, returns, panic,
-    /// changes of the set). It runs on the thread that caused the event, after the
-    /// detector's lock is released, so it may call the detector.
+    /// changes of the set), in sequence order. Listeners run after every lock of the detector
+    /// is released, so a listener may call any method of the detector (record, change the
+    /// set, subscribe): the events it causes are delivered after the one it was given, once
+    /// every listener has seen that one, never inside it. Events are delivered by one loop at
+    /// a time: on the thread that caused them, or, if another thread is delivering at that
+    /// moment, on that thread, which delivers every queued event before it returns (so the
+    /// call that caused an event may return before its listeners ran). A listener that panics
+    /// is counted ([`OutlierStats::listener_panics`]) and the others still get the event.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use tripline_policies::outlier::{HostOutcome, OutlierConfig, OutlierDetector, OutlierEventKind};
+    ///
+    /// let config = OutlierConfig::builder().max_ejection_percent(50).build()?;
+    /// let d = OutlierDetector::new(config, ["a", "b", "c"])?;
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let (s, d2) = (seen.clone(), d.clone());
+    /// d.subscribe(move |e| {
+    ///     s.lock().unwrap().push((e.seq, e.kind.clone()));
+    ///     if let OutlierEventKind::Ejected { .. } = e.kind {
+    ///         d2.remove_host(&"c").unwrap(); // calls back in: delivered next, in order
+    ///     }
+    /// });
+    /// for _ in 0..5 {
+    ///     d.record_host(&"a", HostOutcome::Status(500));
+    /// }
+    /// let seen = seen.lock().unwrap();
+    /// assert!(matches!(seen[0], (1, OutlierEventKind::Ejected { .. })));
+    /// assert_eq!(seen[1], (2, OutlierEventKind::HostRemoved));
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
     pub fn subscribe(&self, listener: impl Fn(&OutlierEvent<H>) + Send + Sync + 'static) {
-        self.inner
-            .listeners
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Arc::new(listener));
+        self.inner.events.subscribe(Arc::new(listener));
     }
 }
 

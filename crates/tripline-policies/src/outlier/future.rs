@@ -12,9 +12,10 @@ use super::{HostClassifier, HostKey, OutlierDetector, Pick};
 use crate::BoxError;
 
 pin_project! {
-    /// The response of an [`OutlierService`](super::OutlierService): the inner call and the
-    /// pick whose outcome it records when it completes. Dropped before that, it records
-    /// nothing (the host's in-flight count is given back).
+    /// The response of an [`OutlierService`](super::OutlierService) or an
+    /// [`OutlierEndpoint`](super::OutlierEndpoint): the inner call and the pick whose outcome
+    /// it records when it completes. Dropped before that, it records nothing (the host's
+    /// in-flight count is given back).
     pub struct ResponseFuture<F, H: HostKey, C: Clock, K> {
         #[pin]
         inner: F,
@@ -31,9 +32,19 @@ impl<F, H: HostKey, C: Clock, K> ResponseFuture<F, H, C, K> {
         detector: OutlierDetector<H, C>,
         classifier: K,
     ) -> Self {
+        Self::with_pick(inner, Some(pick), detector, classifier)
+    }
+
+    /// A call whose host may have left the detector's set (`None`: nothing is recorded).
+    pub(crate) fn with_pick(
+        inner: F,
+        pick: Option<Pick<H>>,
+        detector: OutlierDetector<H, C>,
+        classifier: K,
+    ) -> Self {
         Self {
             inner,
-            pick: Some(pick),
+            pick,
             detector,
             classifier,
         }

@@ -58,20 +58,54 @@
 //! An outlier is ejected only if the cap allows it, then only with its `enforcing_*`
 //! probability. An ejection lasts `base_ejection_time × multiplier` (30 s ×), capped at
 //! `max_ejection_time` (300 s), plus up to `max_ejection_time_jitter`; the multiplier grows by
-//! one per ejection and shrinks by one at each sweep a returned host stays in, so a host that
-//! keeps failing stays out longer and longer, and one that recovered earns its short
-//! ejections back. Ejected hosts return at the first sweep after their time, as in Envoy.
+//! one per ejection and shrinks by one at each sweep (each `interval`) that finds a returned
+//! host in and back for an interval, so a host that keeps failing stays out longer and longer,
+//! and one that recovered earns its short ejections back. Ejected hosts return at the first
+//! sweep after their time, as in Envoy.
 //!
 //! # Time and threads
 //!
 //! Time comes from an injected [`Clock`](tripline::Clock): a `ManualClock` in tests, virtual
 //! time in the simulator. There is no background thread: the sweep runs from the first
-//! [`pick`](OutlierDetector::pick) or [`record`](OutlierDetector::record) after it is due, or
-//! from [`tick`](OutlierDetector::tick). Picks and records take no lock and allocate nothing
+//! [`pick`](OutlierDetector::pick), [`record`](OutlierDetector::record) or
+//! [`record_host`](OutlierDetector::record_host) after it is due (before the pick is made or
+//! the result applied), or from [`tick`](OutlierDetector::tick). The sweeps are Envoy's timer
+//! run lazily: due every `interval` from the detector's start, and a sweep that runs after
+//! several were due stands for all of them, so a quiet spell decays the multipliers by the
+//! intervals that passed and a host whose time ended in it returns as of the sweep after its
+//! time, exactly as Envoy's timer would have left them (`rules::catch_up`, checked against a
+//! sweep-by-sweep replay). Picks and records take no lock and allocate nothing
 //! (`tests/outlier.rs` counts): counters are atomics, and the balancer reads an immutable
 //! snapshot of the selectable hosts that every ejection, return or change of the set
-//! replaces. Only an outlier found, a due sweep or a change of the set takes a small lock;
-//! listeners run after it is released.
+//! replaces. Only an outlier found, a due sweep or a change of the set takes a small lock.
+//!
+//! # Locks and callbacks
+//!
+//! No clock, listener or classifier runs under a lock of the detector, so each may call any
+//! method of the detector: a listener may change the host set or record on another host, a
+//! clock may read [`stats`](OutlierDetector::stats). The detector has two locks:
+//!
+//! * **The control lock** guards the host set, the ejection bookkeeping (when each host was
+//!   ejected, for how long, its multiplier, when it came back), the sweep schedule, the
+//!   enforcement and jitter draws and the counters of [`OutlierStats`]. Ejections, sweeps and
+//!   changes of the set take it; picks and records do not (they read the snapshot and bump
+//!   atomics). Never run under it: the clock (read before it is taken; a reading older than
+//!   one already acted on is taken as that one, so the detector's time never goes back),
+//!   listeners (events are queued under it and delivered after it is released) and the
+//!   tower layer's classifier (run before the result is recorded). Only the host key's
+//!   `Clone`, `Hash` and `Eq` run under it.
+//! * **The delivery lock** guards the queue of events, the listener list and whether a
+//!   delivery loop is running. It is taken under the control lock to queue an event (so that
+//!   sequence order is the order things happened in) and alone to take the next event off
+//!   the queue; never while a listener runs.
+//!
+//! Events are delivered by one loop at a time, in sequence order: every listener sees event
+//! `n` before any listener sees event `n + 1`. A listener's own calls that cause events queue
+//! them behind the one it was given, and the running loop delivers them once every listener
+//! has seen that one. A listener that panics is counted in
+//! [`listener_panics`](OutlierStats::listener_panics) and the others still get the event.
+//! `src/model_tests.rs` checks these promises under randomized schedules (shuttle), with
+//! listeners and clocks that call back in.
 //!
 //! # Hosts come and go
 //!
@@ -116,7 +150,10 @@
 //!
 //! With the `tower` feature, [`OutlierLayer`] makes a service that picks a host for each
 //! request, calls the inner service with `(host, request)`, and records the classified result
-//! (a [`HostClassifier`]); a request whose future is dropped records nothing. Per-host
+//! (a [`HostClassifier`]); a request whose future is dropped records nothing. To keep
+//! `tower::balance` as the balancer, wrap its discovery in an [`OutlierDiscover`]: the
+//! detector follows the discovered hosts, each service records its results on its host, and
+//! an ejected host is taken out of the balancer until it returns. Per-host
 //! breakers from a [`Registry`](tripline::registry::Registry) compose with it: the inner
 //! service asks the picked host's breaker, and a breaker's rejection is a local refusal that
 //! the default classifier does not count against the host (the breaker stops the calls; the
@@ -124,6 +161,8 @@
 
 mod config;
 mod detector;
+#[cfg(feature = "tower")]
+mod discover;
 #[cfg(feature = "tower")]
 pub mod future;
 #[cfg(feature = "tower")]
@@ -141,6 +180,8 @@ pub use detector::{
     Balance, EjectionType, HostChange, HostKey, HostOutcome, HostStatus, OutlierDetector,
     OutlierDetectorBuilder, OutlierEvent, OutlierEventKind, OutlierStats, Pick,
 };
+#[cfg(feature = "tower")]
+pub use discover::{OutlierDiscover, OutlierEndpoint};
 #[cfg(feature = "tower")]
 pub use layer::OutlierLayer;
 #[cfg(feature = "metrics")]

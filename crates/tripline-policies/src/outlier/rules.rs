@@ -1,6 +1,6 @@
-//! The detector's rules as small pure functions over counts, so that each can be read (and
-//! tested) in one screen. The detector calls them under its lock; the simulator and the tests
-//! call the detector.
+//! The detector's rules as small pure functions over counts and times, so that each can be
+//! read (and tested) in one screen. The detector calls them under its lock; the simulator and
+//! the tests call the detector.
 
 /// Whether one more ejection is allowed with `active` hosts ejected out of `hosts`:
 ///
@@ -73,6 +73,86 @@ pub(crate) fn failure_percentage_reached(total: u64, failures: u64, threshold: u
     u128::from(failures) * 100 >= u128::from(threshold) * u128::from(total)
 }
 
+/// How many of Envoy's sweeps a lazy sweep at `now` stands for. Envoy's timer fires every
+/// `interval`; the detector runs the sweeps when the first call (or tick) after one is due
+/// comes: the sweeps due at `due`, `due + interval`, ... up to `now`, the last of them run at
+/// `now`. Zero when `now < due`. `interval` is at least 1.
+pub(crate) fn ticks_due(due: u64, interval: u64, now: u64) -> u64 {
+    if now < due {
+        0
+    } else {
+        ((now - due) / interval.max(1)).saturating_add(1)
+    }
+}
+
+/// What the `ticks` sweeps a lazy sweep stands for (see [`ticks_due`]) do to one host, in
+/// Envoy's order at each sweep: returns, then the rate rules, then the decay (a host that is in
+/// and has been back for an interval loses one step of its multiplier). The sweeps are at
+/// `due + j × interval` for `j < ticks − 1`, and at `now` for the last one; the rate rules run
+/// at the last one only, over the calls counted since the sweep before.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CatchUp {
+    /// The host was ejected and its time is over: the time of the sweep it returns at.
+    pub(crate) returns_at: Option<u64>,
+    /// The steps it loses at the sweeps before the last (before the rate rules run).
+    pub(crate) decays_before: u64,
+    /// Whether it loses one at the last sweep too, if the rate rules leave it in.
+    pub(crate) decays_now: bool,
+}
+
+/// [`CatchUp`] for a host ejected until `ejection_end` (`None`: not ejected) that last came back
+/// at `returned`. `ticks` is at least 1.
+pub(crate) fn catch_up(
+    ejection_end: Option<u64>,
+    returned: Option<u64>,
+    due: u64,
+    interval: u64,
+    ticks: u64,
+    now: u64,
+) -> CatchUp {
+    let interval = interval.max(1);
+    let last = ticks.max(1) - 1;
+    let at = |j: u64| {
+        if j < last {
+            due.saturating_add(j.saturating_mul(interval))
+        } else {
+            now
+        }
+    };
+    // The first sweep at or after `t` (the last one, at `now`, if none before it is).
+    let first_from = |t: u64| {
+        if t <= due {
+            0
+        } else {
+            ((t - due).div_ceil(interval)).min(last)
+        }
+    };
+    match (ejection_end, returned) {
+        (Some(end), _) if end <= now => {
+            let j = first_from(end);
+            CatchUp {
+                returns_at: Some(at(j)),
+                decays_before: last.saturating_sub(j + 1),
+                decays_now: j < last,
+            }
+        }
+        (Some(_), _) | (None, None) => CatchUp::default(),
+        (None, Some(r)) => {
+            let from = r.saturating_add(interval);
+            let decays_before = if from <= due {
+                last
+            } else {
+                last.saturating_sub((from - due).div_ceil(interval))
+            };
+            CatchUp {
+                returns_at: None,
+                decays_before,
+                decays_now: now.saturating_sub(r) >= interval,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +205,98 @@ mod tests {
         let (mean, threshold) = success_rate_threshold(&[50.0, 100.0, 100.0, 100.0, 100.0], 1900);
         assert_eq!(mean, 90.0);
         assert!((threshold - 52.0).abs() < 1e-9, "{threshold}");
+    }
+
+    /// Envoy's timer, sweep by sweep: the reference [`catch_up`] must agree with.
+    fn catch_up_by_each_sweep(
+        ejection_end: Option<u64>,
+        returned: Option<u64>,
+        due: u64,
+        interval: u64,
+        ticks: u64,
+        now: u64,
+    ) -> CatchUp {
+        let mut out = CatchUp::default();
+        let mut ejected = ejection_end;
+        let mut back = returned;
+        for j in 0..ticks {
+            let t = if j + 1 < ticks {
+                due + j * interval
+            } else {
+                now
+            };
+            if ejected.is_some_and(|end| end <= t) {
+                ejected = None;
+                back = Some(t);
+                out.returns_at = Some(t);
+            }
+            let decays = ejected.is_none()
+                && back.is_some_and(|r| t.checked_sub(r).is_some_and(|d| d >= interval));
+            if j + 1 < ticks {
+                out.decays_before += u64::from(decays);
+            } else {
+                out.decays_now = decays;
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn catching_up_equals_running_each_sweep(
+            due in 0..1000u64,
+            interval in 1..50u64,
+            late in 0..2000u64,
+            end in proptest::option::of(0..4000u64),
+            back in proptest::option::of(0..3000u64),
+        ) {
+            let now = due + late;
+            let ticks = ticks_due(due, interval, now);
+            // A host came back at or before now (after `due` too: a shrinking set returns
+            // hosts early, between sweeps).
+            let returned = back.map(|b| b.min(now));
+            proptest::prop_assert_eq!(
+                catch_up(end, returned, due, interval, ticks, now),
+                catch_up_by_each_sweep(end, returned, due, interval, ticks, now)
+            );
+        }
+    }
+
+    #[test]
+    fn sweeps_due_follow_envoys_timer() {
+        assert_eq!(ticks_due(10, 10, 9), 0);
+        assert_eq!(ticks_due(10, 10, 10), 1);
+        assert_eq!(ticks_due(10, 10, 19), 1);
+        assert_eq!(ticks_due(10, 10, 20), 2);
+        assert_eq!(ticks_due(10, 10, 610), 61);
+        assert_eq!(ticks_due(0, 1, u64::MAX), u64::MAX);
+        // Three ejections, then 600 s of silence: 60 sweeps find the host in and back for an
+        // interval, far more than the 3 steps it has to lose.
+        let c = catch_up(None, Some(0), 10, 10, ticks_due(10, 10, 600), 600);
+        assert_eq!((c.decays_before, c.decays_now), (59, true));
+        // Ejected until 30 s, swept only at 100 s: back as of the sweep at 30 s, a step lost at
+        // each of the six from 40 s to 90 s, and one more now.
+        let c = catch_up(Some(30), Some(0), 10, 10, ticks_due(10, 10, 100), 100);
+        assert_eq!(
+            c,
+            CatchUp {
+                returns_at: Some(30),
+                decays_before: 6,
+                decays_now: true
+            }
+        );
+        // On time: back now, no decay yet.
+        assert_eq!(catch_up(Some(10), None, 10, 10, 1, 10).returns_at, Some(10));
+        assert!(!catch_up(Some(10), None, 10, 10, 1, 10).decays_now);
+        // Still out: nothing.
+        assert_eq!(
+            catch_up(Some(101), None, 10, 10, 10, 100),
+            CatchUp::default()
+        );
+        // Far from the origin, nothing overflows.
+        let far = u64::MAX - 5;
+        let c = catch_up(Some(far), None, far - 20, 10, 3, u64::MAX);
+        assert_eq!(c.returns_at, Some(u64::MAX));
     }
 
     #[test]

@@ -114,6 +114,7 @@ pub use layer::PartialLayer;
 #[cfg(feature = "metrics")]
 pub use metrics::PartialMetrics;
 
+use crate::draws::Draws;
 use crate::window::Buckets;
 
 const ERRORS: usize = 0;
@@ -129,13 +130,16 @@ struct State {
     controller: Controller,
     next_update: u64,
     updates: u64,
-    rng: Box<dyn RngCore + Send>,
 }
 
 struct Inner {
     config: PartialConfig,
     interval: u64,
+    /// Guards the window and the controller (the updates run under it). Never run under it:
+    /// the clock (read before it is taken) and the generator (drawn after it is released).
     state: Mutex<State>,
+    /// The generator, drawn from with no lock held (it may call back in): see `crate::draws`.
+    draws: Draws,
     /// The rejection rate in millionths, read by every acquire without the lock.
     rejection_ppm: AtomicU32,
     /// The next boundary, read by every acquire without the lock.
@@ -208,7 +212,10 @@ impl PartialBreaker {
         Self::with_clock_and_rng(config, clock, rng)
     }
 
-    /// A partial breaker on `clock`, drawing from `rng`.
+    /// A partial breaker on `clock`, drawing from `rng`. Neither runs under a lock of the
+    /// breaker, so either may call it (a generator may read its [`snapshot`](Self::snapshot));
+    /// a call decided while the generator is in use (by another thread, or from inside it)
+    /// draws from the breaker's own spare stream instead of waiting for it.
     pub fn with_clock_and_rng(
         config: PartialConfig,
         clock: impl Clock,
@@ -229,8 +236,8 @@ impl PartialBreaker {
                     controller: Controller::new(&config),
                     next_update: next,
                     updates: 0,
-                    rng: Box::new(rng),
                 }),
+                draws: Draws::new(rng),
                 rejection_ppm: AtomicU32::new(0),
                 next_update: AtomicU64::new(next),
                 clock: Box::new(clock),
@@ -310,19 +317,17 @@ impl PartialBreaker {
                 breaker: self.clone(),
             });
         }
-        let mut s = self.lock_at(now);
+        drop(self.lock_at(now));
         let ppm = i.rejection_ppm.load(Ordering::Acquire);
         if ppm > 0 {
-            let u = u64::from(s.rng.next_u32());
+            let u = u64::from(i.draws.with(|rng| rng.next_u32()));
             if u * 1_000_000 < u64::from(ppm) << 32 {
-                drop(s);
                 i.rejected.fetch_add(1, Ordering::Relaxed);
                 return Err(PartiallyOpen {
                     rejection_rate: f64::from(ppm) / 1_000_000.0,
                 });
             }
         }
-        drop(s);
         i.admitted.fetch_add(1, Ordering::Relaxed);
         Ok(PartialPermit {
             breaker: self.clone(),

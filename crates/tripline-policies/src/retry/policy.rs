@@ -106,6 +106,8 @@ struct Shared {
     backoff: Backoff,
     retry_timeouts: bool,
     budget: Option<Arc<dyn RetryBudget>>,
+    /// Guards the jitter's generator (the policy's own): only the backoff's draw runs under
+    /// it, never the predicate, the budget or a user's code.
     rng: Mutex<Pcg64Mcg>,
     counters: Counters,
 }

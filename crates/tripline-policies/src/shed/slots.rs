@@ -14,15 +14,25 @@
 //!   cutoffs allow;
 //! * a full queue makes room for a call by refusing its newest waiter of the lowest priority,
 //!   and only if that waiter's priority is below the call's; otherwise the call is refused.
+//!
+//! # The lock
+//!
+//! `state` guards the capacity, the calls in flight, the queue and the counts. Never run under
+//! it: a waiter's waker. A grant (or a refusal) is decided under the lock and sent to its
+//! waiter after the lock is released ([`Outbox`]), because sending wakes the waiter's task and
+//! a waker is code of the executor's (or the caller's), which may call back into the pool.
+//! A grant is the waiter's from the moment it is decided (counted in flight); if the waiter
+//! has gone by the time it is sent, the slot comes back as any slot does.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::sync::oneshot;
 
 use super::{Priority, Refusal, Shares};
+use crate::sync::{AtomicBool, AtomicU32, Mutex, MutexGuard, lock};
 
 type Key = (Reverse<Priority>, u64);
 type Grant = Result<Slot, Refusal>;
@@ -62,6 +72,7 @@ impl State {
 /// The pool. Shared behind an `Arc`: every [`Slot`] holds one.
 #[derive(Debug)]
 pub(crate) struct Slots {
+    /// See the [module docs](self#the-lock).
     state: Mutex<State>,
     in_flight: AtomicU32,
     waiting: AtomicU32,
@@ -98,7 +109,7 @@ impl Slots {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is counters and a queue of channels, valid after any panic.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// Publishes the gauges; called with the lock held, after every change.
@@ -123,6 +134,21 @@ impl Slots {
         if s.in_flight < s.cutoff(p) {
             return Ok(Admit::Now(self.take(&mut s, p)));
         }
+        drop(s);
+        let mut out = Outbox::default();
+        let admitted = self.admit_or_queue(p, &mut out);
+        out.send();
+        admitted
+    }
+
+    /// [`admit`](Self::admit) when no slot was free a moment ago: the decision again, under
+    /// the lock, with the queue; a waiter pushed out is told after the lock is released.
+    #[cold]
+    fn admit_or_queue(self: &Arc<Self>, p: Priority, out: &mut Outbox) -> Result<Admit, Refusal> {
+        let mut s = self.lock();
+        if s.in_flight < s.cutoff(p) {
+            return Ok(Admit::Now(self.take(&mut s, p)));
+        }
         if s.max_waiting == 0 {
             return Err(self.refuse(&mut s, false));
         }
@@ -133,8 +159,7 @@ impl Slots {
                 Some(low) if low < p => {
                     if let Some((_, tx)) = s.queue.pop_last() {
                         s.counts.evicted += 1;
-                        // A waiter that has gone has nothing to be told.
-                        let _ = tx.send(Err(Refusal::Evicted));
+                        out.push(tx, Err(Refusal::Evicted));
                     }
                 }
                 _ => return Err(self.refuse(&mut s, true)),
@@ -180,8 +205,9 @@ impl Slots {
         }
     }
 
-    /// Gives the freed capacity to the waiters, first first, while their cutoffs allow.
-    fn grant(self: &Arc<Self>, s: &mut State) {
+    /// Gives the freed capacity to the waiters, first first, while their cutoffs allow. The
+    /// grants go out once the lock is released.
+    fn grant(self: &Arc<Self>, s: &mut State, out: &mut Outbox) {
         while let Some(&key) = s.queue.keys().next() {
             let p = key.0.0;
             if s.in_flight >= s.cutoff(p) {
@@ -191,36 +217,43 @@ impl Slots {
                 break;
             };
             s.in_flight += 1;
+            s.counts.admitted_after_wait += 1;
             let slot = Slot {
                 slots: Some(Arc::clone(self)),
                 priority: p,
                 in_flight: s.in_flight,
             };
-            match tx.send(Ok(slot)) {
-                Ok(()) => s.counts.admitted_after_wait += 1,
-                Err(back) => {
-                    // The waiter left without taking its place out of the queue (it cannot:
-                    // a ticket removes its place first). Take the slot back without its Drop,
-                    // which would lock again.
-                    if let Ok(mut slot) = back {
-                        slot.slots = None;
-                    }
-                    s.in_flight -= 1;
-                }
-            }
+            out.push(tx, Ok(slot));
         }
     }
 
     fn release(self: &Arc<Self>) {
-        let mut s = self.lock();
-        s.in_flight = s.in_flight.saturating_sub(1);
-        self.grant(&mut s);
-        self.publish(&s);
+        let out = {
+            let mut s = self.lock();
+            s.in_flight = s.in_flight.saturating_sub(1);
+            let out = (!s.queue.is_empty()).then(|| {
+                let mut out = Outbox::default();
+                self.grant(&mut s, &mut out);
+                out
+            });
+            self.publish(&s);
+            out
+        };
+        if let Some(out) = out {
+            out.send();
+        }
     }
 
-    /// Changes the capacity; a larger one goes to the waiters at once. Callers serialise their
-    /// calls (the limiter holds its algorithm's lock), so an unchanged limit is seen without
-    /// taking the lock.
+    /// A grant whose waiter had gone when it was sent: it was not admitted after all (its slot
+    /// comes back when dropped).
+    fn ungrant(&self) {
+        let mut s = self.lock();
+        s.counts.admitted_after_wait = s.counts.admitted_after_wait.saturating_sub(1);
+    }
+
+    /// Changes the capacity; a larger one goes to the waiters, whose grants the caller sends
+    /// once it holds no lock ([`Outbox::send`]). Callers serialise their calls (the limiter
+    /// holds its algorithm's lock), so an unchanged limit is seen without taking the lock.
     #[cfg_attr(
         not(feature = "limiter"),
         expect(
@@ -228,17 +261,19 @@ impl Slots {
             reason = "the limiter moves the capacity; a shedder's is fixed"
         )
     )]
-    pub(crate) fn set_limit(self: &Arc<Self>, limit: u32) {
+    pub(crate) fn set_limit(self: &Arc<Self>, limit: u32) -> Outbox {
+        let mut out = Outbox::default();
         if self.limit.load(Ordering::Relaxed) == limit {
-            return;
+            return out;
         }
         let mut s = self.lock();
         if s.limit == limit {
-            return;
+            return out;
         }
         s.limit = limit;
-        self.grant(&mut s);
+        self.grant(&mut s, &mut out);
         self.publish(&s);
+        out
     }
 
     /// Whether any call was refused or queued since the last call of this, and resets it.
@@ -281,6 +316,53 @@ impl Slots {
     /// The priorities waiting, first first.
     pub(crate) fn queued(&self) -> Vec<Priority> {
         self.lock().queue.keys().map(|k| k.0.0).collect()
+    }
+}
+
+/// Grants and refusals decided under the pool's lock, to be sent to their waiters once no lock
+/// is held (sending wakes the waiter's task). Dropping it sends them too; call
+/// [`send`](Self::send) where the moment matters (after the last lock is released).
+#[derive(Debug, Default)]
+#[must_use = "send the grants once no lock is held"]
+pub(crate) struct Outbox(Vec<(oneshot::Sender<Grant>, Grant)>);
+
+impl Outbox {
+    fn push(&mut self, tx: oneshot::Sender<Grant>, grant: Grant) {
+        self.0.push((tx, grant));
+    }
+
+    /// Sends every grant and refusal. A grant whose waiter has gone comes back: it is not
+    /// counted as admitted, and its slot is released (which may grant the next waiter).
+    #[inline]
+    pub(crate) fn send(mut self) {
+        self.flush();
+    }
+
+    #[inline]
+    fn flush(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        self.deliver();
+    }
+
+    #[cold]
+    fn deliver(&mut self) {
+        for (tx, grant) in self.0.drain(..) {
+            if let Err(Ok(slot)) = tx.send(grant) {
+                if let Some(slots) = &slot.slots {
+                    slots.ungrant();
+                }
+                drop(slot);
+            }
+        }
+    }
+}
+
+impl Drop for Outbox {
+    #[inline]
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -355,20 +437,30 @@ impl Ticket {
     /// Gives up waiting: the refusal, counted as timed out, unless the slot was granted (or the
     /// waiter pushed out) first.
     pub(crate) fn time_out(mut self) -> Grant {
-        let removed = {
+        let place = {
             let mut s = self.slots.lock();
-            let removed = s.queue.remove(&self.key).is_some();
-            if removed {
+            let place = s.queue.remove(&self.key);
+            if place.is_some() {
                 s.counts.timed_out += 1;
                 self.slots.publish(&s);
             }
-            removed
+            place
         };
-        if removed {
+        // Dropped with the lock released: dropping a sender wakes its waiter.
+        if place.is_some() {
+            drop(place);
             self.settled = true;
             return Err(Refusal::TimedOut);
         }
-        self.try_take().unwrap_or(Err(Refusal::TimedOut))
+        if let Some(grant) = self.try_take() {
+            return grant;
+        }
+        // Granted, but the grant is still on its way (in another call's outbox): the waiter
+        // gives up all the same; the slot comes back when the grant finds it gone.
+        self.settled = true;
+        let mut s = self.slots.lock();
+        s.counts.timed_out += 1;
+        Err(Refusal::TimedOut)
     }
 
     /// Waits for the outcome (forever, if nothing comes: the caller bounds the wait).
@@ -392,11 +484,17 @@ impl Drop for Ticket {
             return;
         }
         // Leave the queue first; a slot granted before that is in the channel and goes back
-        // when the receiver drops (after the lock is released).
-        let mut s = self.slots.lock();
-        if s.queue.remove(&self.key).is_some() {
-            self.slots.publish(&s);
-        }
+        // when the receiver drops (after the lock is released). The place's sender is dropped
+        // after the lock is released too: dropping it wakes the waiter.
+        let place = {
+            let mut s = self.slots.lock();
+            let place = s.queue.remove(&self.key);
+            if place.is_some() {
+                self.slots.publish(&s);
+            }
+            place
+        };
+        drop(place);
     }
 }
 
@@ -404,104 +502,120 @@ impl Drop for Ticket {
 mod tests {
     use super::*;
 
+    /// The pool is built on shuttle's primitives in the crate's unit tests (`crate::sync`):
+    /// these single-threaded cases run inside it, once.
+    fn run(f: impl Fn() + Send + Sync + 'static) {
+        shuttle::check_random(f, 1);
+    }
+
     fn shares() -> Shares {
         Shares::default()
     }
 
     #[test]
     fn a_freed_slot_goes_to_the_highest_waiter_first() {
-        let pool = Slots::new(2, None, 8);
-        let a = pool.try_admit(Priority::DEFAULT).unwrap();
-        let _b = pool.try_admit(Priority::DEFAULT).unwrap();
-        let Admit::Queued(mut low) = pool.admit(Priority::SHEDDABLE).unwrap() else {
-            panic!("queued")
-        };
-        let Admit::Queued(mut high) = pool.admit(Priority::CRITICAL).unwrap() else {
-            panic!("queued")
-        };
-        assert_eq!(pool.queued(), [Priority::CRITICAL, Priority::SHEDDABLE]);
-        drop(a);
-        let _granted = high.try_take().unwrap().unwrap();
-        assert!(low.try_take().is_none());
-        assert_eq!(pool.in_flight(), 2);
+        run(|| {
+            let pool = Slots::new(2, None, 8);
+            let a = pool.try_admit(Priority::DEFAULT).unwrap();
+            let _b = pool.try_admit(Priority::DEFAULT).unwrap();
+            let Admit::Queued(mut low) = pool.admit(Priority::SHEDDABLE).unwrap() else {
+                panic!("queued")
+            };
+            let Admit::Queued(mut high) = pool.admit(Priority::CRITICAL).unwrap() else {
+                panic!("queued")
+            };
+            assert_eq!(pool.queued(), [Priority::CRITICAL, Priority::SHEDDABLE]);
+            drop(a);
+            let _granted = high.try_take().unwrap().unwrap();
+            assert!(low.try_take().is_none());
+            assert_eq!(pool.in_flight(), 2);
+        });
     }
 
     #[test]
     fn a_full_queue_pushes_out_its_newest_lowest_waiter_for_a_higher_call() {
-        let pool = Slots::new(1, None, 2);
-        let _a = pool.try_admit(Priority::DEFAULT).unwrap();
-        let Admit::Queued(mut old) = pool.admit(Priority::SHEDDABLE).unwrap() else {
-            panic!()
-        };
-        let Admit::Queued(mut new) = pool.admit(Priority::SHEDDABLE).unwrap() else {
-            panic!()
-        };
-        assert!(matches!(
-            pool.admit(Priority::SHEDDABLE),
-            Err(Refusal::QueueFull)
-        ));
-        let Admit::Queued(_crit) = pool.admit(Priority::CRITICAL).unwrap() else {
-            panic!()
-        };
-        assert!(matches!(new.try_take(), Some(Err(Refusal::Evicted))));
-        assert!(old.try_take().is_none());
-        assert_eq!(pool.counts().evicted, 1);
+        run(|| {
+            let pool = Slots::new(1, None, 2);
+            let _a = pool.try_admit(Priority::DEFAULT).unwrap();
+            let Admit::Queued(mut old) = pool.admit(Priority::SHEDDABLE).unwrap() else {
+                panic!()
+            };
+            let Admit::Queued(mut new) = pool.admit(Priority::SHEDDABLE).unwrap() else {
+                panic!()
+            };
+            assert!(matches!(
+                pool.admit(Priority::SHEDDABLE),
+                Err(Refusal::QueueFull)
+            ));
+            let Admit::Queued(_crit) = pool.admit(Priority::CRITICAL).unwrap() else {
+                panic!()
+            };
+            assert!(matches!(new.try_take(), Some(Err(Refusal::Evicted))));
+            assert!(old.try_take().is_none());
+            assert_eq!(pool.counts().evicted, 1);
+        });
     }
 
     #[test]
     fn shares_keep_room_for_higher_priorities() {
-        let pool = Slots::new(10, Some(shares()), 0);
-        let held: Vec<_> = (0..5)
-            .map(|_| pool.try_admit(Priority::SHEDDABLE).unwrap())
-            .collect();
-        assert!(matches!(
-            pool.try_admit(Priority::SHEDDABLE),
-            Err(Refusal::Shed)
-        ));
-        let more: Vec<_> = (0..4)
-            .map(|_| pool.try_admit(Priority::DEFAULT).unwrap())
-            .collect();
-        assert!(matches!(
-            pool.try_admit(Priority::DEFAULT),
-            Err(Refusal::Shed)
-        ));
-        let last = pool.try_admit(Priority::CRITICAL).unwrap();
-        assert!(matches!(
-            pool.try_admit(Priority::CRITICAL),
-            Err(Refusal::Full)
-        ));
-        drop((held, more, last));
-        assert_eq!(pool.in_flight(), 0);
+        run(|| {
+            let pool = Slots::new(10, Some(shares()), 0);
+            let held: Vec<_> = (0..5)
+                .map(|_| pool.try_admit(Priority::SHEDDABLE).unwrap())
+                .collect();
+            assert!(matches!(
+                pool.try_admit(Priority::SHEDDABLE),
+                Err(Refusal::Shed)
+            ));
+            let more: Vec<_> = (0..4)
+                .map(|_| pool.try_admit(Priority::DEFAULT).unwrap())
+                .collect();
+            assert!(matches!(
+                pool.try_admit(Priority::DEFAULT),
+                Err(Refusal::Shed)
+            ));
+            let last = pool.try_admit(Priority::CRITICAL).unwrap();
+            assert!(matches!(
+                pool.try_admit(Priority::CRITICAL),
+                Err(Refusal::Full)
+            ));
+            drop((held, more, last));
+            assert_eq!(pool.in_flight(), 0);
+        });
     }
 
     #[test]
     fn a_dropped_ticket_leaves_the_queue_and_a_granted_slot_comes_back() {
-        let pool = Slots::new(1, None, 4);
-        let a = pool.try_admit(Priority::DEFAULT).unwrap();
-        let Admit::Queued(t) = pool.admit(Priority::DEFAULT).unwrap() else {
-            panic!()
-        };
-        assert_eq!(pool.waiting(), 1);
-        drop(t);
-        assert_eq!(pool.waiting(), 0);
-        let Admit::Queued(t) = pool.admit(Priority::DEFAULT).unwrap() else {
-            panic!()
-        };
-        drop(a); // granted to t, which never takes it
-        assert_eq!(pool.in_flight(), 1);
-        drop(t);
-        assert_eq!(pool.in_flight(), 0);
+        run(|| {
+            let pool = Slots::new(1, None, 4);
+            let a = pool.try_admit(Priority::DEFAULT).unwrap();
+            let Admit::Queued(t) = pool.admit(Priority::DEFAULT).unwrap() else {
+                panic!()
+            };
+            assert_eq!(pool.waiting(), 1);
+            drop(t);
+            assert_eq!(pool.waiting(), 0);
+            let Admit::Queued(t) = pool.admit(Priority::DEFAULT).unwrap() else {
+                panic!()
+            };
+            drop(a); // granted to t, which never takes it
+            assert_eq!(pool.in_flight(), 1);
+            drop(t);
+            assert_eq!(pool.in_flight(), 0);
+        });
     }
 
     #[test]
     fn a_larger_limit_goes_to_the_waiters() {
-        let pool = Slots::new(1, None, 4);
-        let _a = pool.try_admit(Priority::DEFAULT).unwrap();
-        let Admit::Queued(mut t) = pool.admit(Priority::DEFAULT).unwrap() else {
-            panic!()
-        };
-        pool.set_limit(2);
-        let _granted = t.try_take().unwrap().unwrap();
-        assert_eq!(pool.in_flight(), 2);
+        run(|| {
+            let pool = Slots::new(1, None, 4);
+            let _a = pool.try_admit(Priority::DEFAULT).unwrap();
+            let Admit::Queued(mut t) = pool.admit(Priority::DEFAULT).unwrap() else {
+                panic!()
+            };
+            pool.set_limit(2).send();
+            let _granted = t.try_take().unwrap().unwrap();
+            assert_eq!(pool.in_flight(), 2);
+        });
     }
 }

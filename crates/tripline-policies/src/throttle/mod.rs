@@ -69,6 +69,7 @@ use std::time::Duration;
 use rand::RngCore;
 use tripline::{Clock, ConfigError, MonotonicClock, Outcome};
 
+use crate::draws::Draws;
 use crate::window::Buckets;
 pub use error::Throttled;
 #[cfg(feature = "tower")]
@@ -155,8 +156,11 @@ struct Inner {
     /// K exactly, as `k_num / 2^k_shift` (every f64 in [1, 100] is such a fraction).
     k_num: i128,
     k_shift: u32,
+    /// Guards the requests and accepts per bucket. Never run under it: the clock (read before
+    /// it is taken) and the generator (drawn after it is released).
     window: Mutex<Buckets>,
-    rng: Mutex<Box<dyn RngCore + Send>>,
+    /// The generator, drawn from with no lock held (it may call back in): see `crate::draws`.
+    draws: Draws,
     clock: Box<dyn Clock>,
     rejected: std::sync::atomic::AtomicU64,
 }
@@ -197,7 +201,10 @@ impl Throttle {
         )
     }
 
-    /// A throttle on `clock`, drawing from `rng` (seed it for reproducible runs).
+    /// A throttle on `clock`, drawing from `rng` (seed it for reproducible runs). Neither runs
+    /// under a lock of the throttle, so either may call it; a request decided while the
+    /// generator is in use (by another thread, or from inside it) draws from the throttle's
+    /// own spare stream instead of waiting for it.
     pub fn with_clock_and_rng(
         config: ThrottleConfig,
         clock: impl Clock,
@@ -211,7 +218,7 @@ impl Throttle {
                 k_num,
                 k_shift,
                 window: Mutex::new(Buckets::new(config.bucket, buckets)),
-                rng: Mutex::new(Box::new(rng)),
+                draws: Draws::new(rng),
                 clock: Box::new(clock),
                 rejected: Default::default(),
             }),
@@ -238,7 +245,7 @@ impl Throttle {
         };
         let (num, den) = self.ratio(requests, accepts);
         if num > 0 {
-            let u = i128::from(crate::lock(&i.rng).next_u32());
+            let u = i128::from(i.draws.with(|rng| rng.next_u32()));
             if u * den < num << 32 {
                 i.rejected
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -40,6 +40,8 @@ const PPM: i128 = 1_000_000;
 /// # Ok::<(), tripline::ConfigError>(())
 /// ```
 pub struct ErrorRateBudget<C: Clock = MonotonicClock> {
+    /// Guards the calls and failures per bucket. Never run under it: the clock (read before
+    /// it is taken).
     window: Mutex<Buckets>,
     threshold_ppm: i64,
     minimum_calls: u32,
@@ -81,7 +83,9 @@ impl ErrorRateBudget {
 impl<C: Clock> ErrorRateBudget<C> {
     /// `(calls, failures)` in the window now.
     pub fn counts(&self) -> (u64, u64) {
-        let [calls, failures] = crate::lock(&self.window).totals(self.clock.now());
+        // Read before the lock: a user clock may read the budget.
+        let now = self.clock.now();
+        let [calls, failures] = crate::lock(&self.window).totals(now);
         (calls.max(0) as u64, failures.max(0) as u64)
     }
 

@@ -68,6 +68,8 @@ fn deposit(ratio: f64) -> i64 {
 /// # Ok::<(), tripline::ConfigError>(())
 /// ```
 pub struct TpsBudget<C: Clock = MonotonicClock> {
+    /// Guards the deposits and withdrawals per bucket. Never run under it: the clock (read
+    /// before it is taken).
     window: Mutex<Buckets>,
     reserve: i64,
     deposit: i64,
