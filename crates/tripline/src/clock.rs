@@ -152,10 +152,7 @@ impl MonotonicClock {
     /// # Ok::<(), tripline::ConfigError>(())
     /// ```
     pub fn for_config(config: &crate::config::BreakerConfig) -> Self {
-        const COARSE_ENOUGH: Duration = Duration::from_millis(100);
-        let coarse_serves =
-            !config.call_durations() && config.finest_duration().is_none_or(|d| d >= COARSE_ENOUGH);
-        if coarse_serves {
+        if crate::rules::clock_serves(Duration::from_millis(1), config) {
             Self::coarse()
         } else {
             Self::new()

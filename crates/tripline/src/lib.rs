@@ -80,8 +80,10 @@
 //! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
 //! bounded in memory and never evicting one that is not Closed.
 //!
-//! The [`conformance`] module holds the rules as data (step-by-step vectors) with a runner, so
-//! every store (in-process, Redis) is checked against the same expectations.
+//! The [`rules`] module holds every decision as a pure function over plain values, with worked
+//! cases; the breaker is a host of those functions in atomics. The [`conformance`] module holds
+//! the rules as data (step-by-step vectors) with a runner, so every host (the pure rules, the
+//! in-process breaker, the Redis store) is checked against the same expectations.
 
 #![forbid(unsafe_code)]
 
@@ -98,6 +100,7 @@ pub mod observe;
 mod operator;
 mod outcome;
 pub mod registry;
+pub mod rules;
 pub mod shadow;
 mod state;
 mod sync;

@@ -133,8 +133,7 @@ fn on_reconfigured(
     let h = handle.clone();
     let once = AtomicBool::new(false);
     r.subscribe(move |e: &Event| {
-        if matches!(e.kind, EventKind::Reconfigured { .. }) && !once.swap(true, Ordering::SeqCst)
-        {
+        if matches!(e.kind, EventKind::Reconfigured { .. }) && !once.swap(true, Ordering::SeqCst) {
             if let Some(r) = h.get().and_then(Weak::upgrade) {
                 f(&r);
             }
@@ -165,7 +164,10 @@ fn a_listener_of_a_reload_may_reload_again() {
     finishes("reload", move || r2.reload(changed_config()).unwrap());
     // The listener's reload ran last: the default configuration is back.
     let b = r.get(&Key::new("a").unwrap()).unwrap();
-    assert_eq!(b.config().minimum_calls(), BreakerConfig::default().minimum_calls());
+    assert_eq!(
+        b.config().minimum_calls(),
+        BreakerConfig::default().minimum_calls()
+    );
 }
 
 #[test]
@@ -368,12 +370,15 @@ mod recorder {
             }
         }));
         let _ = target.set(b.clone());
-        finishes("a transition with a gauge that reads the breaker", move || {
-            b.trip();
-            b.reset();
-            b.force_open();
-            b.state()
-        });
+        finishes(
+            "a transition with a gauge that reads the breaker",
+            move || {
+                b.trip();
+                b.reset();
+                b.force_open();
+                b.state()
+            },
+        );
     }
 
     #[test]

@@ -1,0 +1,372 @@
+//! The count window: the last N outcomes, as two bit rings (failed, slow) with running totals
+//! kept as each slot is overwritten. N = 100 costs 32 bytes of bits. A writer claims a slot
+//! with one compare-and-swap on the head and flips its bits only when they change, so a run
+//! of successes over a clean ring writes nothing but the head.
+//!
+//! The head is one 128-bit word: the full generation in the high half; in the low half the
+//! position (20 bits: sizes up to 1,000,000), whether the ring has wrapped, the resetting mark
+//! and the registered writers (18 bits). See the module docs of [`super`] for how a reset and
+//! its writers meet.
+//!
+//! With `call_durations` on, each slot's duration in microseconds is kept beside its bits
+//! (8 bytes a slot) with a running total, changed by the same registered writer that changes
+//! the slot, so a reset never tears it.
+
+use super::{Durations, Sample, WindowSnapshot, micros};
+use crate::sync::{AtomicI32, AtomicU64, AtomicU128, Ordering, spin};
+
+const POS_MASK: u64 = (1 << 20) - 1;
+const FULL: u64 = 1 << 20;
+const RESETTING: u64 = 1 << 21;
+const WRITER: u64 = 1 << 22;
+const WRITERS_MASK: u64 = ((1 << 18) - 1) << 22;
+
+#[inline]
+fn head(generation: u64, low: u64) -> u128 {
+    u128::from(generation) << 64 | u128::from(low)
+}
+
+/// `(generation, low half)`.
+#[inline]
+fn split(h: u128) -> (u64, u64) {
+    ((h >> 64) as u64, h as u64)
+}
+
+#[derive(Debug)]
+pub(crate) struct CountWindow {
+    head: AtomicU128,
+    /// `size.div_ceil(64)` failure words followed by as many slow words.
+    bits: Box<[AtomicU64]>,
+    /// At most 1,000,000 (validated), so positions fit 20 bits and totals 32.
+    size: u32,
+    failures: AtomicI32,
+    slow: AtomicI32,
+    /// With `call_durations`: each slot's duration in microseconds, and their running sum.
+    durations: Option<Box<SlotDurations>>,
+}
+
+/// A count window's call durations.
+#[derive(Debug)]
+struct SlotDurations {
+    total_micros: AtomicU64,
+    slots: Box<[AtomicU64]>,
+}
+
+impl CountWindow {
+    /// An empty window of generation 0.
+    pub(crate) fn new(size: u32, durations: bool) -> Self {
+        let words = (size as usize).div_ceil(64);
+        Self {
+            head: AtomicU128::new(head(0, 0)),
+            bits: (0..words * 2).map(|_| AtomicU64::new(0)).collect(),
+            size: size.max(1),
+            failures: AtomicI32::new(0),
+            slow: AtomicI32::new(0),
+            durations: durations.then(|| {
+                Box::new(SlotDurations {
+                    total_micros: AtomicU64::new(0),
+                    slots: (0..size.max(1)).map(|_| AtomicU64::new(0)).collect(),
+                })
+            }),
+        }
+    }
+
+    /// `None`: not this generation's window. Else whether the ring had not wrapped yet.
+    #[inline]
+    pub(crate) fn record(&self, generation: u64, s: Sample) -> Option<bool> {
+        let own = |h: u128| {
+            let (g, low) = split(h);
+            g == generation && low & RESETTING == 0
+        };
+        // Claim the next slot.
+        let mut cur = self.head.load(Ordering::Acquire);
+        let (idx, filling) = loop {
+            if !own(cur) {
+                return None;
+            }
+            let low = split(cur).1;
+            let pos = low & POS_MASK;
+            let next = if pos + 1 >= u64::from(self.size) {
+                (low & !POS_MASK) | FULL
+            } else {
+                low + 1
+            };
+            match self.head.compare_exchange_weak(
+                cur,
+                head(generation, next),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break (pos, low & FULL == 0),
+                Err(actual) => cur = actual,
+            }
+        };
+        let word = (idx / 64) as usize;
+        let mask = 1u64 << (idx % 64);
+        let (failed, slow) = self.bits.split_at(self.bits.len() / 2);
+        let differs = |w: &AtomicU64, v: bool| (w.load(Ordering::Relaxed) & mask != 0) != v;
+        if !differs(&failed[word], s.failure)
+            && !differs(&slow[word], s.slow)
+            && self.durations.is_none()
+        {
+            return Some(filling);
+        }
+        // A bit and its running total change together: register, so a reset waits for this
+        // writer instead of clearing between the two.
+        let mut cur = self.head.load(Ordering::Acquire);
+        let mut round = 0;
+        loop {
+            if !own(cur) {
+                return None;
+            }
+            if split(cur).1 & WRITERS_MASK == WRITERS_MASK {
+                spin(round);
+                round += 1;
+                cur = self.head.load(Ordering::Acquire);
+                continue;
+            }
+            match self.head.compare_exchange(
+                cur,
+                cur + u128::from(WRITER),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        set_bit(&failed[word], mask, s.failure, &self.failures);
+        set_bit(&slow[word], mask, s.slow, &self.slow);
+        if let Some(d) = &self.durations {
+            let new = micros(s.nanos);
+            let old = d.slots[idx as usize].swap(new, Ordering::Relaxed);
+            // Wrapping: the sum is exact once every writer is done (a week per slot and at
+            // most 2^20 slots stay far below 2^63).
+            d.total_micros
+                .fetch_add(new.wrapping_sub(old), Ordering::Relaxed);
+        }
+        self.head.fetch_sub(u128::from(WRITER), Ordering::Release);
+        Some(filling)
+    }
+
+    pub(crate) fn durations(&self, generation: u64) -> Option<Durations> {
+        let d = self.durations.as_ref()?;
+        let calls = self.snapshot(generation).calls;
+        // A reader racing two writers of one slot may see the sum briefly below zero.
+        let total = (d.total_micros.load(Ordering::Relaxed) as i64).max(0) as u64;
+        Some(Durations {
+            calls,
+            micros: if calls == 0 { 0 } else { total },
+        })
+    }
+
+    pub(crate) fn snapshot(&self, generation: u64) -> WindowSnapshot {
+        let (g, low) = split(self.head.load(Ordering::Acquire));
+        if g != generation || low & RESETTING != 0 {
+            return WindowSnapshot::default();
+        }
+        let calls = if low & FULL != 0 {
+            u64::from(self.size)
+        } else {
+            low & POS_MASK
+        };
+        WindowSnapshot {
+            calls,
+            failures: clamp(self.failures.load(Ordering::Relaxed), calls),
+            slow_calls: clamp(self.slow.load(Ordering::Relaxed), calls),
+            in_flight_slow: 0,
+        }
+    }
+
+    pub(crate) fn begin(&self, generation: u64) {
+        // No new claim or registration from here on; wait for the registered writers.
+        self.head.fetch_or(u128::from(RESETTING), Ordering::AcqRel);
+        let mut round = 0;
+        while split(self.head.load(Ordering::Acquire)).1 & WRITERS_MASK != 0 {
+            spin(round);
+            round += 1;
+        }
+        for w in self.bits.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.failures.store(0, Ordering::Relaxed);
+        self.slow.store(0, Ordering::Relaxed);
+        if let Some(d) = &self.durations {
+            for slot in d.slots.iter() {
+                slot.store(0, Ordering::Relaxed);
+            }
+            d.total_micros.store(0, Ordering::Relaxed);
+        }
+        self.head.store(head(generation, 0), Ordering::Release);
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.bits.len() * 8
+            + self.durations.as_ref().map_or(0, |d| {
+                std::mem::size_of::<SlotDurations>() + d.slots.len() * 8
+            })
+    }
+}
+
+/// Sets one bit of a ring to `value` and keeps the running total in step. The total moves only
+/// by what the atomic read-modify-write saw, so it always equals the number of set bits once
+/// concurrent writers are done (a reader may see a transient off-by-one, clamped).
+#[inline]
+fn set_bit(word: &AtomicU64, mask: u64, value: bool, total: &AtomicI32) {
+    if (word.load(Ordering::Relaxed) & mask != 0) == value {
+        return;
+    }
+    let old = if value {
+        word.fetch_or(mask, Ordering::Relaxed)
+    } else {
+        word.fetch_and(!mask, Ordering::Relaxed)
+    };
+    if (old & mask != 0) != value {
+        total.fetch_add(if value { 1 } else { -1 }, Ordering::Relaxed);
+    }
+}
+
+fn clamp(v: i32, max: u64) -> u64 {
+    (v.max(0) as u64).min(max)
+}
+
+#[cfg(all(test, not(loom), not(shuttle)))]
+mod tests {
+    use super::*;
+
+    const F: Sample = Sample {
+        failure: true,
+        slow: false,
+        nanos: 0,
+    };
+    const S: Sample = Sample {
+        failure: false,
+        slow: false,
+        nanos: 0,
+    };
+    const SLOW: Sample = Sample {
+        failure: false,
+        slow: true,
+        nanos: 0,
+    };
+
+    #[test]
+    fn count_window_slides() {
+        let w = CountWindow::new(3, false);
+        assert_eq!(w.record(0, F), Some(true));
+        w.record(0, F);
+        w.record(0, S);
+        assert_eq!((w.snapshot(0).calls, w.snapshot(0).failures), (3, 2));
+        w.record(0, S); // evicts the first F
+        assert_eq!((w.snapshot(0).calls, w.snapshot(0).failures), (3, 1));
+        w.record(0, SLOW);
+        w.record(0, S);
+        let s = w.snapshot(0);
+        assert_eq!((s.calls, s.failures, s.slow_calls), (3, 0, 1));
+        w.begin(1);
+        assert_eq!(w.snapshot(1), WindowSnapshot::default());
+    }
+
+    #[test]
+    fn a_count_window_belongs_to_one_generation() {
+        let w = CountWindow::new(4, false);
+        w.record(0, F);
+        w.begin(1);
+        // A writer of generation 0 (it read the state word before the reset) lands nowhere.
+        assert_eq!(w.record(0, F), None);
+        assert_eq!(w.snapshot(1), WindowSnapshot::default());
+        assert_eq!(w.record(1, S), Some(true));
+        assert_eq!(w.snapshot(1).calls, 1);
+        // Other generations read as empty.
+        assert_eq!(w.snapshot(0), WindowSnapshot::default());
+        assert_eq!(w.snapshot(2), WindowSnapshot::default());
+    }
+
+    /// The head carries the whole generation: a writer 2^24 (or 2^40, or 2^60) generations
+    /// behind never lands in the window, where a 24-bit tag read it as current.
+    #[test]
+    fn no_count_of_generations_lets_an_old_writer_in() {
+        for later in [1u64 << 24, 1 << 40, 1 << 60] {
+            let w = CountWindow::new(4, false);
+            w.begin(later);
+            assert_eq!(w.record(0, F), None, "generation {later}");
+            assert_eq!(w.snapshot(0), WindowSnapshot::default());
+            assert_eq!(w.record(later, S), Some(true));
+            assert_eq!(w.snapshot(later).calls, 1);
+        }
+    }
+
+    #[test]
+    fn count_window_positions_wrap_at_the_size() {
+        for size in [1u32, 2, 3, 7, 64, 100, 130, 1000] {
+            let w = CountWindow::new(size, false);
+            for i in 0..(3 * size + 5) {
+                w.record(0, if i % 3 == 0 { F } else { S });
+            }
+            let n = 3 * size + 5;
+            let s = w.snapshot(0);
+            assert_eq!(s.calls, u64::from(size));
+            let kept = (n - size..n).filter(|i| i % 3 == 0).count() as u64;
+            assert_eq!(s.failures, kept, "size {size}");
+        }
+    }
+
+    #[test]
+    fn count_window_crosses_word_boundaries() {
+        let w = CountWindow::new(130, false);
+        for i in 0..400u32 {
+            w.record(0, if i % 4 == 0 { F } else { S });
+        }
+        // The last 130 of 400: indices 270..400, every fourth failed (272, 276, ... 396).
+        let s = w.snapshot(0);
+        assert_eq!(s.calls, 130);
+        assert_eq!(s.failures, (270..400).filter(|i| i % 4 == 0).count() as u64);
+    }
+
+    /// Writers racing resets with real threads: after every reset, the running totals match
+    /// the bits, and no generation-0 result is counted in a later generation.
+    #[test]
+    fn count_window_resets_racing_writers_never_tear_the_totals() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let w = Arc::new(CountWindow::new(64, false));
+        let generation = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (w, g, stop) = (w.clone(), generation.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let gen_ = g.load(Ordering::Relaxed);
+                        // Odd generations see only successes; even ones only failures.
+                        let s = if gen_ % 2 == 0 { F } else { S };
+                        w.record(gen_, s);
+                        i += 1;
+                    }
+                    i
+                })
+            })
+            .collect();
+        for round in 1..=2_000u64 {
+            w.begin(round);
+            generation.store(round, Ordering::Relaxed);
+            let s = w.snapshot(round);
+            if round % 2 == 1 {
+                // Only successes may be in an odd generation's window.
+                assert_eq!(s.failures, 0, "round {round}: {s:?}");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in writers {
+            h.join().unwrap();
+        }
+        // Quiesced: the totals equal the bits.
+        let (failed, _) = w.bits.split_at(w.bits.len() / 2);
+        let bits: u32 = failed
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed).count_ones())
+            .sum();
+        assert_eq!(w.failures.load(Ordering::Relaxed), bits as i32);
+    }
+}
