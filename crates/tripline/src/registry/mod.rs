@@ -329,14 +329,33 @@ impl<C: Clock + Clone> Registry<C> {
     pub fn get(&self, key: &Key) -> Result<CircuitBreaker<C>, RegistryError> {
         let now = self.clock.recent();
         loop {
-            let found = self.map.pin().get(key).cloned();
-            if let Some(e) = found {
-                if let Some(b) = self.hand_out(key, &e, now) {
-                    return Ok(b);
+            // The common case, a ready entry, is handed out under the map's pin (atomics
+            // only); anything that may run user code (a set-up, listeners to catch up) runs on
+            // a copy of the entry, with nothing pinned.
+            let found = {
+                let map = self.map.pin();
+                match map.get(key) {
+                    Some(e) => match self.hand_out_ready(e, now) {
+                        Ok(b) => return Ok(b),
+                        Err(true) => Some(Some(e.clone())),
+                        Err(false) => Some(None),
+                    },
+                    None => None,
                 }
-                // Being retired or rebuilt: look again.
-                crate::sync::spin(0);
-                continue;
+            };
+            match found {
+                Some(Some(e)) => {
+                    if let Some(b) = self.hand_out(key, &e, now) {
+                        return Ok(b);
+                    }
+                    continue;
+                }
+                Some(None) => {
+                    // Being retired: look again.
+                    crate::sync::spin(0);
+                    continue;
+                }
+                None => {}
             }
             let max = read(&self.record).active.config.max_breakers;
             if !self.reserve(max) {
@@ -395,18 +414,37 @@ impl<C: Clock + Clone> Registry<C> {
         }
     }
 
-    /// A handle to a live entry's breaker, set up if it is not yet; `None` when the entry is
-    /// being retired (or was just rebuilt): look again.
+    /// A handle to a live entry's breaker that needs nothing more (it is set up and has every
+    /// registry listener): atomics only. `Err(true)`: live but it needs more ([`hand_out`]);
+    /// `Err(false)`: being retired.
+    ///
+    /// [`hand_out`]: Self::hand_out
     #[inline]
-    fn hand_out(&self, key: &Key, e: &Arc<Entry<C>>, now: u64) -> Option<CircuitBreaker<C>> {
-        let b = hold(e)?;
+    fn hand_out_ready(&self, e: &Entry<C>, now: u64) -> Result<CircuitBreaker<C>, bool> {
+        let b = hold(e).ok_or(false)?;
+        if !e.ready.load(Ordering::Acquire)
+            || e.listeners_added.load(Ordering::Acquire)
+                < self.listener_count.load(Ordering::Acquire)
+        {
+            return Err(true);
+        }
         touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
+        Ok(b)
+    }
+
+    /// A handle to a live entry's breaker, set up (and given the listeners it lacks) first;
+    /// `None` when the entry is being retired (or was just rebuilt): look again.
+    #[cold]
+    fn hand_out(&self, key: &Key, e: &Arc<Entry<C>>, now: u64) -> Option<CircuitBreaker<C>> {
+        // Live now? (The handle is let go at once: a set-up may rebuild the entry, which it
+        // can only do with no handle out.)
+        hold(e)?;
         if !e.ready.load(Ordering::Acquire) {
-            drop(b);
             self.set_up(key, e);
-            return hold(e);
         }
         self.catch_up(e);
+        let b = hold(e)?;
+        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
         Some(b)
     }
 
