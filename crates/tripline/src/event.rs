@@ -27,7 +27,9 @@
 //!   listener runs. A transition queues its event under the breaker's core lock, before it
 //!   publishes the new state, so that any event a thread makes after seeing the new state
 //!   comes after the transition in the sequence.
-//! * `Hub::draining`, a flag, not a lock: the thread that set it delivers; nobody waits for it.
+//!   Beside them it keeps the *delivering* flag, which is not a lock: the thread that set it
+//!   delivers, nobody waits for it, and it is cleared in the same critical section that finds
+//!   the queue empty, so no event is ever left undelivered.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -37,7 +39,7 @@ use std::time::Duration;
 use crate::error::BreakerName;
 use crate::outcome::Outcome;
 use crate::state::State;
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, lock};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, lock};
 use crate::window::WindowSnapshot;
 
 /// One thing that happened to a breaker.
@@ -324,6 +326,9 @@ struct HubState {
     next_seq: u64,
     pending: VecDeque<Event>,
     listeners: Arc<[Sub]>,
+    /// Whether a thread is delivering (see the module docs): a flag, not a lock; nobody waits
+    /// for it.
+    draining: bool,
 }
 
 /// A breaker's listeners and its event queue (see the module docs).
@@ -333,8 +338,6 @@ pub(crate) struct Hub {
     /// the hot paths, which make those events only when some listener wants them.
     call_listeners: AtomicUsize,
     outcome_listeners: AtomicUsize,
-    /// Whether a thread is delivering (see the module docs).
-    draining: AtomicBool,
     pub(crate) listener_panics: AtomicU64,
 }
 
@@ -351,10 +354,10 @@ impl Hub {
                 next_seq: 0,
                 pending: VecDeque::new(),
                 listeners: Arc::new([]),
+                draining: false,
             }),
             call_listeners: AtomicUsize::new(0),
             outcome_listeners: AtomicUsize::new(0),
-            draining: AtomicBool::new(false),
             listener_panics: AtomicU64::new(0),
         }
     }
@@ -417,26 +420,35 @@ impl Hub {
 
     /// Delivers the queued events in order, unless another thread is delivering (it then
     /// delivers these too). Call it only with no lock held: listeners run here.
+    ///
+    /// Whether a thread is delivering is decided under the queue's lock, in the same critical
+    /// section that takes an event out or finds the queue empty: an event queued before the
+    /// deliverer finds the queue empty is delivered by it, one queued after finds nobody
+    /// delivering and is delivered by the thread that queued it.
     pub(crate) fn drain(&self) {
+        {
+            let mut st = lock(&self.state);
+            if st.draining {
+                return;
+            }
+            st.draining = true;
+        }
         loop {
-            if self.draining.swap(true, Ordering::Acquire) {
-                return;
-            }
-            loop {
-                let next = {
-                    let mut st = lock(&self.state);
-                    st.pending.pop_front().map(|e| (e, st.listeners.clone()))
-                };
-                let Some((event, listeners)) = next else {
-                    break;
-                };
-                for s in listeners.iter().filter(|s| s.wants(&event)) {
-                    self.deliver(&*s.listener, &event);
+            let next = {
+                let mut st = lock(&self.state);
+                match st.pending.pop_front() {
+                    Some(e) => Some((e, st.listeners.clone())),
+                    None => {
+                        st.draining = false;
+                        None
+                    }
                 }
-            }
-            self.draining.store(false, Ordering::Release);
-            if lock(&self.state).pending.is_empty() {
+            };
+            let Some((event, listeners)) = next else {
                 return;
+            };
+            for s in listeners.iter().filter(|s| s.wants(&event)) {
+                self.deliver(&*s.listener, &event);
             }
         }
     }
@@ -463,5 +475,43 @@ impl Hub {
     pub(crate) fn call_event(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
         self.push(at, breaker, kind);
         self.drain();
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+
+    /// Two threads each queue an event and deliver: every event reaches the listener once.
+    #[test]
+    fn no_event_is_stranded() {
+        loom::model(|| {
+            let hub = loom::sync::Arc::new(Hub::new());
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let s = seen.clone();
+            let name = BreakerName::from("loom");
+            hub.subscribe(
+                Arc::new(move |e: &Event| s.lock().unwrap().push(e.seq)),
+                0,
+                &name,
+                EventKind::Initial {
+                    state: State::Closed,
+                    generation: 0,
+                },
+            );
+            hub.drain();
+            let h2 = hub.clone();
+            let n2 = name.clone();
+            let t = thread::spawn(move || {
+                h2.push(0, &n2, EventKind::Reconfigured { generation: 0 });
+                h2.drain();
+            });
+            hub.push(0, &name, EventKind::Reconfigured { generation: 0 });
+            hub.drain();
+            t.join().unwrap();
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen, [0, 1, 2]);
+        });
     }
 }

@@ -132,7 +132,7 @@ impl<C: Clock> CircuitBreaker<C> {
     /// # Ok::<(), tripline::TransitionError>(())
     /// ```
     pub fn transition_to_open_until(&self, at: Duration) -> Result<(), TransitionError> {
-        let now = self.clock().now();
+        let now = self.inner().now();
         let wait = Duration::from_nanos(nanos(at).saturating_sub(now));
         let open = explicit("open_until", wait)?;
         self.inner().operator_transition(State::Open, open)

@@ -155,7 +155,10 @@ fn lookups_racing_eviction_never_hand_out_a_breaker_the_registry_dropped() {
                 .unwrap(),
             );
             call_back_on_transitions(&r);
-            let keys: Vec<Key> = ["a", "b", "c"].iter().map(|k| Key::new(k).unwrap()).collect();
+            let keys: Vec<Key> = ["a", "b", "c"]
+                .iter()
+                .map(|k| Key::new(k).unwrap())
+                .collect();
             r.get(&keys[0]).unwrap();
             clock.advance(Duration::from_millis(10));
             let lookers: Vec<_> = (0..2)
@@ -283,4 +286,79 @@ fn results_racing_transitions_land_in_their_generation_and_events_stay_in_order(
             SCHEDULES,
         );
     }
+}
+
+/// Calls in flight and a ramp after recovery, racing a reconfiguration (a new slow-call
+/// duration folds the cohorts), shadow mode and a reset: once every permit is settled no call
+/// is left counted in flight, every result is accounted once, and nothing deadlocks.
+#[test]
+fn calls_in_flight_and_a_ramp_racing_lifecycle_operations_balance() {
+    shuttle::check_random(
+        || {
+            let config = BreakerConfig::builder()
+                .count_window(4)
+                .minimum_calls(4)
+                .slow_call_duration(Duration::from_secs(1))
+                .open_duration(Duration::from_secs(1))
+                .half_open_calls(1)
+                .ramp_up(tripline::RampUp {
+                    from: 50.0,
+                    over: Duration::from_secs(2),
+                    steps: 2,
+                    curve: tripline::RampCurve::Linear,
+                })
+                .build()
+                .unwrap();
+            let clock = ManualClock::new();
+            let b = CircuitBreaker::with_clock("ramp", config.clone(), clock.clone());
+            b.trip();
+            clock.advance(Duration::from_secs(1));
+            let _ = b.try_acquire().unwrap().record(Outcome::Success);
+            assert_eq!(b.state(), State::Closed);
+            let caller = {
+                let b = b.clone();
+                thread::spawn(move || {
+                    let mut settled = 0;
+                    for i in 0..3 {
+                        if let Ok(p) = b.try_acquire() {
+                            if i == 1 {
+                                drop(p);
+                            } else {
+                                let _ = p.record(Outcome::Success);
+                            }
+                            settled += 1;
+                        }
+                    }
+                    settled
+                })
+            };
+            let operator = {
+                let (b, config) = (b.clone(), config.clone());
+                thread::spawn(move || {
+                    let slower = config
+                        .to_builder()
+                        .slow_call_duration(Duration::from_secs(3))
+                        .build()
+                        .unwrap();
+                    b.reconfigure(slower).unwrap();
+                    b.metrics_only();
+                    b.reset();
+                })
+            };
+            let settled: u64 = caller.join().unwrap();
+            operator.join().unwrap();
+            clock.advance(Duration::from_secs(3600));
+            let m = b.metrics();
+            assert_eq!(m.window.in_flight_slow, 0, "{m:?}");
+            let accounted = m.successful_calls
+                + m.failed_calls
+                + m.ignored_calls
+                + m.stale_results
+                + m.abandoned_permits;
+            // The probe's success and each permit the caller settled, each counted once: as a
+            // success, as stale, or as abandoned.
+            assert_eq!(accounted, settled + 1, "{m:?}");
+        },
+        SCHEDULES,
+    );
 }
