@@ -181,6 +181,15 @@ pub enum Reason {
 
 /// Receives events. Implemented for closures `Fn(&Event)`.
 ///
+/// # Delivery
+/// Every event of a breaker takes the next number of its sequence and joins one queue, and is
+/// delivered from it after every lock of the library's is released, to each listener once, in
+/// sequence order, [`EventKind::Initial`] first. The thread that made an event delivers it,
+/// unless another thread is delivering already (then that one does). So a listener may call
+/// back into the breaker or its registry (look a key up, reset, reload, subscribe, read the
+/// metrics): the events its calls make are delivered after it returns. A slow listener holds up
+/// only the thread delivering, and the events queued behind it.
+///
 /// ```
 /// use tripline::{BreakerConfig, CircuitBreaker, EventKind};
 /// use std::sync::{Arc, Mutex};
