@@ -3,38 +3,44 @@
 //! with one compare-and-swap on the head and flips its bits only when they change, so a run
 //! of successes over a clean ring writes nothing but the head.
 //!
-//! The head is one 128-bit word: the full generation in the high half; in the low half the
-//! position (20 bits: sizes up to 1,000,000), whether the ring has wrapped, the resetting mark
-//! and the registered writers (18 bits). See the module docs of [`super`] for how a reset and
-//! its writers meet.
+//! The head is one 64-bit word: the position (20 bits: sizes up to 1,000,000), whether the
+//! ring has wrapped, and a 42-bit generation tag, so that a writer that read the state word
+//! before a transition can claim a slot only in its own generation's window (two generations
+//! alias only 2^42 transitions apart: 139 years at one transition per millisecond, and only
+//! for a writer stalled that long between two instructions, since the reset clears the ring).
+//! Beside it, the guard word holds the resetting mark and the writers registered to change a
+//! bit and its total. See the module docs of [`super`] for how a reset and its writers meet.
 //!
 //! With `call_durations` on, each slot's duration in microseconds is kept beside its bits
 //! (8 bytes a slot) with a running total, changed by the same registered writer that changes
 //! the slot, so a reset never tears it.
 
 use super::{Durations, Sample, WindowSnapshot, micros};
-use crate::sync::{AtomicI32, AtomicU64, AtomicU128, Ordering, spin};
+use crate::sync::{AtomicI32, AtomicU64, Ordering, spin};
 
 const POS_MASK: u64 = (1 << 20) - 1;
 const FULL: u64 = 1 << 20;
-const RESETTING: u64 = 1 << 21;
-const WRITER: u64 = 1 << 22;
-const WRITERS_MASK: u64 = ((1 << 18) - 1) << 22;
+const TAG_SHIFT: u32 = 22;
+/// The guard word: the resetting mark, and the registered writers below it.
+const RESETTING: u64 = 1 << 63;
+const WRITERS_MASK: u64 = RESETTING - 1;
 
 #[inline]
-fn head(generation: u64, low: u64) -> u128 {
-    u128::from(generation) << 64 | u128::from(low)
+fn head_tag(generation: u64) -> u64 {
+    generation << TAG_SHIFT
 }
 
-/// `(generation, low half)`.
+/// Whether head `h` is `generation`'s.
 #[inline]
-fn split(h: u128) -> (u64, u64) {
-    ((h >> 64) as u64, h as u64)
+fn owns(h: u64, generation: u64) -> bool {
+    (h ^ head_tag(generation)) >> TAG_SHIFT == 0
 }
 
 #[derive(Debug)]
 pub(crate) struct CountWindow {
-    head: AtomicU128,
+    head: AtomicU64,
+    /// The resetting mark and the registered writers.
+    guard: AtomicU64,
     /// `size.div_ceil(64)` failure words followed by as many slow words.
     bits: Box<[AtomicU64]>,
     /// At most 1,000,000 (validated), so positions fit 20 bits and totals 32.
@@ -57,7 +63,8 @@ impl CountWindow {
     pub(crate) fn new(size: u32, durations: bool) -> Self {
         let words = (size as usize).div_ceil(64);
         Self {
-            head: AtomicU128::new(head(0, 0)),
+            head: AtomicU64::new(head_tag(0)),
+            guard: AtomicU64::new(0),
             bits: (0..words * 2).map(|_| AtomicU64::new(0)).collect(),
             size: size.max(1),
             failures: AtomicI32::new(0),
@@ -74,30 +81,23 @@ impl CountWindow {
     /// `None`: not this generation's window. Else whether the ring had not wrapped yet.
     #[inline]
     pub(crate) fn record(&self, generation: u64, s: Sample) -> Option<bool> {
-        let own = |h: u128| {
-            let (g, low) = split(h);
-            g == generation && low & RESETTING == 0
-        };
         // Claim the next slot.
         let mut cur = self.head.load(Ordering::Acquire);
         let (idx, filling) = loop {
-            if !own(cur) {
+            if !owns(cur, generation) {
                 return None;
             }
-            let low = split(cur).1;
-            let pos = low & POS_MASK;
+            let pos = cur & POS_MASK;
             let next = if pos + 1 >= u64::from(self.size) {
-                (low & !POS_MASK) | FULL
+                (cur & !POS_MASK) | FULL
             } else {
-                low + 1
+                cur + 1
             };
-            match self.head.compare_exchange_weak(
-                cur,
-                head(generation, next),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break (pos, low & FULL == 0),
+            match self
+                .head
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break (pos, cur & FULL == 0),
                 Err(actual) => cur = actual,
             }
         };
@@ -112,28 +112,26 @@ impl CountWindow {
             return Some(filling);
         }
         // A bit and its running total change together: register, so a reset waits for this
-        // writer instead of clearing between the two.
-        let mut cur = self.head.load(Ordering::Acquire);
+        // writer instead of clearing between the two; then check that no reset ran since the
+        // claim (the window is still this generation's).
         let mut round = 0;
         loop {
-            if !own(cur) {
+            let g = self.guard.fetch_add(1, Ordering::AcqRel);
+            if g & RESETTING != 0 {
+                self.guard.fetch_sub(1, Ordering::Release);
                 return None;
             }
-            if split(cur).1 & WRITERS_MASK == WRITERS_MASK {
-                spin(round);
-                round += 1;
-                cur = self.head.load(Ordering::Acquire);
-                continue;
+            if g & WRITERS_MASK < WRITERS_MASK - 1 {
+                break;
             }
-            match self.head.compare_exchange(
-                cur,
-                cur + u128::from(WRITER),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(actual) => cur = actual,
-            }
+            // Every registration slot taken (2^63 writers: never): wait for one.
+            self.guard.fetch_sub(1, Ordering::Release);
+            spin(round);
+            round += 1;
+        }
+        if !owns(self.head.load(Ordering::Acquire), generation) {
+            self.guard.fetch_sub(1, Ordering::Release);
+            return None;
         }
         set_bit(&failed[word], mask, s.failure, &self.failures);
         set_bit(&slow[word], mask, s.slow, &self.slow);
@@ -145,7 +143,7 @@ impl CountWindow {
             d.total_micros
                 .fetch_add(new.wrapping_sub(old), Ordering::Relaxed);
         }
-        self.head.fetch_sub(u128::from(WRITER), Ordering::Release);
+        self.guard.fetch_sub(1, Ordering::Release);
         Some(filling)
     }
 
@@ -161,14 +159,14 @@ impl CountWindow {
     }
 
     pub(crate) fn snapshot(&self, generation: u64) -> WindowSnapshot {
-        let (g, low) = split(self.head.load(Ordering::Acquire));
-        if g != generation || low & RESETTING != 0 {
+        let h = self.head.load(Ordering::Acquire);
+        if !owns(h, generation) || self.guard.load(Ordering::Acquire) & RESETTING != 0 {
             return WindowSnapshot::default();
         }
-        let calls = if low & FULL != 0 {
+        let calls = if h & FULL != 0 {
             u64::from(self.size)
         } else {
-            low & POS_MASK
+            h & POS_MASK
         };
         WindowSnapshot {
             calls,
@@ -179,10 +177,10 @@ impl CountWindow {
     }
 
     pub(crate) fn begin(&self, generation: u64) {
-        // No new claim or registration from here on; wait for the registered writers.
-        self.head.fetch_or(u128::from(RESETTING), Ordering::AcqRel);
+        // No new registration from here on; wait for the registered writers.
+        self.guard.fetch_or(RESETTING, Ordering::AcqRel);
         let mut round = 0;
-        while split(self.head.load(Ordering::Acquire)).1 & WRITERS_MASK != 0 {
+        while self.guard.load(Ordering::Acquire) & WRITERS_MASK != 0 {
             spin(round);
             round += 1;
         }
@@ -197,7 +195,10 @@ impl CountWindow {
             }
             d.total_micros.store(0, Ordering::Relaxed);
         }
-        self.head.store(head(generation, 0), Ordering::Release);
+        // The new generation's head before the mark goes: a writer that registers after the
+        // mark went sees the new head and knows its claim was of another generation.
+        self.head.store(head_tag(generation), Ordering::Release);
+        self.guard.fetch_and(!RESETTING, Ordering::AcqRel);
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
@@ -282,11 +283,11 @@ mod tests {
         assert_eq!(w.snapshot(2), WindowSnapshot::default());
     }
 
-    /// The head carries the whole generation: a writer 2^24 (or 2^40, or 2^60) generations
-    /// behind never lands in the window, where a 24-bit tag read it as current.
+    /// The head carries a 42-bit tag: a writer 2^24 (or 2^40, or 2^42 - 1) generations behind
+    /// never lands in the window, where a 24-bit tag read it as current.
     #[test]
     fn no_count_of_generations_lets_an_old_writer_in() {
-        for later in [1u64 << 24, 1 << 40, 1 << 60] {
+        for later in [1u64 << 24, 1 << 40, (1 << 42) - 1] {
             let w = CountWindow::new(4, false);
             w.begin(later);
             assert_eq!(w.record(0, F), None, "generation {later}");

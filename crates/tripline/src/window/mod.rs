@@ -8,13 +8,16 @@
 //! generation tag that a long-lived breaker could wrap:
 //!
 //! * The **count window** ([`count`]) is reset in place, under the transition lock. Its head
-//!   is one 128-bit word: the full 64-bit generation beside the position, a *resetting* mark
-//!   and the writers registered. The reset marks the window resetting, waits for the writers
-//!   that are between changing a bit and its running total (each registers in the head for
-//!   those few instructions), clears bits and totals, and publishes the new generation. A
-//!   writer claims its slot and registers with compare-and-swaps that check the generation, so
-//!   a writer of another generation, or one that arrives while the reset runs, records
-//!   nothing.
+//!   word carries the position beside a 42-bit generation tag, and a guard word beside it the
+//!   *resetting* mark and the writers registered. The reset marks the window resetting, waits
+//!   for the writers that are between changing a bit and its running total (each registers in
+//!   the guard for those few instructions), clears bits and totals, publishes the new
+//!   generation's head and lifts the mark. A writer claims its slot with a compare-and-swap
+//!   that checks the tag, and one that must change a bit registers and then checks the tag
+//!   again, so a writer of another generation, or one that arrives while the reset runs,
+//!   records nothing. The ring is cleared at every reset, so a tag only guards a writer that
+//!   read the state word before a transition: two generations alias only for a writer stalled
+//!   across 2^42 transitions (139 years at one per millisecond) between two instructions.
 //! * The **time window** ([`time`]) is never cleared. Each bucket is numbered on a line that
 //!   gives every generation a stretch of its own: bucket `e` (time since the window's creation
 //!   / bucket width) of generation `g` is number `e + g × 2^16`, and a snapshot of generation
