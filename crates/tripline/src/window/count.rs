@@ -196,8 +196,11 @@ impl CountWindow {
             d.total_micros.store(0, Ordering::Relaxed);
         }
         // The new generation's head before the mark goes: a writer that registers after the
-        // mark went sees the new head and knows its claim was of another generation.
-        self.head.store(head_tag(generation), Ordering::Release);
+        // mark went sees the new head and knows its claim was of another generation. A swap,
+        // not a store: a claim racing it is ordered with it as one read-modify-write with
+        // another (either the claim lands first and is overwritten, or it sees the new head
+        // and fails).
+        self.head.swap(head_tag(generation), Ordering::AcqRel);
         self.guard.fetch_and(!RESETTING, Ordering::AcqRel);
     }
 
@@ -369,5 +372,58 @@ mod tests {
             .map(|b| b.load(Ordering::Relaxed).count_ones())
             .sum();
         assert_eq!(w.failures.load(Ordering::Relaxed), bits as i32);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// A failure of generation 1 racing the reset to generation 2: it lands in generation 1's
+    /// window or nowhere, and generation 2's window then counts its own results exactly.
+    #[test]
+    fn a_record_racing_a_reset_lands_in_its_generation_or_nowhere() {
+        loom::model(|| {
+            let w = Arc::new(CountWindow::new(2, false));
+            w.begin(1);
+            let w2 = w.clone();
+            let t = thread::spawn(move || w2.begin(2));
+            let _ = w.record(
+                1,
+                Sample {
+                    failure: true,
+                    slow: false,
+                    nanos: 0,
+                },
+            );
+            t.join().unwrap();
+            assert_eq!(w.snapshot(2).failures, 0);
+            for _ in 0..2 {
+                assert!(
+                    w.record(
+                        2,
+                        Sample {
+                            failure: false,
+                            slow: false,
+                            nanos: 0,
+                        },
+                    )
+                    .is_some(),
+                    "head {:x} guard {:x}",
+                    w.head.load(Ordering::Relaxed),
+                    w.guard.load(Ordering::Relaxed)
+                );
+            }
+            let s = w.snapshot(2);
+            assert_eq!(
+                (s.calls, s.failures),
+                (2, 0),
+                "head {:x} guard {:x}",
+                w.head.load(Ordering::Relaxed),
+                w.guard.load(Ordering::Relaxed)
+            );
+        });
     }
 }
