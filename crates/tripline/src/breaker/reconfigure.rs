@@ -174,8 +174,22 @@ impl<C: Clock> Inner<C> {
     /// lock.
     pub(crate) fn follow(
         &self,
-        read: impl FnOnce() -> (Arc<BreakerConfig>, Option<State>),
+        read: impl Fn() -> (Arc<BreakerConfig>, Option<State>),
     ) -> Followed {
+        if self.cold.get().is_none() {
+            // A breaker that has never left Closed, never been reconfigured and holds nothing
+            // has nothing to do when the record asks nothing of it: no transition part is
+            // allocated for it (most of a registry's keys). The second look orders this with a
+            // sync that allocates the part meanwhile: that sync read the record under the lock
+            // after this one read it, or this one sees the part and takes the lock too.
+            let (config, hold) = read();
+            if hold.is_none()
+                && (Arc::ptr_eq(&config, &self.config) || *config == *self.config)
+                && self.cold.get().is_none()
+            {
+                return Followed::default();
+            }
+        }
         let now = self.now();
         let cold = self.cold();
         let done = {
