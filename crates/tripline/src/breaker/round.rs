@@ -7,7 +7,6 @@ use super::permit::{Kind, Recorded, Ticket};
 use super::transition::OpenWait;
 use crate::clock::{Clock, nanos};
 use crate::error::Rejected;
-use crate::event::Reason;
 use crate::outcome::{Classification, Outcome};
 use crate::rules::{self, RoundCounts};
 use crate::state::{State, Word};
@@ -67,19 +66,7 @@ impl<C: Clock> Inner<C> {
         if self.word() != word {
             return None;
         }
-        let max_wait = core.config.half_open_max_wait.map(nanos);
-        if rules::half_open_expired(core.half_open_since, max_wait, now) {
-            let to = rules::after_max_wait(core.config.after_max_wait);
-            let snap = self.snapshot(now);
-            self.transition(
-                &mut core,
-                word,
-                to,
-                Reason::HalfOpenTimeout,
-                snap,
-                now,
-                OpenWait::RULES,
-            );
+        if self.end_half_open_past_max_wait(&mut core, word, now) {
             drop(core);
             cold.hub.drain();
             return None;

@@ -208,21 +208,8 @@ impl<C: Clock> CircuitBreaker<C> {
                 let cold = inner.cold();
                 {
                     let mut core = lock(&cold.core);
-                    let max_wait = core.config.half_open_max_wait.map(nanos);
-                    if inner.word() == word
-                        && rules::half_open_expired(core.half_open_since, max_wait, now)
-                    {
-                        let to = rules::after_max_wait(core.config.after_max_wait);
-                        let snap = inner.snapshot(now);
-                        inner.transition(
-                            &mut core,
-                            word,
-                            to,
-                            Reason::HalfOpenTimeout,
-                            snap,
-                            now,
-                            OpenWait::RULES,
-                        );
+                    if inner.word() == word {
+                        inner.end_half_open_past_max_wait(&mut core, word, now);
                     }
                 }
                 cold.hub.drain();
@@ -398,6 +385,32 @@ impl<C: Clock> Inner<C> {
         };
         cold.hub.drain();
         result
+    }
+
+    /// A half-open breaker past its maximum wait goes where the configuration says; whether it
+    /// did. Called under the core lock, the word checked to be `word`.
+    pub(super) fn end_half_open_past_max_wait(
+        &self,
+        core: &mut Core,
+        word: Word,
+        now: u64,
+    ) -> bool {
+        let max_wait = core.config.half_open_max_wait.map(nanos);
+        if !rules::half_open_expired(core.half_open_since, max_wait, now) {
+            return false;
+        }
+        let to = rules::after_max_wait(core.config.after_max_wait);
+        let snap = self.snapshot(now);
+        self.transition(
+            core,
+            word,
+            to,
+            Reason::HalfOpenTimeout,
+            snap,
+            now,
+            OpenWait::RULES,
+        );
+        true
     }
 
     /// Holds the breaker in `hold` (or lets it go: `None`), moving it there now; a breaker let
