@@ -359,7 +359,7 @@ impl<C: Clock> CircuitBreaker<C> {
 
     /// Subscribes a listener. It first receives [`EventKind::Initial`] with the current state,
     /// then every later event in order. A listener may call back into the breaker (see
-    /// [`crate::event`]).
+    /// [`Listener`]).
     pub fn subscribe(&self, listener: impl Listener) {
         let inner = &*self.inner;
         if listener.wants_outcome_events() {

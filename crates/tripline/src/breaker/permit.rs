@@ -144,7 +144,7 @@ macro_rules! permit_methods {
         }
 
         /// Time since the permit was granted, on the breaker's clock (zero for a breaker that
-        /// does not time its calls: see [`BreakerConfig::needs_time`]).
+        /// does not time its calls: see [`BreakerConfig::needs_time`](crate::BreakerConfig::needs_time)).
         pub fn elapsed(&self) -> Duration {
             Duration::from_nanos(self.inner.now().saturating_sub(self.ticket.started))
         }
