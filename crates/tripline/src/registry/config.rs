@@ -10,7 +10,8 @@ use crate::config::BreakerConfig;
 use crate::error::ConfigError;
 
 /// A registry's configuration: named breaker configurations and which keys use them, bounds,
-/// and operator overrides. Loadable from TOML (feature `serde`):
+/// and operator overrides. Loadable from TOML (feature `serde`), and written back to it
+/// (`Serialize`: `toml::to_string` reads back as the same configuration):
 ///
 /// ```toml
 /// max_breakers = 10000
@@ -49,7 +50,7 @@ use crate::error::ConfigError;
 /// # Ok::<(), tripline::ConfigError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct RegistryConfig {
     #[cfg_attr(feature = "serde", serde(default = "default_max"))]
