@@ -29,6 +29,21 @@ pub trait Clock: Send + Sync + 'static {
     fn recent(&self) -> u64 {
         self.now()
     }
+
+    /// How coarse [`Clock::now`]'s readings are: the most a reading may lag the true time
+    /// (zero, the default, for a clock that reads as precisely as it can). A breaker whose
+    /// configuration compares call times against durations this clock cannot resolve (see
+    /// [`MonotonicClock::for_config`]) reads [`Clock::precise_now`] instead.
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
+    /// A reading on the same origin as [`Clock::now`], as precise as the clock can make it
+    /// (the default is [`Clock::now`]). Never decreases, and never less than a `now()` read
+    /// before it.
+    fn precise_now(&self) -> u64 {
+        self.now()
+    }
 }
 
 /// The production clock: `quanta`'s TSC-based monotonic clock.
@@ -137,10 +152,7 @@ impl MonotonicClock {
     /// # Ok::<(), tripline::ConfigError>(())
     /// ```
     pub fn for_config(config: &crate::config::BreakerConfig) -> Self {
-        const COARSE_ENOUGH: Duration = Duration::from_millis(100);
-        let coarse_serves =
-            !config.call_durations() && config.finest_duration().is_none_or(|d| d >= COARSE_ENOUGH);
-        if coarse_serves {
+        if crate::rules::clock_serves(Duration::from_millis(1), config) {
             Self::coarse()
         } else {
             Self::new()
@@ -188,6 +200,23 @@ impl Clock for MonotonicClock {
             return self.precise();
         }
         nanos(r.duration_since(self.base.origin))
+    }
+
+    /// A millisecond for the coarse clock (quanta's upkeep thread refreshes it each
+    /// millisecond), zero for the precise one.
+    fn resolution(&self) -> Duration {
+        if self.base.coarse {
+            Duration::from_millis(1)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The time-stamp counter's reading, also for the coarse clock (whose readings lag it by
+    /// up to a millisecond, so a precise reading is never less than a coarse one before it).
+    #[inline]
+    fn precise_now(&self) -> u64 {
+        self.precise()
     }
 }
 
@@ -310,5 +339,11 @@ impl<C: Clock> Clock for Arc<C> {
     }
     fn recent(&self) -> u64 {
         (**self).recent()
+    }
+    fn resolution(&self) -> std::time::Duration {
+        (**self).resolution()
+    }
+    fn precise_now(&self) -> u64 {
+        (**self).precise_now()
     }
 }

@@ -210,18 +210,10 @@ pub enum RampCurve {
 }
 
 impl RampUp {
-    /// The share step `i` admits, in parts per million (1,000,000 from step `steps` on).
+    /// The share step `i` admits, in parts per million (1,000,000 from step `steps` on),
+    /// rounded toward refusing ([`rules::ramp_share_ppm`](crate::rules::ramp_share_ppm)).
     pub fn share_ppm(&self, i: u32) -> u64 {
-        if i >= self.steps {
-            return 1_000_000;
-        }
-        let f = (self.from / 100.0).clamp(0.0, 1.0);
-        let t = f64::from(i) / f64::from(self.steps.max(1));
-        let share = match self.curve {
-            RampCurve::Linear => f + (1.0 - f) * t,
-            RampCurve::Exponential => f * (1.0 / f).powf(t),
-        };
-        ((share * 1e6).round() as u64).clamp(1, 1_000_000)
+        crate::rules::ramp_share_ppm(self.from, self.steps, self.curve, i)
     }
 }
 
@@ -596,13 +588,19 @@ impl BreakerConfig {
 
     /// The failure-rate threshold in parts per million, the integer form the rules compare in
     /// (`failures * 1_000_000 >= ppm * calls`). Other hosts of the rules (the Redis store) use
-    /// the same integers, so they decide exactly alike.
+    /// the same integers, so they decide exactly alike. A percentage that is not a whole number
+    /// of ppm is rounded down, toward tripping ([`rules::ppm_of_percent`]), so that
+    /// `100 k / n` percent trips at exactly `k` failures of `n` calls.
+    ///
+    /// [`rules::ppm_of_percent`]: crate::rules::ppm_of_percent
     ///
     /// ```
     /// use tripline::BreakerConfig;
     ///
     /// let c = BreakerConfig::builder().failure_rate_threshold(33.3).build().unwrap();
     /// assert_eq!(c.failure_ppm(), 333_000);
+    /// let two_of_three = BreakerConfig::builder().failure_rate_threshold(100.0 * 2.0 / 3.0).build().unwrap();
+    /// assert_eq!(two_of_three.failure_ppm(), 666_666);
     /// ```
     pub fn failure_ppm(&self) -> u64 {
         ppm(self.failure_rate_threshold)
@@ -621,8 +619,8 @@ impl BreakerConfig {
 }
 
 fn ppm(percent: f64) -> u64 {
-    // Validated to (0, 100]; the max(1) keeps a tiny positive threshold positive.
-    ((percent * 10_000.0).round() as u64).clamp(1, 1_000_000)
+    // Validated to (0, 100].
+    crate::rules::ppm_of_percent(percent)
 }
 
 pub(crate) fn fmt_d(d: Duration) -> String {

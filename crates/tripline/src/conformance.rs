@@ -543,3 +543,530 @@ impl Rejected {
         }
     }
 }
+
+/// The pure rules ([`crate::rules`]) as a [`Subject`]: a sequential host over plain values (a
+/// ring or a list of buckets, a list of calls in flight, a round of leases) that asks the
+/// rules every decision, on a manual clock. It is the reference the vectors describe: the
+/// in-process breaker and the Redis store are checked against the same vectors, so the three
+/// agree on each of them.
+///
+/// It models what the vectors exercise: count and time windows, both rates, the minimum calls,
+/// the consecutive rule, calls in flight, the open wait (with backoff and a seeded or no
+/// jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
+/// transition and the operator actions. Ramps, lumping and failure kinds are not modelled.
+///
+/// ```
+/// use tripline::conformance::{self, RulesSubject};
+///
+/// for vector in conformance::builtin() {
+///     conformance::run(&vector, &RulesSubject::new(&vector)).unwrap();
+/// }
+/// ```
+#[derive(Debug)]
+pub struct RulesSubject {
+    m: RefCell<Machine>,
+}
+
+/// A permit of the [`RulesSubject`].
+#[derive(Debug)]
+pub struct RulesPermit {
+    generation: u64,
+    started: u64,
+    kind: RulesKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RulesKind {
+    /// A closed call; its id among the calls in flight, if they are counted.
+    Window(Option<u64>),
+    Probe {
+        slot: usize,
+        token: u64,
+    },
+    Passthrough,
+}
+
+#[derive(Debug)]
+enum PlainWindow {
+    /// The last `size` outcomes: `(failed, slow)`.
+    Count {
+        size: usize,
+        outcomes: std::collections::VecDeque<(bool, bool)>,
+    },
+    /// Every outcome with its bucket number (since the breaker's creation).
+    Time {
+        bucket: u64,
+        buckets: u64,
+        outcomes: Vec<(u64, bool, bool)>,
+        /// When the next good result is judged, and whether the last judgement saw fewer than
+        /// the minimum calls.
+        next_boundary: u64,
+        below_minimum: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Machine {
+    name: String,
+    config: BreakerConfig,
+    now: u64,
+    state: State,
+    generation: u64,
+    window: PlainWindow,
+    /// Calls in flight of the current generation, by id: when they started.
+    in_flight: HashMap<u64, u64>,
+    next_call: u64,
+    next_inflight_check: u64,
+    run: u64,
+    open_until: u64,
+    level: u32,
+    ever_opened: bool,
+    closed_since: u64,
+    half_open_since: u64,
+    leases: Vec<Option<(u64, u64)>>,
+    round: crate::rules::RoundCounts,
+    next_token: u64,
+    rng: Option<rand_pcg::Pcg64Mcg>,
+    transitions: Vec<(State, State)>,
+}
+
+impl RulesSubject {
+    /// A fresh host with the vector's configuration, at time zero.
+    pub fn new(vector: &Vector) -> Self {
+        use rand::SeedableRng;
+        let c = vector.config.clone();
+        let window = match c.window() {
+            crate::WindowConfig::Count { size } => PlainWindow::Count {
+                size: size as usize,
+                outcomes: Default::default(),
+            },
+            crate::WindowConfig::Time { length, bucket } => PlainWindow::Time {
+                bucket: crate::clock::nanos(bucket),
+                buckets: (length.as_nanos() / bucket.as_nanos()) as u64,
+                outcomes: Vec::new(),
+                next_boundary: 0,
+                below_minimum: true,
+            },
+        };
+        let width = (crate::clock::nanos(c.slow_call_duration()) / 2).max(1);
+        Self {
+            m: RefCell::new(Machine {
+                name: vector.name.clone(),
+                rng: c.seed().map(rand_pcg::Pcg64Mcg::seed_from_u64),
+                config: c,
+                now: 0,
+                state: State::Closed,
+                generation: 0,
+                window,
+                in_flight: HashMap::new(),
+                next_call: 0,
+                next_inflight_check: width,
+                run: 0,
+                open_until: 0,
+                level: 0,
+                ever_opened: false,
+                closed_since: 0,
+                half_open_since: 0,
+                leases: Vec::new(),
+                round: Default::default(),
+                next_token: 1,
+                transitions: Vec::new(),
+            }),
+        }
+    }
+}
+
+impl Machine {
+    fn thresholds(&self) -> crate::rules::Thresholds {
+        crate::rules::Thresholds::of(&self.config)
+    }
+
+    fn slow_nanos(&self) -> u64 {
+        if self.config.slow_call_rule() {
+            crate::clock::nanos(self.config.slow_call_duration())
+        } else {
+            u64::MAX
+        }
+    }
+
+    fn width(&self) -> u64 {
+        (crate::clock::nanos(self.config.slow_call_duration()) / 2).max(1)
+    }
+
+    /// The window now, with the overdue calls in flight when asked (and counted).
+    fn snapshot(&self, with_in_flight: bool) -> WindowSnapshot {
+        let mut s = WindowSnapshot::default();
+        let mut add = |failed: bool, slow: bool| {
+            s.calls += 1;
+            s.failures += u64::from(failed);
+            s.slow_calls += u64::from(slow);
+        };
+        match &self.window {
+            PlainWindow::Count { outcomes, .. } => {
+                outcomes.iter().for_each(|(f, sl)| add(*f, *sl));
+            }
+            PlainWindow::Time {
+                bucket,
+                buckets,
+                outcomes,
+                ..
+            } => {
+                let e = self.now / bucket;
+                outcomes
+                    .iter()
+                    .filter(|(b, ..)| *b <= e && b + buckets > e)
+                    .for_each(|(_, f, sl)| add(*f, *sl));
+            }
+        }
+        if with_in_flight && self.config.counts_in_flight() {
+            let (w, slow) = (self.width(), self.slow_nanos());
+            s.in_flight_slow = self
+                .in_flight
+                .values()
+                .filter(|start| {
+                    let end = (*start / w).saturating_add(1).saturating_mul(w);
+                    crate::rules::overdue(end, slow, self.now)
+                })
+                .count() as u64;
+        }
+        s
+    }
+
+    /// Judges the window (noting, for a time window, whether it held the minimum).
+    fn fired(&mut self, with_in_flight: bool, consecutive: Option<u64>) -> crate::rules::Fired {
+        let snap = self.snapshot(with_in_flight);
+        let t = self.thresholds();
+        if let PlainWindow::Time { below_minimum, .. } = &mut self.window {
+            *below_minimum = !crate::rules::minimum_reached(snap.calls, t.minimum_calls);
+        }
+        crate::rules::fired(&snap, &t, consecutive)
+    }
+
+    fn transition(&mut self, to: State, explicit_wait: Option<u64>) {
+        use crate::rules;
+        let from = self.state;
+        if to == State::Open {
+            let rule = rules::OpenWaitRule::of(&self.config);
+            self.level = rules::next_backoff_level(
+                self.level,
+                from,
+                explicit_wait.is_some(),
+                self.ever_opened,
+                self.now.saturating_sub(self.closed_since),
+                rule.healthy_after,
+            );
+            let wait = explicit_wait.unwrap_or_else(|| {
+                let draw = match (&mut self.rng, rule.jitter) {
+                    (_, 0) | (None, _) => 0,
+                    (Some(rng), j) => rand::Rng::random_range(rng, 0..=j),
+                };
+                rules::open_wait(&rule, self.level, draw, None)
+            });
+            self.open_until = self.now.saturating_add(wait);
+            self.ever_opened = true;
+        }
+        if to == State::HalfOpen {
+            self.half_open_since = self.now;
+            self.leases = vec![None; self.config.half_open_calls() as usize];
+            self.round = Default::default();
+        }
+        if matches!(to, State::Closed | State::MetricsOnly) {
+            match &mut self.window {
+                PlainWindow::Count { outcomes, .. } => outcomes.clear(),
+                PlainWindow::Time {
+                    outcomes,
+                    next_boundary,
+                    below_minimum,
+                    ..
+                } => {
+                    outcomes.clear();
+                    *next_boundary = 0;
+                    *below_minimum = true;
+                }
+            }
+            self.in_flight.clear();
+            self.closed_since = self.now;
+            self.next_inflight_check = self.now.saturating_add(self.width());
+        }
+        self.run = 0;
+        self.state = to;
+        self.generation += 1;
+        self.transitions.push((from, to));
+    }
+
+    fn reject(&self, state: State, retry_after: Option<u64>) -> Rejected {
+        Rejected::new(
+            self.name.clone(),
+            state,
+            retry_after.map(Duration::from_nanos),
+        )
+    }
+
+    fn acquire(&mut self) -> Result<RulesPermit, Rejected> {
+        use crate::rules;
+        loop {
+            match self.state {
+                State::Closed | State::MetricsOnly => {
+                    if self.config.counts_in_flight() && self.now >= self.next_inflight_check {
+                        self.next_inflight_check = self.now.saturating_add(self.width());
+                        let fired = self.fired(true, None);
+                        if self.state == State::Closed && fired.any() {
+                            self.transition(State::Open, None);
+                            continue;
+                        }
+                    }
+                    let id = self.config.counts_in_flight().then(|| {
+                        self.next_call += 1;
+                        self.in_flight.insert(self.next_call, self.now);
+                        self.next_call
+                    });
+                    return Ok(RulesPermit {
+                        generation: self.generation,
+                        started: self.now,
+                        kind: RulesKind::Window(id),
+                    });
+                }
+                State::Open => {
+                    if !rules::open_elapsed(self.open_until, self.now) {
+                        return Err(self.reject(State::Open, Some(self.open_until - self.now)));
+                    }
+                    self.transition(State::HalfOpen, None);
+                }
+                State::HalfOpen => {
+                    let max_wait = self.config.half_open_max_wait().map(crate::clock::nanos);
+                    if rules::half_open_expired(self.half_open_since, max_wait, self.now) {
+                        self.transition(rules::after_max_wait(self.config.after_max_wait()), None);
+                        continue;
+                    }
+                    let now = self.now;
+                    for l in self.leases.iter_mut() {
+                        if l.is_some_and(|(_, d)| rules::lease_expired(d, now)) {
+                            *l = None;
+                        }
+                    }
+                    let (k, policy) = (
+                        self.config.half_open_calls(),
+                        self.config.half_open_policy(),
+                    );
+                    let t = self.thresholds();
+                    if let Some(v) = rules::settled_verdict(policy, k, &self.round, &t) {
+                        self.transition(v.state(), None);
+                        continue;
+                    }
+                    let in_flight = self.leases.iter().filter(|l| l.is_some()).count() as u32;
+                    if rules::admits_probe(policy, k, in_flight, &self.round) {
+                        if let Some(slot) = self.leases.iter().position(Option::is_none) {
+                            let token = self.next_token;
+                            self.next_token += 1;
+                            let lease = crate::clock::nanos(self.config.probe_lease());
+                            self.leases[slot] = Some((token, now.saturating_add(lease)));
+                            return Ok(RulesPermit {
+                                generation: self.generation,
+                                started: now,
+                                kind: RulesKind::Probe { slot, token },
+                            });
+                        }
+                    }
+                    let retry = self
+                        .leases
+                        .iter()
+                        .flatten()
+                        .map(|(_, d)| d.saturating_sub(now))
+                        .min();
+                    return Err(self.reject(State::HalfOpen, retry));
+                }
+                State::Disabled => {
+                    return Ok(RulesPermit {
+                        generation: self.generation,
+                        started: self.now,
+                        kind: RulesKind::Passthrough,
+                    });
+                }
+                State::ForcedOpen => return Err(self.reject(State::ForcedOpen, None)),
+            }
+        }
+    }
+
+    fn record(&mut self, p: RulesPermit, outcome: Outcome) -> Recorded {
+        use crate::rules;
+        let slow = rules::is_slow(self.now.saturating_sub(p.started), self.slow_nanos());
+        match p.kind {
+            RulesKind::Passthrough => Recorded::Disabled,
+            RulesKind::Window(id) => {
+                if let Some(id) = id {
+                    self.in_flight.remove(&id);
+                }
+                if p.generation != self.generation {
+                    return Recorded::Stale;
+                }
+                let failure = match outcome {
+                    Outcome::Ignored => return Recorded::Ignored,
+                    o => o == Outcome::Failure,
+                };
+                let now = self.now;
+                let filling = match &mut self.window {
+                    PlainWindow::Count { size, outcomes } => {
+                        let filling = outcomes.len() < *size;
+                        outcomes.push_back((failure, slow));
+                        if outcomes.len() > *size {
+                            outcomes.pop_front();
+                        }
+                        filling
+                    }
+                    PlainWindow::Time {
+                        bucket, outcomes, ..
+                    } => {
+                        outcomes.push((now / *bucket, failure, slow));
+                        false
+                    }
+                };
+                self.run = if failure { self.run + 1 } else { 0 };
+                let consecutive = (failure
+                    && rules::consecutive_fires(self.run, self.config.consecutive_failures()))
+                .then_some(self.run);
+                if self.state == State::MetricsOnly {
+                    return Recorded::Counted;
+                }
+                let evaluate = rules::result_evaluates(
+                    failure,
+                    slow,
+                    consecutive.is_some(),
+                    || match &mut self.window {
+                        PlainWindow::Count { .. } => rules::count_success_gate(filling),
+                        PlainWindow::Time {
+                            bucket,
+                            next_boundary,
+                            below_minimum,
+                            ..
+                        } => {
+                            let open =
+                                rules::time_success_gate(*below_minimum, now, *next_boundary);
+                            if open && !*below_minimum {
+                                *next_boundary = (now / *bucket + 1).saturating_mul(*bucket);
+                            }
+                            open
+                        }
+                    },
+                );
+                if evaluate && self.fired(failure || slow, consecutive).any() {
+                    self.transition(State::Open, None);
+                }
+                Recorded::Counted
+            }
+            RulesKind::Probe { slot, token } => {
+                let leased = self
+                    .leases
+                    .get(slot)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|(t, _)| t == token);
+                if p.generation != self.generation || self.state != State::HalfOpen || !leased {
+                    return Recorded::Stale;
+                }
+                self.leases[slot] = None;
+                let failure = match outcome {
+                    Outcome::Ignored => return Recorded::Ignored,
+                    o => o == Outcome::Failure,
+                };
+                self.round = self.round.with(failure, slow);
+                let (k, policy) = (
+                    self.config.half_open_calls(),
+                    self.config.half_open_policy(),
+                );
+                if let Some(v) = rules::probe_verdict(
+                    policy,
+                    k,
+                    &self.round,
+                    failure || slow,
+                    &self.thresholds(),
+                ) {
+                    self.transition(v.state(), None);
+                }
+                Recorded::Counted
+            }
+        }
+    }
+
+    fn abandon(&mut self, p: RulesPermit) {
+        match p.kind {
+            RulesKind::Window(Some(id)) => {
+                self.in_flight.remove(&id);
+            }
+            RulesKind::Probe { slot, token } => {
+                if let Some(l) = self.leases.get_mut(slot) {
+                    if l.is_some_and(|(t, _)| t == token) {
+                        *l = None;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn tick(&mut self) {
+        use crate::rules;
+        match self.state {
+            State::Open
+                if self.config.automatic_transition()
+                    && rules::open_elapsed(self.open_until, self.now) =>
+            {
+                self.transition(State::HalfOpen, None);
+            }
+            State::HalfOpen => {
+                let max_wait = self.config.half_open_max_wait().map(crate::clock::nanos);
+                if rules::half_open_expired(self.half_open_since, max_wait, self.now) {
+                    self.transition(rules::after_max_wait(self.config.after_max_wait()), None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn operator(&mut self, to: State) {
+        if crate::rules::operator_edge(self.state, to) == Some(true) {
+            self.transition(to, None);
+        }
+    }
+}
+
+impl Subject for RulesSubject {
+    type Permit<'a> = RulesPermit;
+
+    fn acquire(&self) -> Result<Self::Permit<'_>, Rejected> {
+        self.m.borrow_mut().acquire()
+    }
+    fn is_probe(permit: &Self::Permit<'_>) -> bool {
+        matches!(permit.kind, RulesKind::Probe { .. })
+    }
+    fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
+        self.m.borrow_mut().record(permit, outcome)
+    }
+    fn abandon(&self, permit: Self::Permit<'_>) {
+        self.m.borrow_mut().abandon(permit)
+    }
+    fn advance(&self, by: Duration) {
+        let mut m = self.m.borrow_mut();
+        m.now = m.now.saturating_add(crate::clock::nanos(by));
+    }
+    fn tick(&self) {
+        self.m.borrow_mut().tick()
+    }
+    fn operator(&self, action: Action) {
+        self.m.borrow_mut().operator(match action {
+            Action::ForceOpen => State::ForcedOpen,
+            Action::Disable => State::Disabled,
+            Action::MetricsOnly => State::MetricsOnly,
+            Action::Reset => State::Closed,
+        })
+    }
+    fn state(&self) -> State {
+        self.m.borrow().state
+    }
+    fn window(&self) -> WindowSnapshot {
+        // While Open, the window that tripped (as the breaker's metrics show it).
+        self.m.borrow().snapshot(false)
+    }
+    fn take_transitions(&self) -> Vec<(State, State)> {
+        std::mem::take(&mut self.m.borrow_mut().transitions)
+    }
+}

@@ -1,16 +1,35 @@
 //! Events: every transition, rejection, stale result and abandoned permit, for listeners.
 //!
-//! Transition events (and [`EventKind::Initial`], [`EventKind::WouldTrip`],
-//! [`EventKind::Reconfigured`]) are delivered to every listener in sequence order, each
-//! exactly once, by whichever thread is free to dispatch; no breaker lock is held while a
-//! listener runs, so a listener may call back into the breaker. Per-call events (rejections,
-//! stale results, abandoned permits) are delivered on the calling thread, only to listeners that
-//! ask for them ([`Listener::wants_call_events`]), and may interleave with transition events;
-//! a listener gets them only once its Initial event has been delivered.
-//! [`EventKind::CallOutcome`], one event per recorded result, is delivered the same way, only to
-//! listeners that ask for it ([`Listener::wants_outcome_events`]): a breaker with no such
-//! listener pays one atomic load per result for it, takes no lock and allocates nothing.
-//! A panicking listener is isolated: the panic is caught and counted.
+//! # One queue, delivered after every lock is released
+//! Every event of a breaker, whatever its kind, takes the next number of the breaker's
+//! sequence and joins one queue, in that order; events are delivered from that queue only,
+//! to every listener in sequence order, each exactly once. A thread that makes an event (a
+//! transition, an operator call, a rejection) queues it, releases every lock it holds, and
+//! then delivers what is queued; if another thread is delivering already, it leaves its
+//! events to that thread, which looks at the queue again before it stops, so no event is
+//! stranded. No lock of the library's is held while a listener runs, so a listener may call
+//! back into the breaker or the registry (look a key up, reset, reload, subscribe, read the
+//! metrics): its own events are queued behind the one it is handling and delivered after it
+//! returns. A registry's listeners are the breakers' listeners: the registry subscribes them
+//! to each breaker, so they get each breaker's events through that breaker's queue.
+//!
+//! A listener receives [`EventKind::Initial`] first, with the state when it subscribed, then
+//! every later event. Per-call events (rejections, stale results, abandoned permits) go only
+//! to listeners that ask for them ([`Listener::wants_call_events`]), and
+//! [`EventKind::CallOutcome`], one event per recorded result, only to those that ask for it
+//! ([`Listener::wants_outcome_events`]): a breaker with no such listener pays one atomic load
+//! per call for them, takes no lock and allocates nothing. A panicking listener is isolated:
+//! the panic is caught and counted.
+//!
+//! # Locks
+//! * `Hub::state`, a mutex: the listeners, the next sequence number and the queue. Held to
+//!   number and queue an event, to subscribe, and to take the next event out; never while a
+//!   listener runs. A transition queues its event under the breaker's core lock, before it
+//!   publishes the new state, so that any event a thread makes after seeing the new state
+//!   comes after the transition in the sequence.
+//!   Beside them it keeps the *delivering* flag, which is not a lock: the thread that set it
+//!   delivers, nobody waits for it, and it is cleared in the same critical section that finds
+//!   the queue empty, so no event is ever left undelivered.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -20,7 +39,7 @@ use std::time::Duration;
 use crate::error::BreakerName;
 use crate::outcome::Outcome;
 use crate::state::State;
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, lock};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, lock};
 use crate::window::WindowSnapshot;
 
 /// One thing that happened to a breaker.
@@ -162,6 +181,15 @@ pub enum Reason {
 
 /// Receives events. Implemented for closures `Fn(&Event)`.
 ///
+/// # Delivery
+/// Every event of a breaker takes the next number of its sequence and joins one queue, and is
+/// delivered from it after every lock of the library's is released, to each listener once, in
+/// sequence order, [`EventKind::Initial`] first. The thread that made an event delivers it,
+/// unless another thread is delivering already (then that one does). So a listener may call
+/// back into the breaker or its registry (look a key up, reset, reload, subscribe, read the
+/// metrics): the events its calls make are delivered after it returns. A slow listener holds up
+/// only the thread delivering, and the events queued behind it.
+///
 /// ```
 /// use tripline::{BreakerConfig, CircuitBreaker, EventKind};
 /// use std::sync::{Arc, Mutex};
@@ -277,70 +305,93 @@ impl Listener for EventLog {
     }
 }
 
-struct Entry {
+/// A subscribed listener and what it asked for.
+struct Sub {
     listener: Arc<dyn Listener>,
     /// Sequence number of this listener's Initial event: it sees nothing earlier.
     from_seq: u64,
     calls: bool,
     outcomes: bool,
-    /// Whether its Initial event has been delivered; per-call events (delivered on the calling
-    /// thread, not through the queue) wait for it, so Initial is always the first.
-    started: Arc<AtomicBool>,
 }
 
+impl Sub {
+    fn wants(&self, event: &Event) -> bool {
+        if event.seq < self.from_seq {
+            return false;
+        }
+        match event.kind {
+            EventKind::Initial { .. } => event.seq == self.from_seq,
+            EventKind::Rejected { .. }
+            | EventKind::StaleResult { .. }
+            | EventKind::Abandoned { .. } => self.calls,
+            EventKind::CallOutcome { .. } => self.outcomes,
+            _ => true,
+        }
+    }
+}
+
+/// What `Hub::state` guards.
+struct HubState {
+    next_seq: u64,
+    pending: VecDeque<Event>,
+    listeners: Arc<[Sub]>,
+    /// Whether a thread is delivering (see the module docs): a flag, not a lock; nobody waits
+    /// for it.
+    draining: bool,
+}
+
+/// A breaker's listeners and its event queue (see the module docs).
 pub(crate) struct Hub {
-    listeners: Mutex<Arc<Vec<Entry>>>,
+    state: Mutex<HubState>,
+    /// How many listeners want per-call events, and outcome events: read without the lock by
+    /// the hot paths, which make those events only when some listener wants them.
     call_listeners: AtomicUsize,
     outcome_listeners: AtomicUsize,
-    dispatching: Mutex<()>,
-    pending: Mutex<VecDeque<Event>>,
-    seq: AtomicU64,
     pub(crate) listener_panics: AtomicU64,
 }
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hub")
-            .field("seq", &self.seq.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        f.debug_struct("Hub").finish_non_exhaustive()
     }
 }
 
 impl Hub {
     pub(crate) fn new() -> Self {
         Self {
-            listeners: Mutex::new(Arc::new(Vec::new())),
+            state: Mutex::new(HubState {
+                next_seq: 0,
+                pending: VecDeque::new(),
+                listeners: Arc::new([]),
+                draining: false,
+            }),
             call_listeners: AtomicUsize::new(0),
             outcome_listeners: AtomicUsize::new(0),
-            dispatching: Mutex::new(()),
-            pending: Mutex::new(VecDeque::new()),
-            seq: AtomicU64::new(0),
             listener_panics: AtomicU64::new(0),
         }
     }
 
-    /// Queues an ordered event. Called with the breaker's core lock held, so queue order is
-    /// sequence order. With no listener the event only takes its sequence number: a listener
-    /// added later (also under the core lock) starts after it anyway.
-    pub(crate) fn queue(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
-        let seq = self.next_seq();
-        if lock(&self.listeners).is_empty() {
-            return;
-        }
-        self.push(seq, at, breaker, kind);
+    /// Numbers `kind` and queues it for the listeners that want it; with none, the event only
+    /// takes its number (a listener subscribed later starts after it anyway). Delivered by
+    /// the next [`drain`](Self::drain).
+    pub(crate) fn push(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
+        Self::push_locked(&mut lock(&self.state), at, breaker, kind);
     }
 
-    fn push(&self, seq: u64, at: u64, breaker: &BreakerName, kind: EventKind) {
-        lock(&self.pending).push_back(Event {
-            seq,
+    fn push_locked(st: &mut HubState, at: u64, breaker: &BreakerName, kind: EventKind) {
+        let event = Event {
+            seq: st.next_seq,
             at: Duration::from_nanos(at),
             breaker: breaker.clone(),
             kind,
-        });
+        };
+        st.next_seq += 1;
+        if st.listeners.iter().any(|s| s.wants(&event)) {
+            st.pending.push_back(event);
+        }
     }
 
-    /// Adds a listener and queues its `initial` event, the first it will receive. Called with
-    /// the breaker's core lock held.
+    /// Adds a listener and queues its `initial` event, the first it will receive.
     pub(crate) fn subscribe(
         &self,
         listener: Arc<dyn Listener>,
@@ -348,74 +399,65 @@ impl Hub {
         breaker: &BreakerName,
         initial: EventKind,
     ) {
-        let seq = self.next_seq();
-        self.add(listener, seq);
-        self.push(seq, at, breaker, initial);
-    }
-
-    fn add(&self, listener: Arc<dyn Listener>, from_seq: u64) {
         let calls = listener.wants_call_events();
         let outcomes = listener.wants_outcome_events();
-        let mut guard = lock(&self.listeners);
-        let mut list: Vec<Entry> = guard
+        let mut st = lock(&self.state);
+        let seq = st.next_seq;
+        let mut list: Vec<Sub> = st
+            .listeners
             .iter()
-            .map(|e| Entry {
-                listener: e.listener.clone(),
-                from_seq: e.from_seq,
-                calls: e.calls,
-                outcomes: e.outcomes,
-                started: e.started.clone(),
+            .map(|s| Sub {
+                listener: s.listener.clone(),
+                ..*s
             })
             .collect();
-        list.push(Entry {
+        list.push(Sub {
             listener,
-            from_seq,
+            from_seq: seq,
             calls,
             outcomes,
-            started: Arc::new(AtomicBool::new(false)),
         });
-        *guard = Arc::new(list);
+        st.listeners = list.into();
         if calls {
             self.call_listeners.fetch_add(1, Ordering::Relaxed);
         }
         if outcomes {
             self.outcome_listeners.fetch_add(1, Ordering::Relaxed);
         }
+        Self::push_locked(&mut st, at, breaker, initial);
     }
 
-    pub(crate) fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Delivers queued events in order. Whoever finds the dispatcher free drains the queue;
-    /// a thread that finds it busy leaves its events to that dispatcher, which re-checks the
-    /// queue after releasing it, so no event is stranded.
-    pub(crate) fn dispatch(&self) {
+    /// Delivers the queued events in order, unless another thread is delivering (it then
+    /// delivers these too). Call it only with no lock held: listeners run here.
+    ///
+    /// Whether a thread is delivering is decided under the queue's lock, in the same critical
+    /// section that takes an event out or finds the queue empty: an event queued before the
+    /// deliverer finds the queue empty is delivered by it, one queued after finds nobody
+    /// delivering and is delivered by the thread that queued it.
+    pub(crate) fn drain(&self) {
+        {
+            let mut st = lock(&self.state);
+            if st.draining {
+                return;
+            }
+            st.draining = true;
+        }
         loop {
-            let guard = match self.dispatching.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(_) => return,
-            };
-            loop {
-                let Some(event) = lock(&self.pending).pop_front() else {
-                    break;
-                };
-                let listeners = lock(&self.listeners).clone();
-                for e in listeners.iter() {
-                    let initial = matches!(event.kind, EventKind::Initial { .. });
-                    if event.seq < e.from_seq || (initial && event.seq != e.from_seq) {
-                        continue;
-                    }
-                    self.deliver(&*e.listener, &event);
-                    if initial {
-                        e.started.store(true, Ordering::Release);
+            let next = {
+                let mut st = lock(&self.state);
+                match st.pending.pop_front() {
+                    Some(e) => Some((e, st.listeners.clone())),
+                    None => {
+                        st.draining = false;
+                        None
                     }
                 }
-            }
-            drop(guard);
-            if lock(&self.pending).is_empty() {
+            };
+            let Some((event, listeners)) = next else {
                 return;
+            };
+            for s in listeners.iter().filter(|s| s.wants(&event)) {
+                self.deliver(&*s.listener, &event);
             }
         }
     }
@@ -431,41 +473,54 @@ impl Hub {
         self.call_listeners.load(Ordering::Relaxed) != 0
     }
 
-    /// Delivers a per-call event on this thread.
-    #[cold]
-    pub(crate) fn call_event(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
-        self.deliver_now(at, breaker, kind, |e| e.calls);
-    }
-
     #[inline]
     pub(crate) fn wants_outcome_events(&self) -> bool {
         self.outcome_listeners.load(Ordering::Relaxed) != 0
     }
 
-    /// Delivers an [`EventKind::CallOutcome`] on this thread, to the listeners that want them.
-    pub(crate) fn outcome_event(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
-        self.deliver_now(at, breaker, kind, |e| e.outcomes);
+    /// Queues a per-call event and delivers it (with anything before it) on this thread,
+    /// unless another thread is delivering. Called with no lock held.
+    #[cold]
+    pub(crate) fn call_event(&self, at: u64, breaker: &BreakerName, kind: EventKind) {
+        self.push(at, breaker, kind);
+        self.drain();
     }
+}
 
-    fn deliver_now(
-        &self,
-        at: u64,
-        breaker: &BreakerName,
-        kind: EventKind,
-        wants: impl Fn(&Entry) -> bool,
-    ) {
-        let event = Event {
-            seq: self.next_seq(),
-            at: Duration::from_nanos(at),
-            breaker: breaker.clone(),
-            kind,
-        };
-        let listeners = lock(&self.listeners).clone();
-        for e in listeners
-            .iter()
-            .filter(|e| wants(e) && event.seq > e.from_seq && e.started.load(Ordering::Acquire))
-        {
-            self.deliver(&*e.listener, &event);
-        }
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+
+    /// Two threads each queue an event and deliver: every event reaches the listener once.
+    #[test]
+    fn no_event_is_stranded() {
+        loom::model(|| {
+            let hub = loom::sync::Arc::new(Hub::new());
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let s = seen.clone();
+            let name = BreakerName::from("loom");
+            hub.subscribe(
+                Arc::new(move |e: &Event| s.lock().unwrap().push(e.seq)),
+                0,
+                &name,
+                EventKind::Initial {
+                    state: State::Closed,
+                    generation: 0,
+                },
+            );
+            hub.drain();
+            let h2 = hub.clone();
+            let n2 = name.clone();
+            let t = thread::spawn(move || {
+                h2.push(0, &n2, EventKind::Reconfigured { generation: 0 });
+                h2.drain();
+            });
+            hub.push(0, &name, EventKind::Reconfigured { generation: 0 });
+            hub.drain();
+            t.join().unwrap();
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen, [0, 1, 2]);
+        });
     }
 }

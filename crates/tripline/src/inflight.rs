@@ -21,16 +21,22 @@
 //! is simply ignored, then recycled.
 //!
 //! # Representation
-//! Three cohort slots, each one 128-bit atomic holding the cohort's end time (a full 64-bit
-//! reading: no tag that can wrap) beside a 32-bit generation tag and a 32-bit count; older
-//! cohorts of the generation are folded into one "aged" slot that keeps the count and the
+//! Three cohort slots, each one 128-bit atomic holding the cohort's end time (in units of
+//! 16 ns: 60 bits hold any reading of a 64-bit nanosecond clock), a 44-bit generation tag and
+//! a 24-bit signed count. Two generations alias only 2^44 transitions apart, and a tag reads as
+//! newer than another only within 2^43 of it (278 years at one transition per millisecond), so
+//! a call hung since an old generation never counts again however long the process lives.
+//! Older cohorts of the generation are folded into one "aged" slot that keeps the count and the
 //! latest end among them, and counts when that end is overdue. A cohort is folded when its
 //! slot is needed three cohorts later, at `end + 2W = end + slow_call_duration` at the
-//! earliest, when it is due anyway, so folding loses no precision. After a change of the slow-call duration ([`InFlight::set_slow_call_duration`])
-//! new calls use cohorts of the new width at once; calls already in flight keep the end of the
-//! cohort they joined (at worst counting as slow one old cohort width later than the rule says).
-//! A call that leaves before its cohort's fold is accounted in the aged slot (whose count may
-//! dip below zero for that moment), so no count is lost to a race.
+//! earliest, when it is due anyway, so folding loses no precision. A cohort whose count would
+//! overflow (8 million calls in flight in one cohort of one lane) sends its further calls to
+//! the aged slot. After a change of the slow-call duration
+//! ([`InFlight::set_slow_call_duration`]) new calls use cohorts of the new width at once; calls
+//! already in flight keep the end of the cohort they joined (at worst counting as slow one old
+//! cohort width later than the rule says). A call that leaves before its cohort's fold is
+//! accounted in the aged slot (whose count may dip below zero for that moment), so no count is
+//! lost to a race.
 //!
 //! [`InFlight`] is public so that other hosts of the rules (the Redis store tracks each
 //! replica's own calls with it) apply exactly the same rule.
@@ -38,7 +44,11 @@
 use crate::sync::{AtomicU64, AtomicU128, Ordering, tag};
 
 const SLOTS: usize = 3;
-const TAG_BITS: u32 = 32;
+const TAG_BITS: u32 = 44;
+const COUNT_BITS: u32 = 24;
+const COUNT_MAX: i64 = (1 << (COUNT_BITS - 1)) - 1;
+/// Ends are kept in units of 16 ns.
+const END_SHIFT: u32 = 4;
 const AGED: u8 = SLOTS as u8;
 const UNTRACKED: u8 = u8::MAX;
 
@@ -63,21 +73,35 @@ impl Cohort {
     }
 }
 
+/// An end time in the slots' units, rounded down: a call counts as overdue no later than the
+/// rule says (at most 15 ns sooner, and never for a cohort width that is a whole number of
+/// 16 ns, as every width of a slow-call duration in microseconds is).
 #[inline]
-fn pack(end: u64, tag: u64, count: i64) -> u128 {
-    u128::from(end) << 64 | u128::from(tag << 32 | (count as u64 & 0xFFFF_FFFF))
+fn end_units(end: u64) -> u64 {
+    end >> END_SHIFT
 }
 
-/// `(end, tag, count)`.
+#[inline]
+fn pack(end_units: u64, tag: u64, count: i64) -> u128 {
+    let count = (count.clamp(-COUNT_MAX - 1, COUNT_MAX) as u64) & ((1 << COUNT_BITS) - 1);
+    u128::from(end_units) << (TAG_BITS + COUNT_BITS)
+        | u128::from(tag) << COUNT_BITS
+        | u128::from(count)
+}
+
+/// `(end in units, tag, count)`.
 #[inline]
 fn unpack(v: u128) -> (u64, u64, i64) {
-    let lo = v as u64;
-    ((v >> 64) as u64, lo >> 32, i64::from(lo as u32 as i32))
+    let count = (v as u64) & ((1 << COUNT_BITS) - 1);
+    // Sign-extended from 26 bits.
+    let count = ((count << (64 - COUNT_BITS)) as i64) >> (64 - COUNT_BITS);
+    let tag = ((v >> COUNT_BITS) as u64) & ((1 << TAG_BITS) - 1);
+    ((v >> (TAG_BITS + COUNT_BITS)) as u64, tag, count)
 }
 
 #[inline]
 fn gen_tag(generation: u64) -> u64 {
-    generation & 0xFFFF_FFFF
+    generation & ((1 << TAG_BITS) - 1)
 }
 
 /// Calls in flight grouped in start-time cohorts (see the module docs for the rule).
@@ -135,7 +159,7 @@ impl InFlight {
                 }
                 match slot.compare_exchange_weak(cur, 0, Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => {
-                        self.fold(t, end.min(now), n);
+                        self.fold(t, end.min(end_units(now)), n);
                         break;
                     }
                     Err(actual) => cur = actual,
@@ -158,6 +182,7 @@ impl InFlight {
             c
         };
         let end = cohort.saturating_add(1).saturating_mul(width);
+        let eu = end_units(end);
         let t = gen_tag(generation);
         let i = (cohort % SLOTS as u64) as usize;
         let slot = &self.slots[i];
@@ -165,10 +190,10 @@ impl InFlight {
         loop {
             let (send, stag, n) = unpack(cur);
             let (new, folded) = if n <= 0 {
-                (pack(end, t, 1), None)
-            } else if stag == t && send == end {
-                if n >= i64::from(i32::MAX) {
-                    self.fold(t, end, 1);
+                (pack(eu, t, 1), None)
+            } else if stag == t && send == eu {
+                if n >= COUNT_MAX {
+                    self.fold(t, eu, 1);
                     return Cohort { end, slot: AGED };
                 }
                 (cur + 1, None)
@@ -176,15 +201,15 @@ impl InFlight {
                 // A newer generation holds the slot: this call's generation is over, and its
                 // calls no longer count.
                 return Cohort::NONE;
-            } else if stag == t && send > end {
+            } else if stag == t && send > eu {
                 // A newer cohort holds the slot (this reading is old): account the call with
                 // the aged ones.
-                self.fold(t, end, 1);
+                self.fold(t, eu, 1);
                 return Cohort { end, slot: AGED };
             } else {
                 // An older cohort, or an older generation's: recycle the slot. This
                 // generation's calls move to the aged slot; an older generation's are dropped.
-                (pack(end, t, 1), (stag == t).then_some((send, n)))
+                (pack(eu, t, 1), (stag == t).then_some((send, n)))
             };
             match slot.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
@@ -198,7 +223,8 @@ impl InFlight {
         }
     }
 
-    /// Adds `count` calls of generation tag `t` whose cohort ended at `end` to the aged slot.
+    /// Adds `count` calls of generation tag `t` whose cohort ended at `end` (in units) to the
+    /// aged slot.
     fn fold(&self, t: u64, end: u64, count: i64) {
         let mut cur = self.aged.load(Ordering::Relaxed);
         loop {
@@ -231,7 +257,7 @@ impl InFlight {
             let mut cur = slot.load(Ordering::Relaxed);
             loop {
                 let (send, stag, n) = unpack(cur);
-                if stag != t || send != cohort.end || n <= 0 {
+                if stag != t || send != end_units(cohort.end) || n <= 0 {
                     break;
                 }
                 match slot.compare_exchange_weak(cur, cur - 1, Ordering::Relaxed, Ordering::Relaxed)
@@ -254,7 +280,8 @@ impl InFlight {
             .chain(std::iter::once(&self.aged))
             .map(|s| {
                 let (end, stag, n) = unpack(s.load(Ordering::Relaxed));
-                if stag == t && n > 0 && end.saturating_add(slow) <= now {
+                let end = end << END_SHIFT;
+                if stag == t && n > 0 && crate::rules::overdue(end, slow, now) {
                     n as u64
                 } else {
                     0
@@ -269,7 +296,7 @@ impl InFlight {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(shuttle)))]
 mod tests {
     use super::*;
 
@@ -333,9 +360,9 @@ mod tests {
         let a = f.enter(0, 0);
         // The exit finds its slot recycled before the fold has landed: emulate the order
         // "recycle, exit, fold" by hand.
-        f.slots[0].store(pack(250 * MS, 0, 1), Ordering::Relaxed);
+        f.slots[0].store(pack(end_units(250 * MS), 0, 1), Ordering::Relaxed);
         f.exit(a, 0);
-        f.fold(0, 50 * MS, 1);
+        f.fold(0, end_units(50 * MS), 1);
         assert_eq!(f.overdue(10_000 * MS, 100 * MS, 0), 1); // only the recycling call
     }
 

@@ -46,7 +46,13 @@
 //!   recovery) and HalfOpen→Open (probes failed, or no verdict within `half_open.max_wait`).
 //!   Closed never goes to HalfOpen and Open never goes straight to Closed.
 //! * Rates are compared in integer parts per million: `bad × 10⁶ ≥ threshold_ppm × total`, so a
-//!   100 % threshold trips when every call is bad.
+//!   100 % threshold trips when every call is bad, and a threshold that is not a whole number
+//!   of ppm is rounded toward tripping (`100 × 2 / 3` percent trips at 2 failures of 3). Every
+//!   rule is a pure function in [`rules`], with its worked cases.
+//! * No lock of the breaker's is held while user code runs: events (transitions, rejections,
+//!   outcomes) are queued in sequence order and delivered after every lock is released, and
+//!   the clock is read before any lock is taken, so a listener, a clock or a metrics recorder
+//!   may call back into the breaker (see [`Listener`]).
 //! * Every transition bumps a generation. A [`Permit`] carries the generation it was granted in;
 //!   a result from an older generation is discarded and counted ([`Recorded::Stale`]).
 //! * Half-open probes are leases with a deadline (`half_open.probe_lease`); an expired lease is
@@ -80,8 +86,10 @@
 //! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
 //! bounded in memory and never evicting one that is not Closed.
 //!
-//! The [`conformance`] module holds the rules as data (step-by-step vectors) with a runner, so
-//! every store (in-process, Redis) is checked against the same expectations.
+//! The [`rules`] module holds every decision as a pure function over plain values, with worked
+//! cases; the breaker is a host of those functions in atomics. The [`conformance`] module holds
+//! the rules as data (step-by-step vectors) with a runner, so every host (the pure rules, the
+//! in-process breaker, the Redis store) is checked against the same expectations.
 
 #![forbid(unsafe_code)]
 
@@ -98,6 +106,7 @@ pub mod observe;
 mod operator;
 mod outcome;
 pub mod registry;
+pub mod rules;
 pub mod shadow;
 mod state;
 mod sync;

@@ -4,7 +4,7 @@
 #[cfg(feature = "metrics")]
 pub use self::metrics_export::BreakerMetrics;
 #[cfg(feature = "metrics")]
-pub(crate) use self::metrics_export::{DependencyGauges, StateGauges};
+pub(crate) use self::metrics_export::{DependencyGauges, FollowState, StateGauges};
 #[cfg(feature = "tracing")]
 pub use self::tracing_events::TracingListener;
 
@@ -12,10 +12,12 @@ pub use self::tracing_events::TracingListener;
 mod metrics_export {
     use metrics::{Counter, Gauge, Label};
 
-    use crate::{CircuitBreaker, Clock, FailureKind, State};
+    use crate::{CircuitBreaker, Clock, Event, EventKind, FailureKind, Listener, State};
 
     /// One gauge per state, 1 for the current state and 0 for the others; the breaker it is
-    /// attached to sets them at every transition.
+    /// attached to sets them at every transition, from its event queue ([`FollowState`]), so
+    /// that a recorder's code never runs under a lock of the breaker's and a slow recorder
+    /// holds up only the thread delivering the events.
     #[derive(Clone, Debug)]
     pub(crate) struct StateGauges([Gauge; 6]);
 
@@ -39,6 +41,20 @@ mod metrics_export {
         pub(crate) fn clear(&self) {
             for g in &self.0 {
                 g.set(0.0);
+            }
+        }
+    }
+
+    /// State gauges as a listener: the state of the `Initial` event, then each transition's.
+    #[derive(Debug)]
+    pub(crate) struct FollowState(pub(crate) StateGauges);
+
+    impl Listener for FollowState {
+        fn on_event(&self, e: &Event) {
+            match e.kind {
+                EventKind::Initial { state, .. } => self.0.show(state),
+                EventKind::Transition { to, .. } => self.0.show(to),
+                _ => {}
             }
         }
     }
@@ -201,16 +217,23 @@ mod metrics_export {
                 .chain([&self.lumped])
                 .chain(&self.rejected)
                 .chain([&self.stale, &self.abandoned, &self.transitions]);
-            let mut published = self
-                .published
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for ((c, before), v) in counters.zip(published.iter_mut()).zip(now) {
-                // Totals only grow; one that went back (a reset of the counts) adds nothing.
-                c.increment(v.saturating_sub(*before));
-                *before = v;
+            // The increments are worked out under the lock and handed to the recorder after it
+            // (increments commute, so two updates racing add up either way).
+            let mut increments = [0u64; COUNTERS];
+            {
+                let mut published = self
+                    .published
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                for ((inc, before), v) in increments.iter_mut().zip(published.iter_mut()).zip(now) {
+                    // Totals only grow; one that went back (a reset of the counts) adds nothing.
+                    *inc = v.saturating_sub(*before);
+                    *before = v;
+                }
             }
-            drop(published);
+            for (c, inc) in counters.zip(increments) {
+                c.increment(inc);
+            }
             if !self.state_attached {
                 self.state.show(m.state);
             }
@@ -262,11 +285,13 @@ mod metrics_export {
     pub(crate) struct DependencyGauges(std::collections::BTreeMap<String, [Gauge; 6]>);
 
     impl DependencyGauges {
-        /// Publishes `summary`; a dependency that has no breaker left reads 0 everywhere.
-        pub(crate) fn update(
+        /// The gauges to set for `summary` and their values (a dependency that has no breaker
+        /// left reads 0 everywhere): worked out under the registry's lock, set after it.
+        pub(crate) fn plan(
             &mut self,
             summary: &std::collections::BTreeMap<String, crate::registry::DependencySummary>,
-        ) {
+        ) -> Vec<(Gauge, f64)> {
+            let mut sets = Vec::new();
             for (dep, s) in summary {
                 let gauges = self.0.entry(dep.clone()).or_insert_with(|| {
                     State::ALL.map(|st| {
@@ -280,16 +305,17 @@ mod metrics_export {
                     })
                 });
                 for (g, st) in gauges.iter().zip(State::ALL) {
-                    g.set(s.in_state(st) as f64);
+                    sets.push((g.clone(), s.in_state(st) as f64));
                 }
             }
             for (dep, gauges) in &self.0 {
                 if !summary.contains_key(dep) {
                     for g in gauges {
-                        g.set(0.0);
+                        sets.push((g.clone(), 0.0));
                     }
                 }
             }
+            sets
         }
     }
 }

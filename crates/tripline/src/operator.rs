@@ -23,7 +23,18 @@
 //! ([`State::operator_targets`]). resilience4j allows Disabled→HalfOpen; tripline does not.
 //! Going to Closed always starts a fresh window, also from Closed: a reset is a transition
 //! (resilience4j's `reset()` is an event of its own). An Open target waits the configured open
-//! wait (jitter and backoff included) unless the call says for how long.
+//! wait (jitter and backoff included) unless the call says for how long. Two more edges differ
+//! from resilience4j on purpose (`docs/porting.md` pins each with a test): MetricsOnly→Open
+//! exists (every state may go to Open), and HalfOpen→HalfOpen keeps the round in flight
+//! (asking for the current state changes nothing but for Closed and Open).
+//!
+//! A breaker held by an operator override ([`CircuitBreaker::operator_hold`]: a registry's
+//! `set_operator`) stays in the held state: a move elsewhere is accepted and does nothing until
+//! the override is cleared. Each move is decided by [`rules::operator_edge`] and
+//! [`rules::hold_permits`] under the breaker's lock.
+//!
+//! [`rules::operator_edge`]: crate::rules::operator_edge
+//! [`rules::hold_permits`]: crate::rules::hold_permits
 //!
 //! ```
 //! use std::time::Duration;
@@ -121,7 +132,7 @@ impl<C: Clock> CircuitBreaker<C> {
     /// # Ok::<(), tripline::TransitionError>(())
     /// ```
     pub fn transition_to_open_until(&self, at: Duration) -> Result<(), TransitionError> {
-        let now = self.clock().now();
+        let now = self.inner().now();
         let wait = Duration::from_nanos(nanos(at).saturating_sub(now));
         let open = explicit("open_until", wait)?;
         self.inner().operator_transition(State::Open, open)

@@ -47,7 +47,8 @@ use crate::{
 /// The most disagreement periods a report keeps (the first ones).
 pub const MAX_DISAGREEMENTS: usize = 1000;
 
-/// A period in which the two breakers decided differently, in the same way.
+/// A period in which the two breakers decided differently, in the same way, call after call:
+/// a call on which they agree ends it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Disagreement {
     /// The first call of the period, on the breakers' clock.
@@ -105,7 +106,16 @@ pub struct ShadowCandidate<C: Clock + Clone> {
     live: CircuitBreaker<C>,
     candidate: CircuitBreaker<C>,
     counters: Counters,
-    disagreements: Mutex<Vec<Disagreement>>,
+    disagreements: Mutex<Periods>,
+}
+
+/// The periods of disagreement, and the call (by its number) the last one ended with: a
+/// period goes on only with the very next call, so one agreeing call between two
+/// disagreements makes them two periods.
+#[derive(Debug, Default)]
+struct Periods {
+    list: Vec<Disagreement>,
+    last_call: u64,
 }
 
 /// The right to make one call, from the live breaker (and, if it would have admitted it, the
@@ -165,7 +175,7 @@ impl<C: Clock + Clone> ShadowCandidate<C> {
             live,
             candidate,
             counters: Counters::default(),
-            disagreements: Mutex::new(Vec::new()),
+            disagreements: Mutex::new(Periods::default()),
         })
     }
 
@@ -182,7 +192,7 @@ impl<C: Clock + Clone> ShadowCandidate<C> {
     /// Asks both breakers; the live one decides.
     pub fn try_acquire(&self) -> Result<ShadowPermit<'_, C>, Rejected> {
         let r = Ordering::Relaxed;
-        self.counters.calls.fetch_add(1, r);
+        let call = self.counters.calls.fetch_add(1, r);
         let live = self.live.try_acquire();
         let candidate = self.candidate.try_acquire();
         match (live, candidate) {
@@ -196,7 +206,7 @@ impl<C: Clock + Clone> ShadowCandidate<C> {
             }
             (Ok(l), Err(_)) => {
                 self.counters.would_reject.fetch_add(1, r);
-                self.disagree(true);
+                self.disagree(call, true);
                 Ok(ShadowPermit {
                     live: l,
                     candidate: None,
@@ -205,7 +215,7 @@ impl<C: Clock + Clone> ShadowCandidate<C> {
             }
             (Err(e), Ok(c)) => {
                 self.counters.would_admit.fetch_add(1, r);
-                self.disagree(false);
+                self.disagree(call, false);
                 // Never made: no outcome to give it.
                 let _ = c.record(Outcome::Ignored);
                 Err(e)
@@ -235,21 +245,26 @@ impl<C: Clock + Clone> ShadowCandidate<C> {
     }
 
     #[cold]
-    fn disagree(&self, candidate_rejected: bool) {
+    fn disagree(&self, call: u64, candidate_rejected: bool) {
         let now = Duration::from_nanos(self.live.clock().now());
         let (live, candidate) = (self.live.state(), self.candidate.state());
-        let mut d = self
+        let mut p = self
             .disagreements
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let same = d.last().is_some_and(|l| {
-            l.candidate_rejected == candidate_rejected && l.live == live && l.candidate == candidate
-        });
-        if let (true, Some(last)) = (same, d.last_mut()) {
+        let follows = p.last_call.checked_add(1) == Some(call) && !p.list.is_empty();
+        p.last_call = call;
+        let same = follows
+            && p.list.last().is_some_and(|l| {
+                l.candidate_rejected == candidate_rejected
+                    && l.live == live
+                    && l.candidate == candidate
+            });
+        if let (true, Some(last)) = (same, p.list.last_mut()) {
             last.until = now;
             last.calls += 1;
-        } else if d.len() < MAX_DISAGREEMENTS {
-            d.push(Disagreement {
+        } else if p.list.len() < MAX_DISAGREEMENTS {
+            p.list.push(Disagreement {
                 from: now,
                 until: now,
                 live,
@@ -277,6 +292,7 @@ impl<C: Clock + Clone> ShadowCandidate<C> {
                 .disagreements
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .list
                 .clone(),
         }
     }

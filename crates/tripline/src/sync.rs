@@ -1,36 +1,46 @@
-//! The synchronisation primitives the breaker uses, switched to loom's under `--cfg loom`
-//! so the model checker can explore every interleaving of the atomic kernel.
+//! The synchronisation primitives the breaker and the registry use, switched to loom's under
+//! `--cfg loom` (the model checker explores every interleaving of the atomic kernel) and to
+//! shuttle's under `--cfg shuttle` (randomized schedules of whole lifecycles: lookups,
+//! evictions, reloads, overrides, with listeners that call back in).
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    Mutex, MutexGuard,
+    Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
     atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
 };
-#[cfg(not(loom))]
+#[cfg(all(shuttle, not(loom)))]
+pub(crate) use shuttle::sync::{
+    Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
+};
+#[cfg(not(any(loom, shuttle)))]
 pub(crate) use std::sync::{
-    Mutex, MutexGuard,
+    Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
     atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence},
 };
 
 /// A 128-bit atomic: `portable_atomic`'s (one `cmpxchg16b` on x86-64, `casp`/`ldxp` on
 /// AArch64, chosen at run time where the target does not promise it), so a window cell or an
 /// in-flight cohort can carry a full 64-bit time beside its counts and generation tag.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 pub(crate) use portable_atomic::AtomicU128;
 
-/// Under loom, a 128-bit atomic modelled by a mutex: each operation is one indivisible step,
-/// which is what loom needs to explore the interleavings around it.
-#[cfg(loom)]
+/// Under a model checker, a 128-bit atomic modelled by a mutex: each operation is one
+/// indivisible step, which is what the checker needs to explore the interleavings around it.
+#[cfg(any(loom, shuttle))]
 #[derive(Debug)]
-pub(crate) struct AtomicU128(loom::sync::Mutex<u128>);
+pub(crate) struct AtomicU128(Mutex<u128>);
 
-#[cfg(loom)]
+#[cfg(any(loom, shuttle))]
 impl AtomicU128 {
     pub(crate) fn new(v: u128) -> Self {
-        Self(loom::sync::Mutex::new(v))
+        Self(Mutex::new(v))
     }
     pub(crate) fn load(&self, _: Ordering) -> u128 {
-        *self.0.lock().unwrap()
+        *lock(&self.0)
+    }
+    pub(crate) fn store(&self, v: u128, _: Ordering) {
+        *lock(&self.0) = v;
     }
     pub(crate) fn compare_exchange_weak(
         &self,
@@ -39,7 +49,7 @@ impl AtomicU128 {
         _: Ordering,
         _: Ordering,
     ) -> Result<u128, u128> {
-        let mut g = self.0.lock().unwrap();
+        let mut g = lock(&self.0);
         if *g == current {
             *g = new;
             Ok(current)
@@ -47,18 +57,51 @@ impl AtomicU128 {
             Err(*g)
         }
     }
+    pub(crate) fn compare_exchange(
+        &self,
+        current: u128,
+        new: u128,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u128, u128> {
+        self.compare_exchange_weak(current, new, success, failure)
+    }
+    pub(crate) fn fetch_sub(&self, v: u128, _: Ordering) -> u128 {
+        let mut g = lock(&self.0);
+        let old = *g;
+        *g = old.wrapping_sub(v);
+        old
+    }
+    pub(crate) fn fetch_or(&self, v: u128, _: Ordering) -> u128 {
+        let mut g = lock(&self.0);
+        let old = *g;
+        *g = old | v;
+        old
+    }
+}
+
+/// Lets another thread run: the model checker's yield under loom and shuttle (a loop waiting
+/// for another thread must yield there, or the schedule never reaches that thread).
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(all(shuttle, not(loom)))]
+    shuttle::thread::yield_now();
+    #[cfg(not(any(loom, shuttle)))]
+    std::thread::yield_now();
 }
 
 /// Waits a moment for another thread to finish a short critical step (a window writer that
-/// must complete before a reset may clear its bits).
+/// must complete before a reset may clear its bits, an entry being retired).
 #[inline]
 pub(crate) fn spin(round: u32) {
-    #[cfg(loom)]
+    #[cfg(any(loom, shuttle))]
     {
         let _ = round;
-        loom::thread::yield_now();
+        yield_now();
     }
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     {
         if round < 64 {
             std::hint::spin_loop();
@@ -68,21 +111,24 @@ pub(crate) fn spin(round: u32) {
     }
 }
 
-/// Locks a mutex; a poisoned lock (a panicking listener elsewhere) is still usable because
+/// Locks a mutex; a poisoned lock (a panicking thread elsewhere) is still usable because
 /// every critical section leaves the protected state consistent before it can panic.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    #[cfg(loom)]
-    {
-        m.lock().unwrap_or_else(|e| e.into_inner())
-    }
-    #[cfg(not(loom))]
-    {
-        m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes a read lock, as [`lock`] does.
+pub(crate) fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes a write lock, as [`lock`] does.
+pub(crate) fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The stripe a thread writes to, for structures that spread writers over several cache lines.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 pub(crate) fn stripe_index() -> usize {
     use std::cell::Cell;
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -100,16 +146,18 @@ pub(crate) fn stripe_index() -> usize {
     })
 }
 
-#[cfg(loom)]
+#[cfg(any(loom, shuttle))]
 pub(crate) fn stripe_index() -> usize {
     0
 }
 
 /// Generation tags: the low bits of a generation, stored beside data so that a writer of an
-/// older generation can never land in a newer generation's window or cohort.
+/// older generation can never land in a newer generation's cohort or run. Every tag is at
+/// least 44 bits wide: two generations alias only 2^43 transitions apart (278 years at one
+/// transition per millisecond).
 pub(crate) mod tag {
     /// Whether `a` is a newer tag than `b`, for tags of `bits` bits that are less than half
-    /// the tag space apart (a writer would have to stall across 2^(bits-1) transitions).
+    /// the tag space apart.
     #[inline]
     pub(crate) fn newer(a: u64, b: u64, bits: u32) -> bool {
         let d = a.wrapping_sub(b) & ((1u64 << bits) - 1);

@@ -59,3 +59,17 @@ fn vector_files_reject_unknown_fields() {
     let err = conformance::parse("name = 'x'\nbogus = 1\n[config]\n").unwrap_err();
     assert!(err.to_string().contains("bogus"), "{err}");
 }
+
+/// The pure rules, as a sequential host over plain values, decide every vector as the
+/// in-process breaker (and the Redis store) do.
+#[test]
+fn every_builtin_vector_passes_on_the_pure_rules() {
+    use tripline::conformance::RulesSubject;
+    let mut failures = Vec::new();
+    for v in &conformance::builtin() {
+        if let Err(e) = conformance::run(v, &RulesSubject::new(v)) {
+            failures.push(e.to_string());
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -254,3 +254,36 @@ fn failures_racing_for_the_lumping_interval_count_once() {
         );
     });
 }
+
+/// Two operators' transitions racing, with a listener: every event is delivered once, in
+/// sequence order, the Initial first, whichever thread delivers it; and the listener runs with
+/// no lock held (it reads the breaker's metrics, which take the core lock).
+#[test]
+fn events_of_racing_transitions_are_delivered_once_in_order() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let (b, _clock) = breaker(1);
+        // Plain std bookkeeping: the listener lives inside the breaker it reads (a cycle loom
+        // would report as a leak of its own Arc).
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        {
+            let (seen, inner) = (seen.clone(), b.clone());
+            b.subscribe(move |e: &tripline::Event| {
+                if matches!(e.kind, tripline::EventKind::Transition { .. }) {
+                    let _ = inner.metrics();
+                }
+                seen.lock().unwrap().push(e.seq);
+            });
+        }
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.force_open());
+        b.reset();
+        t.join().unwrap();
+        let seen = seen.lock().unwrap().clone();
+        // Initial, then both transitions, each once, in order.
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        assert_eq!(b.generation(), 2);
+    });
+}

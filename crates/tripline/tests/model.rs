@@ -415,8 +415,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A percentage in ppm as the docs say (`BreakerConfig::failure_ppm`): a whole number of ppm
+/// (within the float's rounding) is that number, anything else is rounded down.
 fn ppm(threshold: f64) -> u64 {
-    ((threshold * 10_000.0).round() as u64).clamp(1, 1_000_000)
+    let x = threshold * 10_000.0;
+    let r = if (x - x.round()).abs() <= x.abs() * 4.0 * f64::EPSILON {
+        x.round()
+    } else {
+        x.floor()
+    };
+    (r as u64).clamp(1, 1_000_000)
 }
 
 proptest! {

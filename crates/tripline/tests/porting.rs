@@ -225,3 +225,30 @@ fn a_panicking_call_is_abandoned_not_failed() {
         (0, 1, State::Closed)
     );
 }
+
+/// "An operator may open a shadow breaker." resilience4j has no MetricsOnly -> Open edge;
+/// tripline lets an operator move any state to Open (Closed, Disabled and MetricsOnly alike:
+/// "stop calling it now"), as the operator table says.
+#[test]
+fn an_operator_may_open_a_metrics_only_breaker() {
+    let (b, _clock) = breaker(BreakerConfig::builder());
+    b.metrics_only();
+    b.transition_to_open().unwrap();
+    assert_eq!(b.state(), State::Open);
+}
+
+/// "Half-open again keeps the round." resilience4j's HalfOpen -> HalfOpen starts a fresh
+/// round; in tripline asking for the state a breaker is in changes nothing (only Closed and
+/// Open start over): the probes out keep their slots and their results count.
+#[test]
+fn half_open_again_keeps_the_round() {
+    let (b, clock) = breaker(BreakerConfig::builder().half_open_calls(2));
+    b.trip();
+    clock.advance(10 * S);
+    let probe = b.try_acquire().unwrap();
+    let generation = b.generation();
+    b.transition_to_half_open().unwrap();
+    assert_eq!(b.generation(), generation);
+    assert_eq!(b.metrics().probes.in_flight, 1);
+    assert_eq!(probe.record(Outcome::Success), Recorded::Counted);
+}

@@ -115,3 +115,36 @@ fn a_call_only_the_candidate_would_admit_has_no_outcome() {
     assert!(!r.disagreements[0].candidate_rejected);
     assert_eq!(r.disagreements[0].live, State::Open);
 }
+
+/// Two periods in which the candidate refused while the live breaker admitted, with the same
+/// states, separated by a call on which both agreed (the candidate's failed probe): two
+/// periods, not one.
+#[test]
+fn disagreements_separated_by_agreement_are_separate_periods() {
+    let clock = ManualClock::new();
+    let live = CircuitBreaker::with_clock("dep", BreakerConfig::default(), clock.clone());
+    let candidate = BreakerConfig::builder()
+        .count_window(20)
+        .minimum_calls(5)
+        .open_duration(Duration::from_secs(10))
+        .half_open_calls(1)
+        .build()
+        .unwrap();
+    let shadow = ShadowCandidate::new(live, candidate).unwrap();
+    for _ in 0..5 {
+        let _ = shadow.call(|| Err::<(), _>("503")); // both admit; the candidate trips
+    }
+    for _ in 0..3 {
+        let _ = shadow.call(|| Err::<(), _>("503")); // only the live breaker admits
+    }
+    clock.advance(Duration::from_secs(10));
+    let _ = shadow.call(|| Err::<(), _>("503")); // both admit: the candidate's probe fails
+    for _ in 0..2 {
+        let _ = shadow.call(|| Err::<(), _>("503")); // only the live breaker admits again
+    }
+    assert_eq!(shadow.live().state(), State::Closed);
+    let r = shadow.report();
+    let periods: Vec<u64> = r.disagreements.iter().map(|d| d.calls).collect();
+    assert_eq!(periods, [3, 2], "{:?}", r.disagreements);
+    assert_eq!(r.disagreements[1].from, Duration::from_secs(10));
+}
