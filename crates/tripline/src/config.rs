@@ -927,10 +927,7 @@ mod raw {
     const HOUR: Duration = Duration::from_secs(3600);
 
     /// Reads a `T` and checks it, the error raised where the value is.
-    fn check<'de, D, T>(
-        d: D,
-        ok: impl FnOnce(&T) -> Result<(), ConfigError>,
-    ) -> Result<T, D::Error>
+    fn check<'de, D, T>(d: D, ok: impl FnOnce(&T) -> Result<(), ConfigError>) -> Result<T, D::Error>
     where
         D: Deserializer<'de>,
         T: Deserialize<'de>,

@@ -310,7 +310,12 @@ fn the_documented_toml_block_sets_every_field() {
         for (k, v) in t {
             let name = format!("{prefix}{k}");
             match v {
-                toml::Value::Table(inner) if !matches!(k.as_str(), "window" | "failure_kinds" | "ramp_up" | "backoff") => {
+                toml::Value::Table(inner)
+                    if !matches!(
+                        k.as_str(),
+                        "window" | "failure_kinds" | "ramp_up" | "backoff"
+                    ) =>
+                {
                     keys(inner, &format!("{name}."), out)
                 }
                 _ => out.push(name),

@@ -476,7 +476,10 @@ fn every_series_has_help_text_in_a_prometheus_scrape() {
                 .trim_end_matches("_bucket")
         })
         .collect();
-    assert!(names.contains("tripline_breaker_call_duration_seconds"), "{text}");
+    assert!(
+        names.contains("tripline_breaker_call_duration_seconds"),
+        "{text}"
+    );
     for name in names {
         assert!(
             text.contains(&format!("# HELP {name} ")),
