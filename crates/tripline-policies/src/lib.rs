@@ -119,6 +119,18 @@ pub mod breaker;
 pub mod bulkhead;
 #[cfg(feature = "chaos")]
 pub mod chaos;
+#[cfg(feature = "serde")]
+pub mod config;
+#[cfg(all(
+    feature = "serde",
+    any(
+        feature = "retry",
+        feature = "bulkhead",
+        feature = "gate",
+        feature = "throttle"
+    )
+))]
+mod de;
 #[cfg(feature = "gate")]
 pub mod gate;
 #[cfg(feature = "grpc")]
