@@ -139,6 +139,8 @@ pub mod grpc;
 pub mod http;
 #[cfg(feature = "limiter")]
 pub mod limiter;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "outlier")]
 pub mod outlier;
 #[cfg(feature = "partial")]
