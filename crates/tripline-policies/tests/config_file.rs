@@ -423,3 +423,40 @@ async fn a_service_file_gives_per_tenant_breakers_and_a_pipeline_per_dependency(
     assert!(config.pipeline_config("catalog").is_err());
     assert!(config.pipelines().contains_key("vendor"));
 }
+
+#[cfg(feature = "outlier")]
+#[test]
+fn an_outlier_detector_from_toml_with_envoys_names() {
+    use tripline_policies::outlier::OutlierConfig;
+    let c: OutlierConfig = toml::from_str(
+        "interval = \"5s\"\nbase_ejection_time = \"10s\"\nmax_ejection_percent = 20\nconsecutive_5xx = 3\nhealthy_panic_threshold = 30.0",
+    )
+    .unwrap();
+    let want = OutlierConfig::builder()
+        .interval(Duration::from_secs(5))
+        .base_ejection_time(Duration::from_secs(10))
+        .max_ejection_percent(20)
+        .consecutive_5xx(3)
+        .healthy_panic_threshold(30.0)
+        .build()
+        .unwrap();
+    assert_eq!(c, want);
+    assert_eq!(
+        toml::from_str::<OutlierConfig>("").unwrap(),
+        OutlierConfig::default()
+    );
+    let built = OutlierConfig::builder()
+        .max_ejection_percent(101)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error_at::<OutlierConfig>("max_ejection_percent = 101").0,
+        built
+    );
+    assert!(
+        error_at::<OutlierConfig>("consecutive5xx = 3")
+            .0
+            .contains("unknown field `consecutive5xx`")
+    );
+}

@@ -193,3 +193,82 @@ mod throttle {
         }
     }
 }
+
+#[cfg(feature = "outlier")]
+mod outlier {
+    use std::time::Duration;
+
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer};
+
+    use crate::outlier::OutlierConfig;
+
+    /// The detector's fields: durations as humans write them, the rest as Envoy's
+    /// `OutlierDetection` names them; every one optional.
+    macro_rules! outlier_fields {
+        (dur: [$($d:ident),*], plain: [$($p:ident: $t:ty),*]) => {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct RawOutlier {
+                $(#[serde(default, with = "humantime_serde::option")] $d: Option<Duration>,)*
+                $(#[serde(default)] $p: Option<$t>,)*
+            }
+
+            impl RawOutlier {
+                fn config(self) -> Result<OutlierConfig, tripline::ConfigError> {
+                    let mut b = OutlierConfig::builder();
+                    $(if let Some(v) = self.$d { b = b.$d(v); })*
+                    $(if let Some(v) = self.$p { b = b.$p(v); })*
+                    b.build()
+                }
+            }
+        };
+    }
+
+    outlier_fields! {
+        dur: [interval, base_ejection_time, max_ejection_time, max_ejection_time_jitter],
+        plain: [
+            max_ejection_percent: u32,
+            always_eject_one_host: bool,
+            consecutive_5xx: u32,
+            enforcing_consecutive_5xx: u32,
+            consecutive_gateway_failure: u32,
+            enforcing_consecutive_gateway_failure: u32,
+            split_external_local_origin_errors: bool,
+            consecutive_local_origin_failure: u32,
+            enforcing_consecutive_local_origin_failure: u32,
+            success_rate_minimum_hosts: u32,
+            success_rate_request_volume: u32,
+            success_rate_stdev_factor: u32,
+            enforcing_success_rate: u32,
+            enforcing_local_origin_success_rate: u32,
+            failure_percentage_threshold: u32,
+            failure_percentage_minimum_hosts: u32,
+            failure_percentage_request_volume: u32,
+            enforcing_failure_percentage: u32,
+            enforcing_failure_percentage_local_origin: u32,
+            healthy_panic_threshold: f64,
+            max_hosts: u32
+        ]
+    }
+
+    /// Envoy's `OutlierDetection` fields by their names, with Envoy's defaults (feature
+    /// `serde`); checked as the builder checks them when the table is read.
+    ///
+    /// ```toml
+    /// interval = "10s"                  # 10s: how often the detector sweeps
+    /// base_ejection_time = "30s"        # 30s, × the times ejected
+    /// max_ejection_time = "300s"        # 300s
+    /// max_ejection_percent = 10         # 10 (Envoy's); never the last host
+    /// consecutive_5xx = 5               # 5
+    /// enforcing_consecutive_5xx = 100   # 100 percent
+    /// healthy_panic_threshold = 50.0    # below 50 % healthy, balance over every host
+    /// ```
+    impl<'de> Deserialize<'de> for OutlierConfig {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            RawOutlier::deserialize(d)?
+                .config()
+                .map_err(D::Error::custom)
+        }
+    }
+}
