@@ -82,6 +82,23 @@
 //!
 //! The [`conformance`] module holds the rules as data (step-by-step vectors) with a runner, so
 //! every store (in-process, Redis) is checked against the same expectations.
+//!
+//! (A link to an item of a feature that is off leads to the features above.)
+//!
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`CircuitBreaker::call_async`]: #features\n[`TokioClock`]: #features"
+)]
+#![cfg_attr(
+    not(feature = "metrics"),
+    doc = "[`observe::BreakerMetrics`]: #features"
+)]
+#![cfg_attr(
+    not(feature = "tracing"),
+    doc = "[`observe::TracingListener`]: #features"
+)]
+#![cfg_attr(not(feature = "trace"), doc = "[`trace`]: #features")]
+#![cfg_attr(not(feature = "serde"), doc = "[`conformance`]: #features")]
 
 #![forbid(unsafe_code)]
 
