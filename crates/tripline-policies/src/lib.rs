@@ -145,7 +145,9 @@ pub mod config;
         feature = "retry",
         feature = "bulkhead",
         feature = "gate",
-        feature = "throttle"
+        feature = "throttle",
+        feature = "shed",
+        feature = "partial"
     )
 ))]
 mod de;
