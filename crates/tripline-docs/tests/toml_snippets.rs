@@ -25,7 +25,7 @@ const DOCS: [(&str, &str); 6] = [
 ];
 
 /// The fenced blocks of `text` tagged `lang`, with the line each starts at.
-fn blocks<'a>(text: &'a str, lang: &str) -> Vec<(usize, String)> {
+fn blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut current: Option<(usize, String)> = None;
     for (i, line) in text.lines().enumerate() {

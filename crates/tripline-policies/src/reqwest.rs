@@ -28,10 +28,45 @@
 //!
 //! # Where it goes in the chain
 //!
-//! Middlewares run in the order they are attached, the last one next to the wire. Attach a
-//! retry middleware *before* the breaker, so that every attempt asks the breaker and a breaker
-//! that opens stops the retries; and set the timeout on the reqwest `Client` (or per request),
-//! which acts inside the whole chain, so an expired request is a failure for the breaker.
+//! Middlewares run in the order they are attached, the last one next to the wire. Attach the
+//! retry middleware ([`RetryMiddleware`] with feature `retry`: attempts, backoff and a budget)
+//! *before* the breaker, so that every attempt asks the breaker and a breaker that opens stops
+//! the retries; and set the timeout on the reqwest `Client` (or per request), which acts
+//! inside the whole chain, so an expired request is a failure for the breaker.
+//!
+//! # Through the pipeline
+//!
+//! A plain `Client`'s calls run through a [pipeline](crate::pipeline) (every policy, the
+//! timeout innermost) with [`PipelineBuilder::reqwest`](crate::pipeline::PipelineBuilder::reqwest):
+//! [`ReqwestClassifier`] for the breaker, [`HttpRetryable`](crate::http::HttpRetryable) for
+//! the retries, and [`StatusError`], which turns a failed response after the last attempt into
+//! the call's error, so the fallback fires for a 503:
+//!
+//! ```
+//! # #[cfg(feature = "pipeline")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use tripline::{BreakerConfig, CircuitBreaker};
+//! use tripline_policies::pipeline::Pipeline;
+//! use tripline_policies::retry::RetryPolicy;
+//!
+//! let client = reqwest::Client::new();
+//! let prices = Pipeline::builder()
+//!     .retry(RetryPolicy::default())
+//!     .breaker(CircuitBreaker::new("prices", BreakerConfig::default()))
+//!     .timeout(std::time::Duration::from_secs(2))
+//!     .reqwest()
+//!     .build()?;
+//! let price = match prices.call(|| client.get("http://127.0.0.1:9/price").send()).await {
+//!     Ok(resp) => resp.text().await?,
+//!     Err(_) => "9.99".to_string(), // refused, timed out, no answer, a 5xx after the retries
+//! };
+//! assert_eq!(price, "9.99");
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "pipeline"))]
+//! # fn main() {}
+//! ```
 //!
 //! [`HostBreakerMiddleware`] does the same with one breaker per host, taken from a
 //! [`Registry`]: one failing replica does not cut the client off from the healthy ones.

@@ -232,7 +232,10 @@ fn a_fault_injector_from_toml() {
 fn error_line<T: serde::de::DeserializeOwned + std::fmt::Debug>(text: &str) -> (String, usize) {
     let e = toml::from_str::<T>(text).unwrap_err();
     let start = e.span().map_or(0, |s| s.start);
-    (e.message().to_string(), text[..start].matches('\n').count() + 1)
+    (
+        e.message().to_string(),
+        text[..start].matches('\n').count() + 1,
+    )
 }
 
 #[test]
@@ -251,7 +254,10 @@ fn an_out_of_range_value_points_at_its_fields_line() {
     );
     assert_eq!(
         error_line::<PartialConfig>("seed = 1\n\nideal_error_rate_cap = 1.0\n"),
-        ("ideal_error_rate_cap must be in [0, 1), got 1".to_string(), 3)
+        (
+            "ideal_error_rate_cap must be in [0, 1), got 1".to_string(),
+            3
+        )
     );
     // A rule that relates two fields keeps the builder's message, at the table.
     assert_eq!(

@@ -32,7 +32,7 @@ fn main() -> Result<(), tripline::ConfigError> {
 
     for i in 1..=12 {
         let card = breaker.call_or_else(
-            || fetch_from_vendor(), // Ok = success, Err = failure
+            fetch_from_vendor, // Ok = success, Err = failure
             |err: CallError<VendorError>| {
                 println!("call {i:>2}: {err:?}, answered from the cache");
                 cached_card()

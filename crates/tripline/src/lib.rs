@@ -99,7 +99,6 @@
 )]
 #![cfg_attr(not(feature = "trace"), doc = "[`trace`]: #features")]
 #![cfg_attr(not(feature = "serde"), doc = "[`conformance`]: #features")]
-
 #![forbid(unsafe_code)]
 
 mod breaker;

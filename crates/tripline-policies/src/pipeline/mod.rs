@@ -70,6 +70,19 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Results, counters, configuration
+//!
+//! * A call returns the dependency's last result: an `Err` is [`PipelineError::Failed`]; an
+//!   `Ok` stays the call's value even when the classifier judged it a failure (an HTTP 503 is
+//!   a response), unless [`PipelineBuilder::failures_as_errors`] turns it into the call's
+//!   error, so that [`Pipeline::call_or_else`]'s fallback sees it (the reqwest defaults,
+//!   [`PipelineBuilder::reqwest`], do).
+//! * [`Pipeline::stats`] counts the calls by how they ended (the classifier's verdict on the
+//!   last result, a timeout, an injected fault, a refusal by stage, a fallback), once per call.
+//! * [`Pipeline::with_breaker`] makes the same pipeline around another breaker: one per
+//!   tenant, host or shard, taken from a registry for each call.
+//! * With the `serde` feature, [`PipelineConfig`] reads every stage from one TOML table.
 
 #[cfg(feature = "serde")]
 mod config;
