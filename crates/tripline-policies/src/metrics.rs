@@ -3,7 +3,7 @@
 //!
 //! Each policy has a handle type made once (its series registered with the recorder
 //! installed then) and updated from the policy's counters on each scrape, never per call, as
-//! the breaker's [`BreakerMetrics`](tripline::observe::BreakerMetrics) are. Every series
+//! the breaker's [`BreakerMetrics`] are. Every series
 //! carries the policy's name label (`retry`, `bulkhead`, `gate`, `throttle`, `shed`,
 //! `pipeline`, `limiter`, `breaker`) and any extra labels given.
 //!

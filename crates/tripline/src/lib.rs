@@ -103,7 +103,7 @@
 
 mod breaker;
 mod clock;
-mod config;
+pub mod config;
 #[cfg(feature = "serde")]
 pub mod conformance;
 mod error;
