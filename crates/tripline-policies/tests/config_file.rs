@@ -460,3 +460,72 @@ fn an_outlier_detector_from_toml_with_envoys_names() {
             .contains("unknown field `consecutive5xx`")
     );
 }
+
+#[test]
+fn each_documented_policy_block_is_that_policys_defaults() {
+    use tripline_policies::chaos::ChaosConfig;
+    use tripline_policies::limiter::LimiterConfig;
+    use tripline_policies::partial::PartialConfig;
+    use tripline_policies::shed::ShedConfig;
+    fn parse<T: serde::de::DeserializeOwned>(name: &str, text: &str) -> T {
+        toml::from_str(text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+    let d = "docs/policies";
+    assert_eq!(
+        parse::<RetryConfig>(d, include_str!("../docs/policies/retry.toml")),
+        RetryConfig::default()
+    );
+    assert_eq!(
+        parse::<BudgetConfig>(d, include_str!("../docs/policies/budget.toml")),
+        BudgetConfig::Tps(TpsBudget::builder())
+    );
+    assert_eq!(
+        parse::<BulkheadConfig>(d, include_str!("../docs/policies/bulkhead.toml")),
+        BulkheadConfig::default()
+    );
+    assert_eq!(
+        parse::<GateConfig>(d, include_str!("../docs/policies/gate.toml")),
+        GateConfig::default()
+    );
+    assert_eq!(
+        parse::<ThrottleConfig>(d, include_str!("../docs/policies/throttle.toml")),
+        ThrottleConfig::default()
+    );
+    assert_eq!(
+        parse::<ShedConfig>(d, include_str!("../docs/policies/shed.toml")),
+        ShedConfig::default()
+    );
+    assert_eq!(
+        parse::<LimiterConfig>(d, include_str!("../docs/policies/limiter.toml")),
+        LimiterConfig::default()
+    );
+    assert_eq!(
+        parse::<PartialConfig>(d, include_str!("../docs/policies/partial.toml")),
+        PartialConfig::default()
+    );
+    assert_eq!(
+        parse::<ChaosConfig>(d, include_str!("../docs/policies/chaos.toml")),
+        ChaosConfig::default()
+    );
+    #[cfg(feature = "outlier")]
+    assert_eq!(
+        parse::<tripline_policies::outlier::OutlierConfig>(
+            d,
+            include_str!("../docs/policies/outlier.toml")
+        ),
+        tripline_policies::outlier::OutlierConfig::default()
+    );
+    // The commented-out kinds and examples are valid too, uncommented.
+    let uncomment = |text: &str, from: &str| -> String {
+        text.lines()
+            .skip_while(|l| !l.contains(from))
+            .take_while(|l| l.starts_with("# ") && l.contains(" = ") || l.contains(from))
+            .map(|l| l.trim_start_matches("# ").to_string() + "\n")
+            .collect()
+    };
+    let budget = include_str!("../docs/policies/budget.toml");
+    let tb: BudgetConfig = parse(d, &uncomment(budget, "kind = \"token-bucket\""));
+    assert_eq!(tb, BudgetConfig::TokenBucket(TokenBucketBudget::builder()));
+    let er: BudgetConfig = parse(d, &uncomment(budget, "kind = \"error-rate\""));
+    assert_eq!(er, BudgetConfig::ErrorRate(ErrorRateBudget::builder()));
+}

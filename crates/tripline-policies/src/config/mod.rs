@@ -21,6 +21,73 @@
 //! rule that relates two fields (a minimum larger than the window, a retry cost above the
 //! bucket's capacity) points at the table that holds them. Unknown fields are errors.
 
+//!
+//! # One block per policy
+//!
+//! Each block is a policy's table with every field at its default (a test reads each into
+//! its type and compares it with the default); the breaker's is in [`tripline::config`], a
+//! whole pipeline's at [`PipelineConfig`](crate::pipeline::PipelineConfig).
+//!
+//! ## Retry: [`RetryConfig`](crate::retry::RetryConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/retry.toml")]
+//! ```
+//!
+//! ## A retry budget: [`BudgetConfig`](crate::retry::BudgetConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/budget.toml")]
+//! ```
+//!
+//! ## Bulkhead: [`BulkheadConfig`](crate::bulkhead::BulkheadConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/bulkhead.toml")]
+//! ```
+//!
+//! ## Gate: [`GateConfig`](crate::gate::GateConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/gate.toml")]
+//! ```
+//!
+//! ## Throttle: [`ThrottleConfig`](crate::throttle::ThrottleConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/throttle.toml")]
+//! ```
+//!
+//! ## Shedder: [`ShedConfig`](crate::shed::ShedConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/shed.toml")]
+//! ```
+//!
+//! ## Adaptive limit: [`LimiterConfig`](crate::limiter::LimiterConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/limiter.toml")]
+//! ```
+//!
+//! ## Partial opening: [`PartialConfig`](crate::partial::PartialConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/partial.toml")]
+//! ```
+//!
+//! ## Fault injection: [`ChaosConfig`](crate::chaos::ChaosConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/chaos.toml")]
+//! ```
+//!
+//! ## Outlier detection: [`OutlierConfig`](crate::outlier::OutlierConfig)
+//!
+//! ```toml
+#![doc = include_str!("../../docs/policies/outlier.toml")]
+//! ```
+
 #[cfg(feature = "pipeline")]
 mod file;
 mod stages;
