@@ -123,11 +123,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics: Arc::new(metrics),
         scrape: scrape_handle,
     };
-    let router = Router::new()
+    let router: Router = Router::new()
         .route("/price/{tenant}", get(price))
         .route("/metrics", get(scrape))
-        .with_state(app)
-        .nest("/ops", dashboard.router());
+        .with_state(app);
+    let router = dashboard.mount(router, "/ops");
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });

@@ -90,7 +90,7 @@ async fn a_service_from_its_toml_file_gets_every_policy_metrics_and_the_operator
         .bearer_token(VIEWER, "viewer", Permissions::READ)
         .build()
         .unwrap();
-    let ops = serve(Router::new().nest("/ops", dashboard.router())).await;
+    let ops = serve(dashboard.mount(Router::new(), "/ops")).await;
 
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let call = |tenant: &'static str| {
