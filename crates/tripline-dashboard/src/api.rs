@@ -5,8 +5,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{OriginalUri, Path, Query, Request, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{OriginalUri, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -159,20 +159,17 @@ pub(crate) async fn allowed_host<C: Clock + Clone>(
     next: axum::middleware::Next,
 ) -> Response {
     if !sh.allowed_hosts.is_empty() {
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| request.uri().authority().map(|a| a.as_str()))
-            .unwrap_or("");
-        if !auth::host_allowed(host, &sh.allowed_hosts) {
+        let (parts, body) = request.into_parts();
+        if let Err(host) = auth::hosts_allowed(&parts, &sh.allowed_hosts) {
             return ApiError::field(
                 "host",
-                format!("{:?}", truncate(host, 64)),
-                "a host this dashboard is configured to answer (DashboardBuilder::allowed_host)",
+                format!("{:?}", truncate(&host, 64)),
+                "one host this dashboard is configured to answer \
+                 (DashboardBuilder::allowed_host), named once",
             )
             .into_response();
         }
+        return next.run(Request::from_parts(parts, body)).await;
     }
     next.run(request).await
 }
@@ -461,11 +458,31 @@ fn manual_held<C: Clock + Clone>(sh: &Shared<C>, i: usize) -> Held {
     Held { state, layer }
 }
 
-fn query_pairs(
-    q: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Vec<(String, String)>, ApiError> {
-    q.map(|Query(pairs)| pairs)
-        .map_err(|e| ApiError::field("query", e.body_text(), "a URL-encoded query string"))
+/// The parameters of a query string (`a=1&b=x+y`), decoded; a name or value that does not
+/// decode to UTF-8 is refused naming it, with the bytes as sent (a decoder that put U+FFFD in
+/// their place would search for, filter by or name something the caller never sent).
+fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    const ALLOWED: &str = "percent-encoded UTF-8 (`+` for a space)";
+    let decode = |raw: &str| -> Option<String> {
+        let plus = raw.replace('+', " ");
+        percent_encoding::percent_decode_str(&plus)
+            .decode_utf8()
+            .ok()
+            .map(std::borrow::Cow::into_owned)
+    };
+    let mut pairs = Vec::new();
+    for piece in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (raw_name, raw_value) = piece.split_once('=').unwrap_or((piece, ""));
+        let shown = |raw: &str| format!("{:?}", truncate(raw, 64));
+        let Some(name) = decode(raw_name) else {
+            return Err(ApiError::field("parameter", shown(raw_name), ALLOWED));
+        };
+        let Some(value) = decode(raw_value) else {
+            return Err(ApiError::field(name, shown(raw_value), ALLOWED));
+        };
+        pairs.push((name, value));
+    }
+    Ok(pairs)
 }
 
 fn states_json(counts: &[usize; 6]) -> Value {
@@ -479,10 +496,9 @@ fn states_json(counts: &[usize; 6]) -> Value {
 pub(crate) async fn list<C: Clock + Clone>(
     State(sh): Sh<C>,
     parts: Parts,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let p = require(&sh, &parts, Permissions::READ)?;
-    let q = ListQuery::parse(&query_pairs(query)?)?;
+    let q = ListQuery::parse(&query_pairs(parts.uri.query())?)?;
     sh.maybe_sweep();
     sh.sample();
     let all = rows(&sh, &p, q.source);
@@ -621,19 +637,21 @@ fn truncate(s: &str, n: usize) -> &str {
     }
 }
 
-/// The breaker whose id is `id`: (source, key).
+/// The breaker whose id is `id`: (source, key). One keyed hash per breaker until found, and
+/// no text made for any.
 fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> {
+    let want = u64::from_str_radix(id, 16).ok()?;
     if let Some(m) = sh
         .manual
         .iter()
-        .find(|m| sh.id(Source::Manual, &m.key) == id)
+        .find(|m| sh.id_number(Source::Manual, &m.key) == want)
     {
         return Some((Source::Manual, m.key.clone()));
     }
     let mut found = None;
     if let Some(r) = &sh.registry {
         r.for_each(|k, _| {
-            if found.is_none() && sh.id(Source::Registry, k) == id {
+            if found.is_none() && sh.id_number(Source::Registry, k) == want {
                 found = Some(k.clone());
             }
         });
@@ -1153,12 +1171,17 @@ fn apply<C: Clock + Clone>(
 }
 
 /// Writes the desired override of the hand-registered breakers `manual` (`None` clears).
+/// A dependency with no hand-registered breaker gets no override of its own here: the
+/// registry's is the only one, and what it says is in force is what is.
 fn set_manual<C: Clock + Clone>(
     sh: &Shared<C>,
     selector: &Selector,
     manual: &ManualAim,
     state: Option<OperatorState>,
 ) {
+    if manual.is_empty() {
+        return;
+    }
     let mut control = manual::lock(&sh.manual_control);
     match selector {
         Selector::Key(_) => {

@@ -389,41 +389,100 @@ pub(crate) fn same_origin(parts: &Parts, allowed: &[String]) -> Result<(), Strin
     Ok(())
 }
 
-/// Whether `s` is a host with an optional port: letters, digits, `-`, `.`, `:`, `[`, `]`.
-pub(crate) fn is_authority(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 255
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c))
+/// A host and an optional port, as a `Host` header, a request line or an allowed entry names
+/// them: `name[:port]` (a DNS name or an IPv4 address, labels of letters, digits, `-` and
+/// `_`, one trailing dot allowed) or `[ipv6][:port]`, the port 1 to 65535. The host is kept
+/// lowercase, without its trailing dot, an IPv6 address in its shortest spelling, so that two
+/// spellings of one host compare equal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Authority {
+    host: String,
+    port: Option<u16>,
 }
 
-/// A host and its port, if any (`[::1]:8080` is `[::1]` and `8080`).
-fn split_port(h: &str) -> (&str, Option<&str>) {
-    if h.starts_with('[') {
-        return match h.find(']') {
-            Some(i) => (&h[..=i], h[i + 1..].strip_prefix(':')),
-            None => (h, None),
+impl Authority {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (inner, after) = rest.split_once(']')?;
+            let ip: std::net::Ipv6Addr = inner.parse().ok()?;
+            let port = match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':')?),
+            };
+            (format!("[{ip}]"), port)
+        } else {
+            let (name, port) = match s.rsplit_once(':') {
+                Some((name, port)) => (name, Some(port)),
+                None => (s, None),
+            };
+            let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+            let label_ok = |l: &str| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            };
+            if name.len() > 253 || !name.split('.').all(label_ok) {
+                return None;
+            }
+            (name, port)
         };
+        let port = match port {
+            None => None,
+            Some(p) => {
+                let ok = (1..=5).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit());
+                Some(p.parse::<u16>().ok().filter(|n| ok && *n > 0)?)
+            }
+        };
+        Some(Self { host, port })
     }
-    match h.rsplit_once(':') {
-        Some((name, port)) => (name, Some(port)),
-        None => (h, None),
+
+    /// Whether a request naming `self` is one for `allowed`: the same host, and the same port
+    /// where `allowed` gives one.
+    pub(crate) fn answered_by(&self, allowed: &Authority) -> bool {
+        self.host == allowed.host && allowed.port.is_none_or(|p| self.port == Some(p))
     }
 }
 
-/// Whether the request's `host` is one of `allowed` (lowercase): the same host and port, or
-/// the same host where the allowed entry gives no port.
-pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let host = host.to_ascii_lowercase();
-    let (name, _) = split_port(&host);
-    let name = name.strip_suffix('.').unwrap_or(name);
-    allowed.iter().any(|a| {
-        if *a == host {
-            return true;
+/// Whether `s` is a host with an optional port that a request could name (see [`Authority`]).
+pub(crate) fn is_authority(s: &str) -> bool {
+    Authority::parse(s).is_some()
+}
+
+/// Checks every host a request names (its `Host` header, its request line's authority, as
+/// HTTP/2's `:authority` arrives) against `allowed`: at least one, at most one `Host` header,
+/// each well formed and allowed. The offending value otherwise.
+pub(crate) fn hosts_allowed(parts: &Parts, allowed: &[Authority]) -> Result<(), String> {
+    let headers: Vec<&[u8]> = parts
+        .headers
+        .get_all(HOST)
+        .iter()
+        .map(|h| h.as_bytes())
+        .collect();
+    if headers.len() > 1 {
+        let all: Vec<String> = headers
+            .iter()
+            .map(|h| String::from_utf8_lossy(h).into_owned())
+            .collect();
+        return Err(format!("{} Host headers ({})", all.len(), all.join(", ")));
+    }
+    let mut named: Vec<String> = headers
+        .iter()
+        .map(|h| String::from_utf8_lossy(h).into_owned())
+        .collect();
+    if let Some(a) = parts.uri.authority() {
+        named.push(a.as_str().to_string());
+    }
+    if named.is_empty() {
+        return Err("no host".to_string());
+    }
+    for host in named {
+        let ok = Authority::parse(&host).is_some_and(|h| allowed.iter().any(|a| h.answered_by(a)));
+        if !ok {
+            return Err(host);
         }
-        let (a_name, a_port) = split_port(a);
-        a_port.is_none() && a_name == name
-    })
+    }
+    Ok(())
 }
 
 /// The double-submit check: the token in the header equals the one in the cookie (constant
@@ -579,19 +638,21 @@ mod tests {
 
     #[test]
     fn hosts_match_with_and_without_ports() {
-        let allowed = [
-            "127.0.0.1:8080".to_string(),
-            "ops.example.com".into(),
-            "[::1]:9000".into(),
-        ];
-        for ok in [
+        let allowed: Vec<Authority> = ["127.0.0.1:8080", "ops.example.com", "[::1]:9000"]
+            .iter()
+            .map(|a| Authority::parse(a).unwrap())
+            .collect();
+        let ok =
+            |h: &str| Authority::parse(h).is_some_and(|h| allowed.iter().any(|a| h.answered_by(a)));
+        for good in [
             "127.0.0.1:8080",
             "OPS.example.com",
             "ops.example.com:443",
             "ops.example.com.",
             "[::1]:9000",
+            "[0:0::1]:9000",
         ] {
-            assert!(host_allowed(ok, &allowed), "{ok}");
+            assert!(ok(good), "{good}");
         }
         for bad in [
             "127.0.0.1:8081",
@@ -601,8 +662,11 @@ mod tests {
             "ops.example.com.evil.test",
             "[::1]:9001",
             "[::1]",
+            "ops.example.com:8080@evil.test",
+            "ops.example.com:",
+            "ops.example.com:65536",
         ] {
-            assert!(!host_allowed(bad, &allowed), "{bad}");
+            assert!(!ok(bad), "{bad}");
         }
     }
 

@@ -24,7 +24,8 @@
 //!   asked for only on breakers that keep durations (they read the clock per call anyway); a
 //!   result costs one atomic increment in a histogram of 104 logarithmic buckets (four per
 //!   octave, 1 µs to 134 s: a percentile is the middle of its bucket, within 12 %). Breakers
-//!   without `call_durations` get no such listener and pay nothing.
+//!   without `call_durations` get a listener that asks for no outcome event, and pay nothing
+//!   per call.
 //!
 //! # Bounds
 //! Per breaker: at most [`SLOTS`] slots of [`SLOT_BYTES`] bytes (7,200 bytes), a fixed record
@@ -33,6 +34,10 @@
 //! of all goes first), one record per breaker the dashboard shows, per dependency at most 360
 //! percentile pairs (8 bytes each), and at most [`MAX_INCIDENTS`] incident records. Counts
 //! are stored in 16 bits to three significant digits (exact below 2,048, else within 0.1 %).
+//! A breaker's record goes with the breaker: the [`Follow`] listener on it takes the record
+//! when the breaker is dropped (evicted and let go), with no sample needed; a breaker the
+//! registry no longer holds but the application still does goes at the second sample that
+//! does not find it.
 //!
 //! # Locks
 //! One mutex guards the slots and incidents. Nothing runs under it but this module's own
@@ -40,8 +45,8 @@
 //! so the clock, before it takes the lock).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::SystemTime;
 
 use tripline::registry::Key;
@@ -244,20 +249,44 @@ impl Latency {
     }
 }
 
-/// The listener that times a breaker's calls (on breakers that keep durations only).
-pub(crate) struct Timing(pub(crate) Arc<Latency>);
+/// The listener the history puts on each breaker it follows. It times the breaker's calls
+/// when the breaker keeps durations (only then: the others pay nothing per call), and it goes
+/// when the breaker goes: a breaker's listeners are dropped with it, once the registry let go
+/// of it (evicted it, say) and nobody holds it any more, and this one's drop takes the
+/// breaker's record and slots with it. So keys that come and go leave nothing behind, whether
+/// or not anyone samples.
+pub(crate) struct Follow {
+    /// Weak: the breaker may outlive the dashboard.
+    history: Weak<History>,
+    id: BreakerId,
+    /// Which breaker under the key this is (a key re-created gets a new one).
+    tether: u64,
+    latency: Option<Arc<Latency>>,
+}
 
-impl Listener for Timing {
+impl Listener for Follow {
     fn on_event(&self, event: &Event) {
-        if let EventKind::CallOutcome { duration, .. } = &event.kind {
+        if let (Some(latency), EventKind::CallOutcome { duration, .. }) =
+            (&self.latency, &event.kind)
+        {
             let at = u64::try_from(event.at.as_nanos()).unwrap_or(u64::MAX);
             let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-            self.0.record(at / SLOT_NANOS, micros);
+            latency.record(at / SLOT_NANOS, micros);
         }
     }
 
     fn wants_outcome_events(&self) -> bool {
-        true
+        self.latency.is_some()
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        // Runs where the breaker's last handle goes; no lock of the history is held there
+        // (the history never holds a breaker).
+        if let Some(history) = self.history.upgrade() {
+            history.forget(&self.id, self.tether);
+        }
     }
 }
 
@@ -303,6 +332,8 @@ struct Track {
     incident: Option<u64>,
     /// Samples in a row that did not find the breaker (it goes at the second).
     missed: u8,
+    /// The [`Follow`] listener of the breaker this record follows (0: none).
+    tether: u64,
 }
 
 impl Track {
@@ -316,6 +347,7 @@ impl Track {
             latency: None,
             incident: None,
             missed: 0,
+            tether: 0,
         }
     }
 }
@@ -393,6 +425,8 @@ pub(crate) struct History {
     inner: Mutex<Inner>,
     sampling: AtomicBool,
     max_slots: usize,
+    /// Numbers for the [`Follow`] listeners.
+    tethers: AtomicU64,
 }
 
 /// Clears the sampling flag when the sample ends, however it ends.
@@ -418,6 +452,7 @@ impl History {
             }),
             sampling: AtomicBool::new(false),
             max_slots,
+            tethers: AtomicU64::new(1),
         }
     }
 
@@ -666,17 +701,41 @@ impl History {
         }
     }
 
-    /// Gives a breaker that keeps durations its histogram; the listener to subscribe to it.
-    pub(crate) fn timing(&self, id: BreakerId, state: State) -> Timing {
-        let latency = Arc::new(Latency::new());
+    /// The listener to subscribe to the breaker `id` names now (see [`Follow`]): it gives a
+    /// breaker that keeps durations (`timed`) its histogram, and it takes the breaker's record
+    /// with it when the breaker goes.
+    pub(crate) fn follow(self: &Arc<Self>, id: BreakerId, state: State, timed: bool) -> Follow {
+        let latency = timed.then(|| Arc::new(Latency::new()));
+        let tether = self.tethers.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
         let since = inner.open.unwrap_or(0) as u32;
-        inner
+        let t = inner
             .tracks
-            .entry(id)
-            .or_insert_with(|| Track::new(state, since))
-            .latency = Some(latency.clone());
-        Timing(latency)
+            .entry(id.clone())
+            .or_insert_with(|| Track::new(state, since));
+        t.latency = latency.clone();
+        t.tether = tether;
+        Follow {
+            history: Arc::downgrade(self),
+            id,
+            tether,
+            latency,
+        }
+    }
+
+    /// Drops the record and slots of `id` if they still follow the breaker of `tether` (a key
+    /// re-created meanwhile follows its new breaker).
+    fn forget(&self, id: &BreakerId, tether: u64) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if inner.tracks.get(id).is_none_or(|t| t.tether != tether) {
+            return;
+        }
+        if let Some(mut t) = inner.tracks.remove(id) {
+            while !t.slots.is_empty() {
+                pop_front(&mut inner.oldest, &mut inner.held, id, &mut t);
+            }
+        }
     }
 
     /// The breaker's hour, oldest slot first, as of the last sample: [`SLOTS`] points.

@@ -62,7 +62,8 @@
 //!   `GET api/session` issues. Callers that are not browsers (no `Origin`, no
 //!   `Sec-Fetch-Site`, no cookie) need only their credentials.
 //! * **DNS rebinding**: with [`DashboardBuilder::allowed_host`], a request whose `Host` is
-//!   not one of the allowed hosts is refused (400, `field: "host"`) before anything is read,
+//!   not one of the allowed hosts (or that names two hosts: two `Host` headers, or a request
+//!   line naming another) is refused (400, `field: "host"`) before anything is read,
 //!   so a hostile page that points its own name at the application's address reads nothing,
 //!   not even what anonymous callers may read.
 //! * **Sensitive scopes**: for a key the application marks sensitive
@@ -73,19 +74,25 @@
 //!   are keyed hashes that reveal nothing of the key.
 //! * **Keys look like what they are**: the registry refuses keys with invisible or
 //!   bidirectional-control characters (`tripline::registry::Key`), and the page shows any such
-//!   character in a principal's name as `\u{...}`.
+//!   character in a principal's name as `\u{...}`. Keys may hold combining marks (scripts
+//!   need them), so two keys can differ only in how an accent is written (`café` precomposed,
+//!   `cafe\u{301}` combining): in a name that is not in Unicode's NFC, the page shows the
+//!   combining marks (and the characters NFC would replace) as `\u{...}`, and a mark that
+//!   follows no letter or digit in any name, so such keys never look the same.
 //! * **No state from requests**: reads never create a breaker (an unknown id or key is a
 //!   404; lookups use [`Registry::peek`], never [`Registry::get`]); a control needs an
 //!   existing key or dependency; parameters and bodies are checked (sizes, names, values)
 //!   and a refusal names the field, the value and what is allowed.
 //! * **Nobody can take the live view away**: event streams are capped in all
 //!   ([`DashboardBuilder::max_streams`], 64), the last eighth of them is kept for principals
-//!   that may control, one principal holds at most 8
-//!   ([`DashboardBuilder::max_streams_per_principal`]), and callers without credentials at
-//!   most a quarter in all ([`DashboardBuilder::max_anonymous_streams`]) and 4 from one
-//!   address ([`DashboardBuilder::max_streams_per_client`]; the address is the connection's
-//!   when the server runs with `into_make_service_with_connect_info::<SocketAddr>()`, or what
-//!   [`DashboardBuilder::client_address`] says behind a proxy).
+//!   that may control (and one of them takes at most half of it), one principal holds at
+//!   most 8 ([`DashboardBuilder::max_streams_per_principal`]), and callers without
+//!   credentials at most a quarter in all ([`DashboardBuilder::max_anonymous_streams`]) and 4
+//!   from one client ([`DashboardBuilder::max_streams_per_client`]: one IPv4 address, or one
+//!   IPv6 /64; the address is the connection's when the server runs with
+//!   `into_make_service_with_connect_info::<SocketAddr>()`, or what
+//!   [`DashboardBuilder::client_address`] says behind a proxy; `X-Forwarded-For` and its
+//!   kin count for nothing unless that hook reads them).
 //! * The page is served with a strict Content-Security-Policy (scripts, styles and requests
 //!   only from the application), `X-Frame-Options: DENY` (no clickjacking of the kill
 //!   switch), `nosniff` and `no-referrer`; it writes every value with `textContent`.
@@ -132,7 +139,13 @@
 //!   20 MB; past it the oldest slot of all goes first) with at most 11 slots of slack per
 //!   breaker, the records, at most 1,000 incidents, and per dependency at most 360 percentile
 //!   pairs of 8 bytes. Measured with 10,000 keys forced open for 120 slots (the test
-//!   `the_history_memory_bound_holds_with_10000_keys`): 24.8 MB. Counts are kept to three
+//!   `the_history_memory_bound_holds_with_10000_keys`): 24.8 MB. A breaker the registry let
+//!   go (evicted, and no handle left) takes its record and slots with it at once, whether or
+//!   not anyone samples: 20,000 keys through a registry of 100 leave 63 kB (the test
+//!   `keys_that_come_and_go_leave_no_history_behind_even_when_nobody_samples`); a breaker
+//!   dropped from the registry but still held by the application goes at the second sample
+//!   that does not find it. Each registry breaker carries a small listener of the history's
+//!   (about 100 bytes) that does this. Counts are kept to three
 //!   significant digits (exact below 2,048, else within 0.1 %), percentiles within 12 %.
 //!   [`Dashboard::history_memory`] says what it holds now.
 //!
@@ -230,7 +243,7 @@ pub(crate) struct Shared<C: Clock + Clone> {
     pub(crate) anonymous: Permissions,
     pub(crate) sensitive: Option<SensitiveFn>,
     pub(crate) allowed_origins: Vec<String>,
-    pub(crate) allowed_hosts: Vec<String>,
+    pub(crate) allowed_hosts: Vec<auth::Authority>,
     pub(crate) store: Arc<Store>,
     pub(crate) history: Arc<History>,
     /// The overrides set on hand-registered breakers (see `manual`).
@@ -254,7 +267,12 @@ impl<C: Clock + Clone> Shared<C> {
 
     /// The opaque id of a breaker: a keyed hash of its source and key.
     pub(crate) fn id(&self, source: Source, key: &Key) -> String {
-        format!("{:016x}", self.ids.hash_one((source, key)))
+        format!("{:016x}", self.id_number(source, key))
+    }
+
+    /// The id as a number (what a lookup by id compares, with no text made per breaker).
+    pub(crate) fn id_number(&self, source: Source, key: &Key) -> u64 {
+        self.ids.hash_one((source, key))
     }
 
     /// Whether `key`'s scope is hidden from `principal`.
@@ -753,7 +771,8 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     }
 
     /// At most this many event streams open at once (default 64); more are refused with 503.
-    /// The last eighth of them (rounded down) is kept for principals that may control, and
+    /// The last eighth of them (rounded down) is kept for principals that may control (once
+    /// only those are left, a principal that holds half of them, rounded up, gets no more), and
     /// callers without credentials get at most [`max_anonymous_streams`](Self::max_anonymous_streams),
     /// so that nobody can take the live view from the operator by holding streams open.
     ///
@@ -804,7 +823,9 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     }
 
     /// At most this many event streams open at once without credentials from one client
-    /// address (default 4, or `max_streams` if fewer). The address is the connection's when the server runs with
+    /// (default 4, or `max_streams` if fewer): one IPv4 address (also spelled
+    /// `::ffff:a.b.c.d`), or one IPv6 /64, so a client cannot rotate through the addresses of
+    /// its own network. The address is the connection's when the server runs with
     /// `into_make_service_with_connect_info::<SocketAddr>()`, or what
     /// [`client_address`](Self::client_address) says; without either this cap cannot apply
     /// (the total one for anonymous callers still does).
@@ -848,7 +869,12 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     /// repeat for each. Once one is given, a request naming any other host is refused (400)
     /// before anything is read, so a hostile page that rebinds its own name to the
     /// application's address (DNS rebinding) reads nothing. A host without a port matches it
-    /// on any port. Off (every host answered) until one is given.
+    /// on any port; case and a trailing dot do not matter, nor how an IPv6 address is spelled.
+    /// Every host a request names must be allowed: its `Host` header (only one) and the
+    /// authority of its request line (HTTP/2's `:authority`), each a host and a port of 1 to
+    /// 65535 (`ops.example.com:8080@evil.test` is refused). Off (every host answered) until
+    /// one is given; a host that no request could name (`::1` without brackets, `host:`) is
+    /// refused by [`build`](Self::build).
     ///
     /// ```
     /// use tripline_dashboard::Dashboard;
@@ -994,21 +1020,23 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
                 return Err(ConfigError::new(
                     "allowed_origin",
                     format!("{origin:?}"),
-                    "an origin: http:// or https://, a host and an optional port, no path",
+                    "an origin: http:// or https://, a host (a DNS name, an IPv4 address or an \
+                     IPv6 address in brackets) and an optional port in [1, 65535], no path",
                 ));
             }
         }
         let mut allowed_hosts = Vec::new();
         for host in &self.allowed_hosts {
-            if !auth::is_authority(host) {
+            let Some(authority) = auth::Authority::parse(host) else {
                 return Err(ConfigError::new(
                     "allowed_host",
                     format!("{host:?}"),
-                    "a host and an optional port (`ops.example.com`, `127.0.0.1:8080`, \
+                    "a host (a DNS name, an IPv4 address or an IPv6 address in brackets) and an \
+                     optional port in [1, 65535] (`ops.example.com`, `127.0.0.1:8080`, \
                      `[::1]:8080`), no scheme, no path",
                 ));
-            }
-            allowed_hosts.push(host.to_ascii_lowercase());
+            };
+            allowed_hosts.push(authority);
         }
         let mut keys = std::collections::BTreeSet::new();
         for (key, _) in &self.manual {
@@ -1042,8 +1070,12 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
                 key: m.key.clone(),
             });
             if m.breaker.config().call_durations() {
-                m.breaker
-                    .subscribe(history.timing((Source::Manual, m.key.clone()), m.breaker.state()));
+                // The dashboard holds these breakers: only the timing is wanted.
+                m.breaker.subscribe(history.follow(
+                    (Source::Manual, m.key.clone()),
+                    m.breaker.state(),
+                    true,
+                ));
             }
         }
         if let Some(registry) = &self.registry {

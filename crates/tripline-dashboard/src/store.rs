@@ -469,8 +469,9 @@ fn pop_oldest(inner: &mut Inner, slot: &Slot) {
 }
 
 /// The listener the dashboard puts on its registry: breaker names are keys. It keeps the
-/// recent events and the history, and gives each new breaker that keeps call durations the
-/// listener that times its calls (only those: the others pay nothing per call).
+/// recent events and the history, and gives each new breaker the history's own listener
+/// ([`Follow`](crate::history::Follow)), which times the calls of those that keep durations
+/// (only those: the others pay nothing per call).
 pub(crate) struct RegistryListener<C: Clock + Clone> {
     pub(crate) store: Arc<Store>,
     pub(crate) history: Arc<History>,
@@ -487,12 +488,17 @@ impl<C: Clock + Clone> Listener for RegistryListener<C> {
             .on_event((Source::Registry, key.clone()), event);
         if let EventKind::Initial { state, .. } = event.kind {
             // A breaker's first event for this listener: a new breaker (or one rebuilt under
-            // its key). `peek` takes no lock and creates nothing; the handle goes at once, so
-            // it never keeps the breaker from eviction.
+            // its key). It gets the history's own listener, which times its calls if it keeps
+            // durations and takes its record with it when it goes. `peek` takes no lock and
+            // creates nothing; the handle goes at once, so it never keeps the breaker from
+            // eviction.
             if let Some(breaker) = self.registry.upgrade().and_then(|r| r.peek(&key)) {
-                if breaker.config().call_durations() {
-                    breaker.subscribe(self.history.timing((Source::Registry, key.clone()), state));
-                }
+                let timed = breaker.config().call_durations();
+                breaker.subscribe(self.history.follow(
+                    (Source::Registry, key.clone()),
+                    state,
+                    timed,
+                ));
             }
         }
         self.store.on_event(Source::Registry, key, event);

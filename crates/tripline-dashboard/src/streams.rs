@@ -3,16 +3,20 @@
 //! Streams are long-lived: without limits, anyone who may read could hold every stream open
 //! and leave the operator's page without live events. So capacity is shared out:
 //! * at most `total` streams in all;
-//! * the last `control_reserve` of them only for principals that may control;
+//! * the last `control_reserve` of them only for principals that may control, and once only
+//!   those are left, a principal that already holds half of them (rounded up) gets no more,
+//!   so one automation that may control cannot take the reserve from the operator;
 //! * at most `per_principal` for one principal (by name);
 //! * callers without credentials at most `anonymous` in all, and `per_client` from one
-//!   address.
+//!   client: one IPv4 address (also when a dual-stack listener spells it `::ffff:a.b.c.d`),
+//!   or one IPv6 /64 (the smallest block a network hands out, so a client cannot rotate
+//!   through its own addresses).
 //!
 //! The counts sit under one mutex that guards nothing else; nothing runs under it but the
 //! counting.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 
 use crate::{Permissions, Principal};
@@ -82,17 +86,14 @@ impl Streams {
     ) -> Result<Ticket, String> {
         let anonymous = p.is_anonymous();
         let owner = if anonymous {
-            address.map(Owner::Address)
+            address.map(|a| Owner::Address(client(a)))
         } else {
             Some(Owner::Principal(p.name().into()))
         };
         let mut c = lock(&self.counts);
         let may_control = !anonymous && p.may(Permissions::CONTROL);
-        let room = if may_control {
-            limits.total
-        } else {
-            limits.total - limits.control_reserve
-        };
+        let shared = limits.total - limits.control_reserve;
+        let room = if may_control { limits.total } else { shared };
         if c.total >= room {
             return Err(if c.total >= limits.total {
                 format!("{} event streams are open, the most allowed", limits.total)
@@ -103,6 +104,25 @@ impl Streams {
                     c.total, limits.control_reserve
                 )
             });
+        }
+        if c.total >= shared {
+            // Only the reserve is left: nobody takes more than half of it.
+            let held = owner
+                .as_ref()
+                .and_then(|o| c.by_owner.get(o))
+                .copied()
+                .unwrap_or(0);
+            let half = limits.control_reserve.div_ceil(2);
+            if held >= half {
+                return Err(format!(
+                    "{} event streams are open; the last {} are kept for principals that may \
+                     control, and {} holds {held} streams already: close a page that follows \
+                     the events",
+                    c.total,
+                    limits.control_reserve,
+                    p.name()
+                ));
+            }
         }
         if anonymous && c.anonymous >= limits.anonymous {
             return Err(format!(
@@ -137,6 +157,18 @@ impl Streams {
             owner,
             anonymous,
         })
+    }
+}
+
+/// The client an address stands for: an IPv4 address (also in its IPv6-mapped spelling), or
+/// an IPv6 address's /64.
+fn client(address: IpAddr) -> IpAddr {
+    match address.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !u128::from(u64::MAX);
+            IpAddr::V6(Ipv6Addr::from(bits))
+        }
+        v4 => v4,
     }
 }
 

@@ -42,6 +42,17 @@ fn small() -> BreakerConfig {
         .unwrap()
 }
 
+/// A registry whose breakers all use [`small`].
+fn small_registry<C: tripline::Clock + Clone>(clock: &C) -> Arc<Registry<C>> {
+    Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            clock.clone(),
+        )
+        .unwrap(),
+    )
+}
+
 fn key(s: &str) -> Key {
     s.parse().unwrap()
 }
@@ -82,13 +93,7 @@ fn fixture_with(
     f: impl FnOnce(DashboardBuilder<ManualClock>) -> DashboardBuilder<ManualClock>,
 ) -> Fixture {
     let clock = ManualClock::new();
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            clock.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&clock);
     for k in KEYS {
         registry.get(&key(k)).unwrap();
     }
@@ -2000,13 +2005,7 @@ async fn an_override_from_the_configuration_says_which_layer_holds_it_and_what_l
 #[tokio::test]
 async fn a_control_by_id_reaches_only_that_row_where_two_share_a_key() {
     let clock = ManualClock::new();
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            clock.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&clock);
     let in_registry = registry.get(&key("legacy-api")).unwrap();
     let by_hand = CircuitBreaker::with_clock("legacy", small(), clock.clone());
     let audits = Arc::new(Mutex::new(Vec::new()));
@@ -2298,13 +2297,7 @@ async fn list_with(router: &Router, token: &str) -> Value {
 #[test]
 fn a_registry_listener_and_the_application_callbacks_may_use_the_dashboard() {
     let clock = ManualClock::new();
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            clock.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&clock);
     registry.get(&key("legacy-api/shard=1")).unwrap();
     registry.get(&key("elsewhere")).unwrap();
     let slot: Slot = Arc::default();
@@ -2518,13 +2511,7 @@ fn the_dashboards_clock_may_use_the_dashboard() {
         inner: manual.clone(),
         hook: None,
     };
-    let registry = Arc::new(
-        Registry::with_clock(
-            RegistryConfig::default().with_config("default", small()),
-            plain.clone(),
-        )
-        .unwrap(),
-    );
+    let registry = small_registry(&plain);
     registry.get(&key("legacy-api")).unwrap();
     registry.get(&key("elsewhere")).unwrap();
     let by_hand = CircuitBreaker::with_clock("by-hand", small(), plain);
@@ -2575,5 +2562,446 @@ fn the_dashboards_clock_may_use_the_dashboard() {
     assert!(
         answers.iter().all(Option::is_some),
         "a request from the clock hung: {answers:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What an answer says is in force is what the registry holds.
+
+#[tokio::test]
+async fn an_override_lifted_through_the_registry_is_not_reported_in_force() {
+    let f = fixture();
+    let (status, _, r) = send(
+        &f.router,
+        control(
+            json!({"action": "force-open", "dependency": "catalog"}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, r["in_force"].as_str()),
+        (StatusCode::OK, Some("forced-open"))
+    );
+    // The application lifts it itself (its own admin endpoint, a script).
+    f.registry
+        .clear_operator(&Selector::Dependency("catalog".into()));
+    for action in ["reset", "metrics-only", "clear"] {
+        let (status, _, r) = send(
+            &f.router,
+            control(
+                json!({"action": action, "dependency": "catalog"}),
+                Some(OPERATOR),
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{action}: {r}");
+        let expected = (action == "metrics-only").then_some("metrics-only");
+        assert_eq!(r["in_force"].as_str(), expected, "{action}: {r}");
+        let audit = f.audits.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(
+            view_of(audit.in_force),
+            expected,
+            "{action}: the audit record"
+        );
+        if action == "metrics-only" {
+            f.registry
+                .clear_operator(&Selector::Dependency("catalog".into()));
+        }
+    }
+    let l = list(&f, "?dependency=catalog", Some(OPERATOR)).await;
+    assert_eq!(l["dependencies"][0]["override"], Value::Null, "{l}");
+}
+
+fn view_of(o: OperatorState) -> Option<&'static str> {
+    match o {
+        OperatorState::Auto => None,
+        OperatorState::ForcedOpen => Some("forced-open"),
+        OperatorState::Disabled => Some("disabled"),
+        OperatorState::MetricsOnly => Some("metrics-only"),
+    }
+}
+
+/// A stream request from an IPv6 address (as a server started with connect info sees it).
+fn stream_from_v6(token: Option<&str>, address: std::net::Ipv6Addr) -> Request<Body> {
+    let mut req = get("/api/events", token);
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            address, 40000,
+        ))));
+    req
+}
+
+/// Opens streams with `requests` until one is refused; the streams admitted.
+async fn streams_until_refused(
+    f: &Fixture,
+    requests: impl Iterator<Item = Request<Body>>,
+) -> Vec<Body> {
+    let mut held = Vec::new();
+    for req in requests {
+        let resp = f.router.clone().oneshot(req).await.unwrap();
+        if resp.status() != StatusCode::OK {
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+            break;
+        }
+        held.push(resp.into_body());
+    }
+    held
+}
+
+#[tokio::test]
+async fn one_client_cannot_take_every_anonymous_stream_by_changing_its_address() {
+    let f = fixture();
+    // An IPv6 client holds a whole /64 (the smallest block a network hands out): one
+    // address per stream is still one client.
+    let rotating = (1..=64u16).map(|i| {
+        stream_from_v6(
+            None,
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 7, 7, 0, 0, 0, i),
+        )
+    });
+    let held = streams_until_refused(&f, rotating).await;
+    assert_eq!(held.len(), 4, "streams from one /64");
+    // Another client (another /64) still gets its own.
+    let other = streams_until_refused(
+        &f,
+        std::iter::once(stream_from_v6(None, "2001:db8:7:8::1".parse().unwrap())),
+    )
+    .await;
+    assert_eq!(other.len(), 1);
+    drop((held, other));
+    // An IPv4 client seen on a dual-stack listener (as ::ffff:a.b.c.d) is the same client.
+    let both = (0..16u8).map(|i| {
+        if i % 2 == 0 {
+            stream_from(None, [10, 1, 1, 1])
+        } else {
+            stream_from_v6(None, std::net::Ipv4Addr::new(10, 1, 1, 1).to_ipv6_mapped())
+        }
+    });
+    let held = streams_until_refused(&f, both).await;
+    assert_eq!(held.len(), 4, "one IPv4 client, in both spellings");
+    drop(held);
+    // A header naming another client changes nothing unless the application says to trust it.
+    let spoofed = (0..16u8).map(|i| {
+        let mut req = stream_from(None, [10, 2, 2, 2]);
+        req.headers_mut()
+            .insert("x-forwarded-for", format!("192.0.2.{i}").parse().unwrap());
+        req
+    });
+    let held = streams_until_refused(&f, spoofed).await;
+    assert_eq!(held.len(), 4, "X-Forwarded-For is not the client's address");
+}
+
+#[tokio::test]
+async fn one_principal_cannot_take_every_stream_kept_for_control() {
+    // 16 streams, the last 2 for principals that may control.
+    let f = fixture_with(|b| b.max_streams(16).max_streams_per_principal(16));
+    let readers = streams_until_refused(
+        &f,
+        std::iter::repeat_with(|| get("/api/events", Some(AUDITOR))),
+    )
+    .await;
+    assert_eq!(readers.len(), 14);
+    // An automation that may control holds streams too: it does not get the whole reserve.
+    let robot = streams_until_refused(
+        &f,
+        std::iter::repeat_with(|| get("/api/events", Some(CONTROLLER))),
+    )
+    .await;
+    assert_eq!(robot.len(), 1, "half of the reserve at most");
+    let operator = open_stream(&f, Some(OPERATOR)).await;
+    drop((readers, robot, operator));
+}
+
+#[tokio::test]
+async fn a_query_that_is_not_utf8_is_refused_naming_the_parameter() {
+    let f = fixture();
+    for (query, field, value) in [
+        ("q=%FF", "q", "%FF"),
+        ("dependency=caf%E9", "dependency", "caf%E9"),
+        (
+            "key=payments%2Ftenant%3D%C3",
+            "key",
+            "payments%2Ftenant%3D%C3",
+        ),
+        ("limit=10&state=open%80", "state", "open%80"),
+        ("%FF=1", "parameter", "%FF"),
+    ] {
+        let (status, _, body) = send(
+            &f.router,
+            get(&format!("/api/breakers?{query}"), Some(READER)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert_eq!(body["field"], field, "{query}: {body}");
+        assert!(
+            body["value"].as_str().unwrap().contains(value),
+            "{query}: the bytes as sent: {body}"
+        );
+        assert!(
+            body["allowed"].as_str().unwrap().contains("UTF-8"),
+            "{query}: {body}"
+        );
+    }
+    // Percent-encoded UTF-8, and `+` for a space, read as they should.
+    let (status, _, body) = send(
+        &f.router,
+        get("/api/breakers?q=%63atalog&dependency=catalog", Some(READER)),
+    )
+    .await;
+    assert_eq!(
+        (status, body["total"].as_u64()),
+        (StatusCode::OK, Some(3)),
+        "{body}"
+    );
+    let (status, _, body) = send(&f.router, get("/api/breakers?q=a+b", Some(READER))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["total"], 0);
+}
+
+#[test]
+fn an_allowed_host_that_could_never_match_is_refused() {
+    let field = |host: &str| {
+        Dashboard::builder()
+            .allowed_host(host)
+            .build()
+            .err()
+            .map(|e| (e.field().to_string(), e.to_string()))
+    };
+    for bad in [
+        "::1",
+        "127.0.0.1:",
+        "a:b:c",
+        "[::1]:99999",
+        "ops.example.com:0",
+        "ops.example.com:8o80",
+        "[::1",
+        "[::1]x",
+        "[]",
+        ":8080",
+        "ops..example.com",
+        ".",
+    ] {
+        let got = field(bad);
+        assert!(
+            got.as_ref().is_some_and(|(f, _)| f == "allowed_host"),
+            "{bad:?} was accepted: {got:?}"
+        );
+    }
+    for bad in ["http://::1", "https://127.0.0.1:", "http://[::1]:70000"] {
+        assert!(
+            Dashboard::builder().allowed_origin(bad).build().is_err(),
+            "origin {bad:?} was accepted"
+        );
+    }
+    for good in [
+        "ops.example.com",
+        "ops.example.com.",
+        "OPS.example.com:8443",
+        "127.0.0.1:8080",
+        "[::1]",
+        "[::1]:8080",
+        "[2001:db8::7]:443",
+        "localhost",
+    ] {
+        assert_eq!(field(good), None, "{good:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_is_answered_only_when_every_host_it_names_is_allowed() {
+    let f = fixture_with(|b| {
+        b.allowed_host("ops.example.com.")
+            .allowed_host("127.0.0.1:8080")
+            .allowed_host("[::1]")
+    });
+    let status = |req: Request<Body>| {
+        let router = f.router.clone();
+        async move { router.oneshot(req).await.unwrap().status() }
+    };
+    let with_host = |host: &str| {
+        Request::get("/ops/api/session")
+            .header(header::HOST, host)
+            .body(Body::empty())
+            .unwrap()
+    };
+    for ok in [
+        "ops.example.com",
+        "ops.example.com.",
+        "OPS.EXAMPLE.COM:443",
+        "127.0.0.1:8080",
+        "[::1]",
+        "[::1]:9000",
+    ] {
+        assert_eq!(status(with_host(ok)).await, StatusCode::OK, "{ok:?}");
+    }
+    for bad in [
+        "ops.example.com:8080@evil.test",
+        "ops.example.com:abc",
+        "ops.example.com:",
+        "ops.example.com:99999",
+        "127.0.0.1:8080.",
+        "[::1]:x",
+        "[::1]evil.test",
+    ] {
+        assert_eq!(
+            status(with_host(bad)).await,
+            StatusCode::BAD_REQUEST,
+            "{bad:?}"
+        );
+    }
+    // Two Host headers (a proxy may route on the other one), or a request line naming a host
+    // the Host header does not: refused, whichever comes first.
+    for (hosts, uri) in [
+        (vec!["ops.example.com", "evil.test"], "/ops/api/session"),
+        (vec!["evil.test", "ops.example.com"], "/ops/api/session"),
+        (vec!["ops.example.com"], "http://evil.test/ops/api/session"),
+        (vec!["evil.test"], "http://ops.example.com/ops/api/session"),
+    ] {
+        let mut req = Request::get(uri);
+        for h in &hosts {
+            req = req.header(header::HOST, *h);
+        }
+        let (code, _, body) = send(&f.router, req.body(Body::empty()).unwrap()).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{hosts:?} {uri}: {body}");
+        assert_eq!(body["field"], "host", "{body}");
+    }
+    // HTTP/2 names the host in the request line only (`:authority`): that is enough.
+    assert_eq!(
+        status(
+            Request::get("http://ops.example.com/ops/api/session")
+                .body(Body::empty())
+                .unwrap()
+        )
+        .await,
+        StatusCode::OK
+    );
+}
+
+#[test]
+fn the_client_address_hook_may_use_the_dashboard() {
+    let clock = ManualClock::new();
+    let registry = small_registry(&clock);
+    registry.get(&key("elsewhere")).unwrap();
+    let slot: Slot = Arc::default();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answers: Answers = Arc::default();
+    let hook = {
+        let (slot, armed, answers) = (slot.clone(), armed.clone(), answers.clone());
+        move |_: &axum::http::request::Parts| {
+            reenter(&slot, &armed, &answers, "0000000000000000", "elsewhere");
+            Some(std::net::IpAddr::from([192, 0, 2, 1]))
+        }
+    };
+    let dashboard = DashboardBuilder::new(clock)
+        .registry(registry)
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .anonymous(Permissions::READ)
+        .client_address(hook)
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", dashboard.router());
+    slot.set(router.clone()).ok();
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let status = within_bound("client_address", move || {
+        from_another_thread(&router, get("/api/events", None))
+    });
+    assert_eq!(status, Some(StatusCode::OK));
+    let answers = answers.lock().unwrap();
+    assert_eq!(answers.len(), 5, "the hook ran: {answers:?}");
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from the hook hung: {answers:?}"
+    );
+}
+
+#[tokio::test]
+async fn control_bodies_of_shapes_nobody_expects_are_refused_and_change_nothing() {
+    let f = fixture();
+    let before = registry_state(&f);
+    for (body, field) in [
+        // A key given twice, once spelled with an escape.
+        (
+            r#"{"action":"force-open","key":"prices","ke\u0079":"catalog/shard=1"}"#.to_string(),
+            "key",
+        ),
+        // A byte-order mark, trailing data, nesting past any sense.
+        (
+            "\u{feff}{\"action\":\"force-open\",\"key\":\"prices\"}".to_string(),
+            "body",
+        ),
+        (
+            r#"{"action":"force-open","key":"prices"} {"action":"clear"}"#.to_string(),
+            "body",
+        ),
+        (format!("{}1{}", "[".repeat(4000), "]".repeat(4000)), "body"),
+        (
+            format!(
+                "{{\"action\":\"force-open\",\"key\":{}\"prices\"{}}}",
+                "[".repeat(200),
+                "]".repeat(200)
+            ),
+            "body",
+        ),
+        // A target that is not a string, an action with a NUL in it.
+        (
+            r#"{"action":"force-open","key":"prices","dependency":null}"#.to_string(),
+            "dependency",
+        ),
+        (
+            r#"{"action":"force-open\u0000","key":"prices"}"#.to_string(),
+            "action",
+        ),
+        (
+            r#"{"action":"force-open","key":"prices\u202e"}"#.to_string(),
+            "key.dependency",
+        ),
+    ] {
+        let (status, _, r) = send(&f.router, control_raw(body.clone(), Some(OPERATOR), &[])).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body:.60}: {r}");
+        assert_eq!(r["field"], field, "{body:.60}: {r}");
+    }
+    // A body past the limit, sent without a length (chunked), is cut off at the limit.
+    let chunks = futures_util::stream::iter(
+        (0..64).map(|_| Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b' '; 1024]))),
+    );
+    let req = Request::post("/ops/api/control")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+        .body(Body::from_stream(chunks))
+        .unwrap();
+    let (status, _, _) = send(&f.router, req).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    // JSON's media type with parameters or in capitals is JSON; anything else is not.
+    for (content_type, ok) in [
+        ("application/json; charset=utf-8", true),
+        ("Application/JSON", true),
+        ("application/json, text/plain", false),
+        ("application/jsonx", false),
+        ("text/plain", false),
+        ("multipart/form-data; boundary=x", false),
+    ] {
+        let req = Request::post("/ops/api/control")
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+            .body(Body::from(
+                json!({"action": "metrics-only", "key": "prices"}).to_string(),
+            ))
+            .unwrap();
+        let (status, _, r) = send(&f.router, req).await;
+        let expected = if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        };
+        assert_eq!(status, expected, "{content_type}: {r}");
+        if ok {
+            f.registry.clear_operator(&Selector::Key(key("prices")));
+        }
+    }
+    assert_eq!(
+        registry_state(&f),
+        before,
+        "a refused body changed something"
     );
 }

@@ -10,6 +10,20 @@
 //! thousands of keys, and that the page raised no script error. It takes a screenshot of
 //! each of the three states (closed, open, forced open).
 //!
+//! A second test serves a dashboard of its own, as a hostile or unlucky deployment fills it,
+//! at 1,280 and 1,440 px: a principal whose name is 128 bytes of markup, a bidirectional
+//! override and a run with no break; a 128-character dependency with a 256-character scope;
+//! sixty dependencies; markup in a key; two tenants spelled with a precomposed and a combining
+//! accent. Nothing runs past the window's edge, no list scrolls sideways, no markup becomes an
+//! element, the two tenants look different, a refused control stays said while the page
+//! polls, a failed read's notice goes once reads work, a late answer to an older listing does
+//! not replace a newer one, and a stream refused for want of room goes live once there is
+//! room. It also opens the page under a name that resolves to the loopback (DNS rebinding, by
+//! Chromium's resolver rules): only the host refusal comes back; and, the application's own
+//! session being a cookie, it posts controls from another origin of the same site (another
+//! port), which the browser sends the cookie with: nothing changes. The two tests take turns
+//! (one Chromium at a time).
+//!
 //! Without Chromium and chromedriver (`scripts/test` installs Debian's `chromium` and
 //! `chromium-driver`) the test says it is skipped and why, and passes; under `CI=true` it
 //! fails instead, saying what is missing. The screenshots go to
@@ -42,7 +56,7 @@ const READER: &str = "reader-token-for-the-browser-test";
 const DEADLINE: Duration = Duration::from_secs(15);
 
 /// The flags that keep Chromium off the network (this machine has none) and self-contained.
-const CHROMIUM_FLAGS: [&str; 9] = [
+const CHROMIUM_FLAGS: [&str; 10] = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -52,6 +66,8 @@ const CHROMIUM_FLAGS: [&str; 9] = [
     "--disable-component-update",
     "--disable-sync",
     "--window-size=1280,1100",
+    // A hostile name that resolves to this machine, as DNS rebinding makes it.
+    "--host-resolver-rules=MAP rebound.test 127.0.0.1",
 ];
 
 /// The width the page must fit: a laptop's.
@@ -65,6 +81,11 @@ fn long_name() -> String {
     }
     name
 }
+
+/// Held by each browser test while it runs: one Chromium at a time (`cargo test` runs tests
+/// on threads of one process; nextest's `dashboard-browser` group does the same across
+/// processes).
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Writes past the test harness's capture, so a skip is seen even when the test passes.
 fn say(message: &str) {
@@ -278,9 +299,38 @@ async fn sign_in(client: &Client, token: &str, principal: &str) {
     .await;
 }
 
+/// Waits until the page follows the event stream.
+async fn stream_live(client: &Client) {
+    wait_for(
+        client,
+        "the event stream is live",
+        "return document.getElementById('conn').dataset.live;",
+        |v| v == "true",
+    )
+    .await;
+}
+
 /// The page fits the window's width: nothing scrolls sideways, and every column of the
 /// dependency table (the last one included) is in view.
 async fn fits(client: &Client, when: &str) {
+    fits_in(client, WIDTH, when).await;
+}
+
+/// As [`fits`], in a window `width` px wide; and no element of the page ends past it.
+async fn fits_in(client: &Client, width: u64, when: &str) {
+    let wide = eval(
+        client,
+        "const w = window.innerWidth; return Array.from(document.querySelectorAll('body *')) \
+         .filter(e => e.getClientRects().length && !e.closest('.events, .visually-hidden')) \
+         .filter(e => e.getBoundingClientRect().right > w + 1) \
+         .slice(0, 5).map(e => e.tagName + '#' + e.id + '.' + e.className + ' ends at ' + Math.round(e.getBoundingClientRect().right));",
+    )
+    .await;
+    assert_eq!(
+        wide,
+        json!([]),
+        "{when}: elements past the window's edge at {width} px"
+    );
     let seen = eval(
         client,
         "const d = document.documentElement; \
@@ -293,7 +343,7 @@ async fn fits(client: &Client, when: &str) {
         seen[1].as_u64().unwrap(),
         seen[2].as_u64().unwrap(),
     );
-    assert!(inner <= WIDTH, "a window of {inner} px");
+    assert!(inner <= width, "a window of {inner} px");
     assert!(
         scroll <= inner && right <= inner,
         "{when}: the page is {scroll} px wide in a window of {inner} px, the dependency table ends at {right} px"
@@ -359,13 +409,7 @@ async fn scenario(client: &Client, app: &App<ManualClock>, clock: &ManualClock) 
         |v| v == true,
     )
     .await;
-    wait_for(
-        client,
-        "the event stream is live",
-        "return document.getElementById('conn').dataset.live;",
-        |v| v == "true",
-    )
-    .await;
+    stream_live(client).await;
     wait_for(
         client,
         "the grid shows prices Closed",
@@ -639,6 +683,7 @@ async fn the_page_in_headless_chromium() {
             return;
         }
     };
+    let _one = ONE_BROWSER.lock().await;
     let clock = ManualClock::new();
     let app = app::start(Options {
         clock: clock.clone(),
@@ -649,6 +694,9 @@ async fn the_page_in_headless_chromium() {
             .map(String::from)
             .to_vec(),
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        // The test fails the server outright, never slows it: a timeout far above any pause
+        // of a loaded machine, so no call times out on wall-clock time.
+        timeout: Duration::from_secs(30),
     })
     .await
     .expect("the application starts");
@@ -695,4 +743,513 @@ async fn the_page_in_headless_chromium() {
         })
         .collect();
     assert!(severe.is_empty(), "the browser logged errors: {severe:#?}");
+}
+
+/// A token whose principal's name is 128 bytes of hostile text: markup, a bidirectional
+/// override, and a long run with no break.
+const HOSTILE: &str = "hostile-principal-token-for-the-browser-test";
+/// A read-only token.
+const VIEWER: &str = "viewer-token-for-the-second-browser-test";
+/// A read-only token whose principal may hold one event stream.
+const WALLBOARD: &str = "wallboard-token-for-the-browser-test";
+
+fn hostile_name() -> String {
+    let mut name = String::from("<img src=x onerror=window.__pwned=1>\u{202E}");
+    while name.len() < 128 {
+        name.push('x');
+    }
+    name
+}
+
+/// The page served from a dashboard of its own on a loopback port: 60 dependencies, one of
+/// a 128-character name with a scope of 256, markup in a key, and two tenants whose names
+/// differ only in how an accent is written (precomposed or combining).
+struct Hostile {
+    addr: SocketAddr,
+    registry: std::sync::Arc<tripline::registry::Registry<ManualClock>>,
+}
+
+async fn hostile_app(clock: &ManualClock) -> Hostile {
+    use tripline::registry::{Registry, RegistryConfig};
+    use tripline_dashboard::{DashboardBuilder, Permissions};
+    let registry = std::sync::Arc::new(
+        Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap(),
+    );
+    for d in 0..60 {
+        registry
+            .get(&Key::new(&format!("dep-{d:02}")).unwrap())
+            .unwrap();
+    }
+    registry
+        .get(&Key::scoped(&long_name(), ScopeKind::Shard, &"7".repeat(256)).unwrap())
+        .unwrap();
+    registry
+        .get(&Key::scoped("<b>bold<i>", ScopeKind::Shard, "<script>").unwrap())
+        .unwrap();
+    for tenant in ["caf\u{e9}", "cafe\u{301}"] {
+        registry
+            .get(&Key::scoped("payments", ScopeKind::Tenant, tenant).unwrap())
+            .unwrap();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let dashboard =
+        DashboardBuilder::new(clock.clone())
+            .registry(registry.clone())
+            // An application whose own sessions are cookies: the case cross-site requests aim at
+            // (a browser sends cookies by itself; it never sends a bearer token by itself).
+            .authenticate(|parts: &axum::http::request::Parts| {
+                let session = parts
+                    .headers
+                    .get_all(axum::http::header::COOKIE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .any(|v| v.split(';').any(|c| c.trim() == "app_session=let-me-in"));
+                Ok::<_, tripline_dashboard::Unauthenticated>(session.then(|| {
+                    tripline_dashboard::Principal::new("cookie-operator", Permissions::ALL)
+                }))
+            })
+            .bearer_token(HOSTILE, &hostile_name(), Permissions::ALL)
+            .bearer_token(VIEWER, "viewer", Permissions::READ)
+            .bearer_token(WALLBOARD, "wallboard", Permissions::READ)
+            .max_streams_per_principal(1)
+            .sensitive(|key| matches!(key.scope(), Some((ScopeKind::Tenant, _))))
+            .allowed_host(&addr.to_string())
+            .build()
+            .unwrap();
+    let app = dashboard.mount(axum::Router::new(), "/ops");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Hostile { addr, registry }
+}
+
+/// Counts the page's listing requests (`window.__lists`), fails them while
+/// `window.__offline` is true, as a network that drops would, and while `window.__hold` is
+/// true keeps the answer of a listing without a dependency filter until `window.__release()`
+/// (`window.__held` counts those waiting), as a slow answer would.
+const FETCH_TAP: &str = "if (!window.__tapped) { window.__tapped = true; window.__lists = 0; \
+    window.__offline = false; window.__hold = false; window.__held = 0; \
+    let gate = new Promise((r) => { window.__release = r; }); const real = window.fetch; \
+    window.fetch = async (u, o) => { if (String(u).startsWith('api/breakers?')) { \
+      if (window.__offline) throw new TypeError('offline'); \
+      const held = window.__hold && !String(u).includes('dependency='); \
+      const r = await real(u, o); \
+      if (held) { window.__held++; await gate; } \
+      window.__lists++; return r; } return real(u, o); }; } \
+    return window.__lists;";
+
+/// Waits until the page made `n` more listing requests (they come every 2 s).
+async fn lists_pass(client: &Client, n: u64) {
+    let from = eval(client, "return window.__lists;")
+        .await
+        .as_u64()
+        .unwrap();
+    wait_for(
+        client,
+        &format!("{n} more listings"),
+        "return window.__lists;",
+        |v| v.as_u64().is_some_and(|m| m >= from + n),
+    )
+    .await;
+}
+
+async fn notice(client: &Client) -> Value {
+    eval(
+        client,
+        "const n = document.getElementById('notice'); return n.hidden ? null : [n.dataset.status, n.textContent];",
+    )
+    .await
+}
+
+async fn hostile_scenario(client: &Client, app: &Hostile) {
+    let long = long_name();
+    let long_key = format!("{long}/shard={}", "7".repeat(256));
+    // A hostile page whose own name now resolves here reads nothing, not even the page.
+    client
+        .goto(&format!(
+            "http://rebound.test:{}/ops/api/session",
+            app.addr.port()
+        ))
+        .await
+        .expect("the rebound name loads");
+    let body = eval(client, "return document.body.textContent;").await;
+    assert!(
+        body.as_str()
+            .is_some_and(|b| b.contains("\"field\":\"host\"") && !b.contains("csrf")),
+        "a rebound host was answered: {body}"
+    );
+    client
+        .goto(&format!("http://{}/ops/", app.addr))
+        .await
+        .expect("the page loads");
+    sign_in(
+        client,
+        HOSTILE,
+        "<img src=x onerror=window.__pwned=1>\\u{202e}x",
+    )
+    .await;
+    // The feed shows what happens once the stream is live.
+    stream_live(client).await;
+    for width in [1280u64, 1440] {
+        client
+            .set_window_size(width as u32, 1000)
+            .await
+            .expect("the window is resized");
+        wait_for(
+            client,
+            "the window's width",
+            "return window.innerWidth;",
+            |v| v.as_u64().is_some_and(|w| w <= width && w + 20 >= width),
+        )
+        .await;
+        // The breaker of the long name, its detail panel open, a control pressed: the notice,
+        // the feed and the detail all name the long principal and the long key.
+        wait_for(client, "the long key listed", &card_state(&long_key), |v| {
+            v == "closed"
+        })
+        .await;
+        click(client, &format!("article.card[data-key=\"{long_key}\"]")).await;
+        wait_for(
+            client,
+            "the detail panel of the long key",
+            "const d = document.getElementById('detail'); return d.hidden ? null : d.dataset.state;",
+            |v| v == "closed",
+        )
+        .await;
+        click(client, "#d-key-actions button[data-action=\"force-open\"]").await;
+        wait_for(client, "the control's notice", "const n = document.getElementById('notice'); return n.hidden ? null : n.dataset.status;", |v| v == "200").await;
+        wait_for(
+            client,
+            "the audit record in the feed",
+            "return document.querySelectorAll('#feed li[data-kind=\"audit\"]').length;",
+            |v| v.as_u64().is_some_and(|n| n >= 1),
+        )
+        .await;
+        fits_in(
+            client,
+            width,
+            &format!("{width} px, a long principal and a long key"),
+        )
+        .await;
+        let lists = eval(
+            client,
+            "return Array.from(document.querySelectorAll('.events')).filter(l => l.scrollWidth > l.clientWidth + 1).map(l => l.id || l.className);",
+        )
+        .await;
+        assert_eq!(lists, json!([]), "{width} px: lists that scroll sideways");
+        click(client, "#d-key-actions button[data-action=\"clear\"]").await;
+        wait_for(
+            client,
+            "the long key Closed again",
+            &card_state(&long_key),
+            |v| v == "closed",
+        )
+        .await;
+    }
+    // Sixty dependencies: forty in the table, the rest through the filter.
+    let deps = eval(
+        client,
+        "return [document.querySelectorAll('#deps tbody tr').length, document.getElementById('deps-more').textContent, document.getElementById('f-dep').options.length];",
+    )
+    .await;
+    assert_eq!(deps[0], 40, "{deps}");
+    assert!(deps[1].as_str().unwrap().starts_with("23 more"), "{deps}");
+    assert_eq!(
+        deps[2], 64,
+        "every dependency in the filter, and 'all': {deps}"
+    );
+
+    // Text stays text: no element made from a name, nothing run.
+    let made = eval(
+        client,
+        "return [document.querySelectorAll('img, b, i, script:not([src])').length, typeof window.__pwned];",
+    )
+    .await;
+    assert_eq!(
+        made,
+        json!([0, "undefined"]),
+        "markup in a name became markup"
+    );
+    let who = eval(client, "return document.getElementById('who').textContent;").await;
+    assert!(
+        who.as_str().unwrap().contains("\\u{202e}") && !who.as_str().unwrap().contains('\u{202E}'),
+        "the bidi override shows escaped: {who}"
+    );
+    // The answer to an older listing that comes late does not replace a newer one: an
+    // unfiltered listing held back, the filter chosen meanwhile, the old answer let go.
+    eval(client, FETCH_TAP).await;
+    eval(client, "window.__hold = true; return null;").await;
+    wait_for(
+        client,
+        "a listing held back",
+        "return window.__held;",
+        |v| v.as_u64().is_some_and(|n| n >= 1),
+    )
+    .await;
+    eval(client, "window.__hold = false; return null;").await;
+    // Two tenants that differ only in how the accent is written do not look the same (what
+    // the page shows differs once both are normalized, as an eye reads them).
+    eval(client, "const s = document.getElementById('f-dep'); s.value = 'payments'; s.dispatchEvent(new Event('change')); return null;").await;
+    wait_for(
+        client,
+        "the payments filter",
+        "return document.querySelectorAll('#grid article.card').length;",
+        |v| v == 2,
+    )
+    .await;
+    let before = eval(
+        client,
+        "const n = window.__lists; window.__release(); return n;",
+    )
+    .await
+    .as_u64()
+    .unwrap();
+    wait_for(
+        client,
+        "the late answer came",
+        "return window.__lists;",
+        |v| v.as_u64().is_some_and(|n| n > before),
+    )
+    .await;
+    let cards = eval(
+        client,
+        "return document.querySelectorAll('#grid article.card').length;",
+    )
+    .await;
+    assert_eq!(
+        cards, 2,
+        "a late answer to an older listing replaced the filtered one"
+    );
+    let tenants = eval(
+        client,
+        "return Array.from(document.querySelectorAll('article.card')).filter(c => (c.dataset.key || '').startsWith('payments/')).map(c => c.querySelector('.scope').textContent.normalize('NFC'));",
+    )
+    .await;
+    let tenants: Vec<&str> = tenants
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    let dbg = eval(client, "return [document.getElementById('who').textContent, Array.from(document.querySelectorAll('article.card')).map(c => [c.dataset.key, c.textContent])];").await;
+    assert_eq!(tenants.len(), 2, "{tenants:?} {dbg}");
+    assert_ne!(tenants[0], tenants[1], "two keys that look the same");
+    eval(client, "const s = document.getElementById('f-dep'); s.value = ''; s.dispatchEvent(new Event('change')); return null;").await;
+
+    // A refused control stays said while the page goes on polling.
+    sign_in(client, VIEWER, "viewer").await;
+    wait_for(
+        client,
+        "the long key listed again",
+        &card_state(&long_key),
+        |v| v == "closed",
+    )
+    .await;
+    click(client, &format!("article.card[data-key=\"{long_key}\"]")).await;
+    click(client, "#d-key-actions button[data-action=\"force-open\"]").await;
+    wait_for(
+        client,
+        "the viewer is refused",
+        "const n = document.getElementById('notice'); return n.hidden ? null : n.dataset.status;",
+        |v| v == "403",
+    )
+    .await;
+    lists_pass(client, 2).await;
+    let still = notice(client).await;
+    assert_eq!(
+        still[0], "403",
+        "the refusal went while nothing changed: {still}"
+    );
+    // A read that fails (the network dropped) says so, and the notice goes once reads work.
+    eval(client, "window.__offline = true; return null;").await;
+    wait_for(
+        client,
+        "the failed read is said",
+        "const n = document.getElementById('notice'); return n.hidden ? null : n.dataset.status;",
+        |v| v == "0",
+    )
+    .await;
+    eval(client, "window.__offline = false; return null;").await;
+    lists_pass(client, 1).await;
+    wait_for(
+        client,
+        "the failed read's notice goes",
+        "return document.getElementById('notice').hidden;",
+        |v| v == true,
+    )
+    .await;
+
+    // A stream refused for want of room says so, and the page follows the events once there
+    // is room again.
+    let held = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("http://{}/ops/api/events", app.addr))
+        .bearer_auth(WALLBOARD)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    sign_in(client, WALLBOARD, "wallboard").await;
+    wait_for(
+        client,
+        "the stream is refused",
+        "return document.getElementById('conn').textContent;",
+        |v| v == "stream refused (503)",
+    )
+    .await;
+    drop(held);
+    wait_for(
+        client,
+        "the stream is live once there is room",
+        "return document.getElementById('conn').dataset.live;",
+        |v| v == "true",
+    )
+    .await;
+    assert!(app.registry.len() >= 64);
+    let errors = eval(
+        client,
+        "return window.__triplineErrors || ['no error trap'];",
+    )
+    .await;
+    assert_eq!(errors, json!([]), "script errors");
+    cross_site(client, app).await;
+}
+
+/// An application session in a cookie works from the dashboard's own page, and not from a
+/// page of another origin on the same site (another port of the same host: the browser sends
+/// the cookie, even a `SameSite=Strict` one), whatever the page tries: a form posting
+/// text that parses as JSON, a `no-cors` fetch, a JSON fetch (which needs a preflight).
+async fn cross_site(client: &Client, app: &Hostile) {
+    let target = Key::new("dep-00").unwrap();
+    let dashboard = format!("http://{}/ops", app.addr);
+    client.goto(&format!("{dashboard}/")).await.unwrap();
+    eval(
+        client,
+        "document.cookie = 'app_session=let-me-in; path=/'; sessionStorage.clear(); return null;",
+    )
+    .await;
+    client.refresh().await.unwrap();
+    wait_for(
+        client,
+        "the cookie's principal is signed in",
+        "return document.getElementById('who').textContent;",
+        |v| v.as_str().is_some_and(|t| t.starts_with("cookie-operator")),
+    )
+    .await;
+    // The page itself may control: same origin, and the double-submit token.
+    let done = eval(
+        client,
+        "return fetch('api/session').then(r => r.json()).then(s => fetch('api/control', { method: 'POST', \
+           headers: { 'Content-Type': 'application/json', 'X-Tripline-CSRF': s.csrf }, \
+           body: JSON.stringify({ action: 'metrics-only', key: 'dep-00' }) })).then(r => r.status);",
+    )
+    .await;
+    assert_eq!(
+        done, 200,
+        "the dashboard's own page, with the cookie's session"
+    );
+    assert_eq!(
+        app.registry.peek(&target).unwrap().state(),
+        State::MetricsOnly
+    );
+    app.registry
+        .clear_operator(&tripline::registry::Selector::Key(target.clone()));
+
+    // Another origin of the same site.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let other = listener.local_addr().unwrap();
+    let control = format!("{dashboard}/api/control");
+    let body = r#"{"action":"force-open","key":"dep-00","x":""#;
+    let page = format!(
+        r#"<!doctype html><meta charset="utf-8"><iframe name="sink"></iframe>
+<form id="f" method="POST" action="{control}" enctype="text/plain" target="sink">
+<input type="hidden" name='{body}' value='"}}'></form>
+<script>
+window.__done = null;
+const json = JSON.stringify({{action: 'force-open', key: 'dep-00'}});
+const sink = document.querySelector('iframe');
+const posted = new Promise((done) => {{ sink.onload = () => done('form answered'); }});
+document.getElementById('f').submit();
+Promise.all([
+  posted,
+  fetch('{control}', {{method: 'POST', mode: 'no-cors', credentials: 'include',
+    headers: {{'Content-Type': 'text/plain'}}, body: json}}).then(() => 'no-cors answered', (e) => 'no-cors: ' + e),
+  fetch('{control}', {{method: 'POST', credentials: 'include',
+    headers: {{'Content-Type': 'application/json'}}, body: json}}).then((r) => 'json: ' + r.status, (e) => 'json refused by the browser'),
+]).then((r) => {{ window.__done = r; }});
+</script>"#
+    );
+    let attacker = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { axum::response::Html(page) }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, attacker).await;
+    });
+    client.goto(&format!("http://{other}/")).await.unwrap();
+    let outcome = wait_for(
+        client,
+        "the attacks are answered",
+        "return window.__done;",
+        |v| v.is_array(),
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        json!([
+            "form answered",
+            "no-cors answered",
+            "json refused by the browser"
+        ]),
+        "{outcome}"
+    );
+    let breaker = app.registry.peek(&target).unwrap();
+    assert_eq!(
+        breaker.state(),
+        State::Closed,
+        "a cross-site request reached a control"
+    );
+    assert!(app.registry.operator_overrides().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusals_said() {
+    let (chromium, chromedriver) = match browser() {
+        Ok(found) => found,
+        Err(why) => {
+            assert!(
+                !in_ci(),
+                "the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusals_said \
+                 cannot run under CI=true: {why}"
+            );
+            say(&format!(
+                "SKIPPED the_page_fits_1280_and_1440_px_with_long_hostile_names_and_keeps_refusals_said: {why}"
+            ));
+            return;
+        }
+    };
+    let _one = ONE_BROWSER.lock().await;
+    let clock = ManualClock::new();
+    let app = hostile_app(&clock).await;
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let driver = Driver::start(&chromedriver, &work.path().join("chromedriver.log"))
+        .await
+        .expect("chromedriver starts");
+    let client = connect(&driver, &chromium, &work.path().join("profile"))
+        .await
+        .expect("a browser session");
+    let outcome = std::panic::AssertUnwindSafe(hostile_scenario(&client, &app))
+        .catch_unwind()
+        .await;
+    let _ = client.close().await;
+    drop(driver);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }

@@ -521,3 +521,141 @@ fn breakers_that_keep_no_durations_pay_nothing_per_call_for_the_history() {
     assert_eq!(reads(&timed), timed_alone);
     drop(dashboard);
 }
+
+/// Tenants come and go: a registry of at most 100 breakers sees 20,000 keys, each used once
+/// and evicted to make room for the next, and nobody samples the history (no `run_history`,
+/// nobody on the page). What the history keeps stays within what 100 breakers need.
+#[test]
+fn keys_that_come_and_go_leave_no_history_behind_even_when_nobody_samples() {
+    let clock = ManualClock::new();
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default()
+                .with_config("default", small(false))
+                .with_config("timed", small(true))
+                .with_dependency("timed", "timed")
+                .with_max_breakers(100),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
+    let dashboard = DashboardBuilder::new(clock.clone())
+        .registry(registry.clone())
+        .build()
+        .unwrap();
+    let churn = |from: usize, to: usize| {
+        for i in from..to {
+            // Half of them keep durations (they get a histogram of their own).
+            let dependency = if i % 2 == 0 { "tenant-api" } else { "timed" };
+            let k = Key::scoped(dependency, ScopeKind::Tenant, &format!("t{i}")).unwrap();
+            let b = registry.get(&k).unwrap();
+            b.call(|| Ok::<_, ()>(())).unwrap();
+            clock.advance(Duration::from_millis(1));
+        }
+    };
+    churn(0, 1_000);
+    let after_1000 = dashboard.history_memory();
+    churn(1_000, 20_000);
+    let after_20000 = dashboard.history_memory();
+    assert!(registry.len() <= 100);
+    eprintln!("keys that come and go: {after_1000} bytes after 1,000, {after_20000} after 20,000");
+    assert!(
+        after_20000 <= after_1000 + 4096,
+        "the history grew with keys long gone: {after_1000} bytes after 1,000 keys, \
+         {after_20000} after 20,000"
+    );
+    // A key re-created after its eviction starts afresh, counted from its new breaker.
+    let k = Key::scoped("tenant-api", ScopeKind::Tenant, "t0").unwrap();
+    let b = registry.get(&k).unwrap();
+    for _ in 0..3 {
+        b.call(|| Ok::<_, ()>(())).unwrap();
+    }
+    clock.advance(SLOT);
+    dashboard.sample_history();
+    clock.advance(SLOT);
+    dashboard.sample_history();
+    let router: Router = Router::new().nest("/ops", dashboard.router());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let calls = rt.block_on(async {
+        let list = get_json(&router, "/api/breakers?key=tenant-api/tenant=t0").await;
+        let id = list["breakers"][0]["id"].as_str().unwrap().to_string();
+        let h = get_json(&router, &format!("/api/breakers/{id}/history")).await;
+        h["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_u64)
+            .sum::<u64>()
+    });
+    assert_eq!(calls, 3, "only the new breaker's calls");
+}
+
+async fn get_json(router: &Router, path: &str) -> Value {
+    let resp = router
+        .clone()
+        .oneshot(
+            Request::get(format!("/ops{path}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+}
+
+/// Breakers that flap (out of Closed and back, slot after slot) and breakers that stay out:
+/// at most 1,000 incidents are kept, those that ended going first, so every breaker still out
+/// of Closed is listed; the slots stay within their bound meanwhile.
+#[tokio::test]
+async fn flapping_breakers_keep_at_most_1000_incidents_and_those_under_way_stay() {
+    let f = fixture();
+    for i in 0..1_200 {
+        f.registry
+            .get(&Key::scoped("flap", ScopeKind::Shard, &i.to_string()).unwrap())
+            .unwrap();
+    }
+    let flap = |from: usize, to: usize| {
+        for i in from..to {
+            let b = f
+                .registry
+                .peek(&Key::scoped("flap", ScopeKind::Shard, &i.to_string()).unwrap())
+                .unwrap();
+            b.force_open();
+            b.reset();
+        }
+    };
+    for _ in 0..3 {
+        flap(0, 600);
+        f.next_slot();
+    }
+    // 600 more leave Closed and stay out.
+    for i in 600..1_200 {
+        f.registry
+            .peek(&Key::scoped("flap", ScopeKind::Shard, &i.to_string()).unwrap())
+            .unwrap()
+            .force_open();
+    }
+    f.next_slot();
+    let list = f.get("/api/incidents", OPERATOR).await;
+    let incidents = list["incidents"].as_array().unwrap();
+    assert_eq!(incidents.len(), 1_000);
+    let under_way = incidents
+        .iter()
+        .filter(|i| i["ended_age_ms"].is_null())
+        .count();
+    assert_eq!(
+        under_way, 600,
+        "every breaker still out of Closed is listed"
+    );
+    // In the order they began.
+    let seqs: Vec<u64> = incidents
+        .iter()
+        .map(|i| i["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    assert!(f.dashboard.history_memory() < 1_204 * (360 * 20 + 600) + 1_000 * 200);
+}

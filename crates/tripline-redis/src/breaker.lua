@@ -132,6 +132,56 @@ local function unset(f)
   end
 end
 
+-- The states a record may be in.
+local STATES = {
+  closed = true, open = true, ['half-open'] = true,
+  ['forced-open'] = true, disabled = true, ['metrics-only'] = true,
+}
+
+-- The most probe slots a round may claim (half_open.permitted_calls is at most 1000): loops
+-- over the slots run up to the record's 'lk'.
+local MAX_SLOTS = 1000
+
+-- The record's number fields: times in microseconds, epochs, counts and tokens, all whole
+-- and in [0, 2^53]; the leases are 'lt<slot>' and 'ld<slot>'.
+local NUMBERS = {
+  ab = true, cf = true, cs = true, eo = true, ep = true, hs = true, lk = true, ln = true,
+  lv = true, nse = true, o = true, ou = true, ox = true, rf = true, rr = true, rs = true,
+  ru = true, tc = true, tf = true, th = true, tr = true, ts = true, wc = true, wf = true,
+  wq = true, ws = true, wx = true, xa = true,
+}
+
+-- Whether an unpacked record is one this library can read: a map whose 'st' is a state,
+-- whose 'wr' (the inline ring) is a string, whose number fields are whole numbers in
+-- [0, 2^53] ('lk' at most MAX_SLOTS). Fields it does not know are left alone. Any other value
+-- under the record's key (bytes that are not MessagePack, another program's value, a hand
+-- edit) reads as a missing record, which starts over as one does after an eviction, rather
+-- than failing every call or looping for seconds.
+local function well_formed(r)
+  if type(r) ~= 'table' then
+    return false
+  end
+  for k, v in pairs(r) do
+    if k == 'st' then
+      if not STATES[v] then
+        return false
+      end
+    elseif k == 'wr' then
+      if type(v) ~= 'string' then
+        return false
+      end
+    elseif type(k) == 'string' and (NUMBERS[k] or string.find(k, '^l[td]%d+$')) then
+      if type(v) ~= 'number' or not (v >= 0 and v <= 9007199254740992) or v ~= math.floor(v) then
+        return false
+      end
+      if k == 'lk' and v > MAX_SLOTS then
+        return false
+      end
+    end
+  end
+  return true
+end
+
 -- Loads the call's state. False when the configuration version is unknown here.
 local function begin(keys, args, ro)
   readonly = ro
@@ -151,10 +201,12 @@ local function begin(keys, args, ro)
   dirty, trans = false, NO_TRANSITIONS
   expired, notes, ttl_due, wrote_window = 0, 0, false, false
   local raw = redis.call('GET', R)
+  rec = {}
   if raw then
-    rec = cmsgpack.unpack(raw)
-  else
-    rec = {}
+    local ok, r = pcall(cmsgpack.unpack, raw)
+    if ok and well_formed(r) then
+      rec = r
+    end
   end
   fresh = rec.st == nil
   st = rec.st or 'closed'

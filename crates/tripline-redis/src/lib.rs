@@ -215,6 +215,9 @@
 
 mod backend;
 mod config;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 #[cfg(feature = "server")]
 pub mod server;

@@ -381,7 +381,7 @@ fn parse_state(s: &str) -> Option<State> {
 
 /// A parsed reply of the breaker's functions.
 #[derive(Debug)]
-struct Reply {
+pub(crate) struct Reply {
     verdict: String,
     fields: [String; 6],
     state: State,
@@ -436,7 +436,7 @@ fn bad_reply(v: &[redis::Value]) -> redis::RedisError {
 const HEADER: usize = 9;
 
 impl Reply {
-    fn parse(raw: Vec<redis::Value>) -> Result<Self, redis::RedisError> {
+    pub(crate) fn parse(raw: Vec<redis::Value>) -> Result<Self, redis::RedisError> {
         let Some(v) = raw.iter().map(text).collect::<Option<Vec<String>>>() else {
             return Err(bad_reply(&raw));
         };
@@ -500,6 +500,34 @@ impl Reply {
 
     fn field(&self, i: usize) -> i64 {
         self.fields[i].parse().unwrap_or(-1)
+    }
+
+    /// The reply in its wire order, all six fields given, each transition `from>to>reason`
+    /// followed by its epoch (`@epoch`).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn summary(&self) -> Vec<String> {
+        let mut v = vec![
+            self.verdict.clone(),
+            self.state.as_str().to_string(),
+            self.epoch.to_string(),
+            self.open_until.to_string(),
+            self.now.to_string(),
+            self.expired.to_string(),
+            self.origin.to_string(),
+            self.notes.to_string(),
+            "6".to_string(),
+        ];
+        v.extend(self.fields.iter().cloned());
+        v.extend(self.transitions.iter().map(|t| {
+            format!(
+                "{}>{}>{}@{}",
+                t.from.as_str(),
+                t.to.as_str(),
+                t.reason,
+                t.epoch
+            )
+        }));
+        v
     }
 }
 

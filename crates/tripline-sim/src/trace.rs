@@ -67,7 +67,10 @@ impl<W: Write + Send + 'static> Listener for SimRecorder<W> {
             EventKind::Rejected { .. } => (TraceOutcome::Rejected, Duration::ZERO),
             _ => return,
         };
-        let start = Start::Relative(e.at.saturating_sub(duration));
+        // A call said to be longer than the clock reading (`record_with_duration`) starts at
+        // zero and still ends when it was recorded.
+        let duration = duration.min(e.at);
+        let start = Start::Relative(e.at - duration);
         let record = Record::new(start, duration, outcome).with_key(&self.key);
         let mut guard = self.out.lock().unwrap_or_else(|p| p.into_inner());
         let (writer, error) = &mut *guard;

@@ -14,7 +14,9 @@
 //!   minus `$request_time`. The key is the path's first segment (`/exercises/42` → `exercises`).
 //!
 //! The status decides the outcome (5xx and 429 fail, other 4xx are ignored). Lines that do not
-//! match are reported on stderr with their number and skipped.
+//! match, are not UTF-8, or hold what a trace cannot (a call that ended more than a second
+//! before the line above it, a time past year 9999) are reported on stderr with their number
+//! and skipped.
 //!
 //! ```text
 //! cargo run -p tripline --features trace --example access_log -- envoy < access.log > trace.jsonl
@@ -73,7 +75,7 @@ impl Parser {
         let c = self
             .re
             .captures(line.trim_end())
-            .ok_or("does not match the format")?;
+            .ok_or_else(|| "does not match the format".to_string())?;
         let status: u16 = c["status"].parse().unwrap_or(0);
         match self.kind {
             Kind::Envoy => {
@@ -96,8 +98,11 @@ impl Parser {
             Kind::Nginx => {
                 let end = OffsetDateTime::parse(&c["time"], &self.nginx_time)
                     .map_err(|e| format!("time_local {:?}: {e}", &c["time"]))?;
-                let secs: f64 = c["duration"].parse().map_err(|_| "bad request_time")?;
-                let duration = Duration::from_secs_f64(secs);
+                let duration = c["duration"]
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+                    .ok_or("bad request_time")?;
                 let path = c["request"].split(' ').nth(1).unwrap_or("");
                 let segment = path
                     .trim_start_matches('/')
@@ -128,7 +133,13 @@ fn outcome(l: &Line) -> TraceOutcome {
     }
 }
 
-fn convert(kind: Kind, input: impl BufRead, out: impl Write) -> std::io::Result<(u64, u64)> {
+/// Converts `input`; each line skipped is told to `skip` with its number and why.
+fn convert(
+    kind: Kind,
+    input: impl BufRead,
+    out: impl Write,
+    mut skip: impl FnMut(usize, &str),
+) -> std::io::Result<(u64, u64)> {
     let parser = Parser::new(kind);
     let header = Header {
         clock: TraceClock::Unix,
@@ -144,28 +155,86 @@ fn convert(kind: Kind, input: impl BufRead, out: impl Write) -> std::io::Result<
     };
     let mut w = TraceWriter::new(out, Format::JsonLines, &header)?;
     let (mut written, mut skipped) = (0, 0);
-    for (i, line) in input.lines().enumerate() {
+    for (i, line) in input.split(b'\n').enumerate() {
         let line = line?;
+        // A line that is not UTF-8 (a raw byte in a path) is skipped, not the whole log.
+        let Ok(line) = std::str::from_utf8(&line) else {
+            skip(i + 1, "is not valid UTF-8");
+            skipped += 1;
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        match parser.parse(&line) {
-            Ok(l) => {
-                let mut r = Record::new(Start::UnixNanos(l.start), l.duration, outcome(&l));
-                r.status = (l.status != 0).then_some(l.status);
-                r.error = l.error.as_deref();
-                r.key = l.key.as_deref();
-                w.write(&r)?;
+        let parsed = parser.parse(line).and_then(|l| {
+            let mut r = Record::new(Start::UnixNanos(l.start), l.duration, outcome(&l));
+            r.status = (l.status != 0).then_some(l.status);
+            r.error = l.error.as_deref();
+            r.key = l.key.as_deref();
+            // What the trace writer refuses (a line that ends long before the one written
+            // before it, a time past year 9999) is skipped; an I/O error stops.
+            match w.write(&r) {
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e.to_string()),
+                other => Ok(other),
+            }
+        });
+        match parsed {
+            Ok(done) => {
+                done?;
                 written += 1;
             }
             Err(e) => {
-                eprintln!("line {}: {e}; skipped", i + 1);
+                skip(i + 1, &e);
                 skipped += 1;
             }
         }
     }
     w.into_inner()?.flush()?;
     Ok((written, skipped))
+}
+
+/// What must hold for any input, in either format (the first byte chooses): the conversion
+/// succeeds, counts every non-empty line as written or skipped, and writes a trace that
+/// reads back with every call written, each classified as its status says. Run by the tests
+/// below (on arbitrary bytes and mutated logs) and by the fuzz target `access_log` (`fuzz/`).
+#[cfg_attr(
+    not(test),
+    expect(
+        dead_code,
+        reason = "run by the tests and the fuzz target, not by the command"
+    )
+)]
+pub(crate) fn check(data: &[u8]) {
+    let Some((&k, input)) = data.split_first() else {
+        return;
+    };
+    let kind = if k & 1 == 0 { Kind::Envoy } else { Kind::Nginx };
+    let mut out = Vec::new();
+    let (written, skipped) =
+        convert(kind, input, &mut out, |_, _| {}).expect("converting into memory");
+    let lines = input
+        .split(|&b| b == b'\n')
+        .filter(|l| !String::from_utf8_lossy(l).trim().is_empty())
+        .count() as u64;
+    assert_eq!(
+        written + skipped,
+        lines,
+        "every non-empty line is written or skipped"
+    );
+    let t = match tripline::trace::read(&out[..], &tripline::trace::ReadOptions::default()) {
+        Ok(t) => t,
+        Err(tripline::trace::TraceError::Empty { .. }) if written == 0 => return,
+        Err(e) => panic!(
+            "{e}: the converter's trace does not read back:\n{}",
+            String::from_utf8_lossy(&out)
+        ),
+    };
+    assert_eq!(t.calls.len() as u64, written);
+    for c in &t.calls {
+        if c.status >= 500 || c.status == 429 {
+            assert_eq!(c.outcome, TraceOutcome::Failure, "{c:?}");
+        }
+    }
 }
 
 fn main() {
@@ -178,7 +247,8 @@ fn main() {
         }
     };
     let stdin = std::io::stdin();
-    match convert(kind, stdin.lock(), std::io::stdout().lock()) {
+    let report = |line: usize, why: &str| eprintln!("line {line}: {why}; skipped");
+    match convert(kind, stdin.lock(), std::io::stdout().lock(), report) {
         Ok((n, skipped)) => eprintln!("{n} calls written, {skipped} lines skipped"),
         Err(e) => {
             eprintln!("error: {e}");
@@ -203,10 +273,84 @@ not a log line
 10.0.0.2 - - [01/Dec/2026:19:00:03 +0700] "GET /sessions?page=2 HTTP/1.1" 503 24 "-" "app" 2.500
 "#;
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 10_000, ..Default::default() })]
+
+        /// Arbitrary bytes, in either format, never fail the conversion; what it writes reads back.
+        #[test]
+        fn any_bytes_convert_to_a_trace_that_reads_back(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            check(&data);
+        }
+
+        /// Nor do the test logs with a few bytes changed, removed or added.
+        #[test]
+        fn mutated_logs_convert_to_a_trace_that_reads_back(
+            nginx in proptest::prelude::any::<bool>(),
+            edits in proptest::collection::vec((proptest::prelude::any::<u16>(), proptest::prelude::any::<u8>(), 0u8..3), 1..6),
+        ) {
+            let mut b = vec![u8::from(nginx)];
+            b.extend_from_slice(if nginx { NGINX_LOG } else { ENVOY_LOG }.as_bytes());
+            for (pos, byte, op) in edits {
+                let i = 1 + usize::from(pos) % (b.len() - 1).max(1);
+                match op {
+                    0 if i < b.len() => b[i] = byte,
+                    1 if i < b.len() => { b.remove(i); }
+                    _ => b.insert(i.min(b.len()), byte),
+                }
+            }
+            check(&b);
+        }
+    }
+
+    /// Found by the fuzz target: an nginx line whose path holds a byte that is not UTF-8
+    /// stopped the whole conversion ("stream did not contain valid UTF-8").
+    #[test]
+    fn a_line_that_is_not_utf8_is_skipped_and_the_rest_converted() {
+        let mut log = NGINX_LOG.as_bytes().to_vec();
+        let at = log.iter().position(|&b| b == b'x').unwrap();
+        log[at] = 0x8d;
+        let mut input = vec![1];
+        input.extend_from_slice(&log);
+        check(&input);
+        let mut skipped = Vec::new();
+        let (n, s) = convert(Kind::Nginx, &log[..], Vec::new(), |l, why| {
+            skipped.push((l, why.to_string()))
+        })
+        .unwrap();
+        assert_eq!((n, s), (1, 1));
+        assert_eq!(skipped, [(1, "is not valid UTF-8".to_string())]);
+    }
+
+    /// A `$request_time` longer than a `Duration` holds panicked (`Duration::from_secs_f64`).
+    #[test]
+    fn a_request_time_too_long_for_a_duration_is_skipped() {
+        let log = NGINX_LOG.replace("0.312", "99999999999999999999999.5");
+        let mut input = vec![1];
+        input.extend_from_slice(log.as_bytes());
+        check(&input);
+    }
+
+    /// A line the trace writer refuses (a call that ends long before the one written before
+    /// it, a time past year 9999) stopped the whole conversion.
+    #[test]
+    fn a_line_the_trace_writer_refuses_is_skipped_and_the_rest_converted() {
+        let late = NGINX_LOG.replace("19:00:03", "18:00:03");
+        let far = NGINX_LOG
+            .replace("2026:19:00:03", "9999:23:59:59")
+            .replace("2.500", "0.5");
+        for log in [late, far] {
+            let mut input = vec![1];
+            input.extend_from_slice(log.as_bytes());
+            check(&input);
+            let (n, s) = convert(Kind::Nginx, log.as_bytes(), Vec::new(), |_, _| {}).unwrap();
+            assert_eq!((n, s), (1, 1), "{log}");
+        }
+    }
+
     #[test]
     fn envoy_lines_become_a_trace() {
         let mut out = Vec::new();
-        let (n, skipped) = convert(Kind::Envoy, ENVOY_LOG.as_bytes(), &mut out).unwrap();
+        let (n, skipped) = convert(Kind::Envoy, ENVOY_LOG.as_bytes(), &mut out, |_, _| {}).unwrap();
         assert_eq!((n, skipped), (3, 1));
         let t = read(&out[..], &ReadOptions::default()).unwrap();
         assert_eq!(t.origin_unix_nanos, Some(1_796_126_400_120_000_000));
@@ -230,7 +374,7 @@ not a log line
     #[test]
     fn nginx_lines_start_their_duration_before_they_were_logged() {
         let mut out = Vec::new();
-        let (n, _) = convert(Kind::Nginx, NGINX_LOG.as_bytes(), &mut out).unwrap();
+        let (n, _) = convert(Kind::Nginx, NGINX_LOG.as_bytes(), &mut out, |_, _| {}).unwrap();
         assert_eq!(n, 2);
         let t = read(&out[..], &ReadOptions::default()).unwrap();
         // 19:00:00 +07:00 minus 312 ms.

@@ -362,7 +362,8 @@ impl Selector {
 }
 
 /// A registry's configuration: named breaker configurations and which keys use them, bounds,
-/// and operator overrides. Loadable from TOML (feature `serde`):
+/// and operator overrides. Loadable from TOML (feature `serde`), and written back to it
+/// (`Serialize`: `toml::to_string` reads back as the same configuration):
 ///
 /// ```toml
 /// max_breakers = 10000
@@ -401,7 +402,7 @@ impl Selector {
 /// # Ok::<(), tripline::ConfigError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct RegistryConfig {
     #[cfg_attr(feature = "serde", serde(default = "default_max"))]

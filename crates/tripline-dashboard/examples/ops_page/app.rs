@@ -75,6 +75,8 @@ pub(crate) struct Options<C> {
     pub(crate) tenants: Vec<String>,
     /// Where to listen (port 0 for any free one).
     pub(crate) addr: SocketAddr,
+    /// How long a price call may take (inside the breaker: a call that takes longer fails).
+    pub(crate) timeout: Duration,
 }
 
 /// The running application.
@@ -211,7 +213,7 @@ pub(crate) async fn start<C: Clock + Clone>(
 
     let pipeline = Pipeline::builder()
         .breaker(prices)
-        .timeout(Duration::from_millis(250))
+        .timeout(options.timeout)
         .classifier(ReqwestClassifier)
         .build()?;
     Ok(App {

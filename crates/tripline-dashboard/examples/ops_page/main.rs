@@ -103,6 +103,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         shards: args.shards,
         tenants: tenants.clone(),
         addr: args.addr,
+        timeout: Duration::from_millis(250),
     })
     .await?;
     println!("operator's page: {}", app.page());

@@ -39,13 +39,32 @@ const ui = {
 
 const $ = (id) => document.getElementById(id);
 
+// Answers can come back in another order than their requests went (a slow one, a retry):
+// each kind of request is numbered, and only the answer to the newest one is shown, so a late
+// answer to an older listing never replaces the listing of the filter chosen since.
+const asked = { session: 0, list: 0, detail: 0, incidents: 0, history: 0 };
+function ask(kind) {
+  const n = ++asked[kind];
+  return () => asked[kind] === n;
+}
+
 // Characters nobody sees (zero-width, bidirectional controls, ...), shown as \u{...} so two
 // names that differ by one never look the same. The server refuses them in keys; principal
 // names come from the application and may still hold them.
 const INVISIBLE = /[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8]|\ud82f[\udca0-\udca3]|\ud834[\udd73-\udd7a]|\udb40[\udc00-\udfff]|[\u0000-\u001f\u007f-\u009f]/g;
+// Combining marks, and characters that normalization replaces (U+212B ANGSTROM SIGN), are
+// also shown escaped in a text that is not in NFC: `cafe\u{301}` and `café` are two keys, and
+// must not look like one. A mark that follows no letter or digit is escaped in any text.
+const MARK = /\p{M}/u;
+const LONE_MARKS = /(^|[^\p{L}\p{N}\p{M}])(\p{M}+)/gu;
+const escaped = (c) => '\\u{' + c.codePointAt(0).toString(16) + '}';
 function visible(text) {
   if (text === null || text === undefined) return text;
-  return String(text).replace(INVISIBLE, (c) => '\\u{' + c.codePointAt(0).toString(16) + '}');
+  const s = String(text).replace(INVISIBLE, escaped);
+  if (s.normalize('NFC') !== s) {
+    return Array.from(s, (c) => (MARK.test(c) || c.normalize('NFC') !== c ? escaped(c) : c)).join('');
+  }
+  return s.replace(LONE_MARKS, (_, before, marks) => before + Array.from(marks, escaped).join(''));
 }
 
 function el(tag, className, text) {
@@ -104,27 +123,33 @@ async function api(path, options) {
 // Notices.
 
 let noticeTimer = null;
-function notice(text, kind, status) {
+// `what` a refusal answered: 'read' (the listing, a breaker, the session) or 'control'.
+function notice(text, kind, status, what) {
   const n = $('notice');
   n.hidden = false;
   n.textContent = visible(text);
   n.className = 'notice ' + (kind || 'info');
   n.dataset.status = status === undefined ? '' : String(status);
   n.dataset.kind = kind || 'info';
+  n.dataset.what = what || '';
   clearTimeout(noticeTimer);
   if (kind !== 'error') noticeTimer = setTimeout(() => { n.hidden = true; }, 6000);
 }
 
-// A refusal that credentials explain (401, 403) goes once credentials that work arrive.
-function clearRefusal() {
+// A refusal goes once what it refused works again: a refused read (any status: a token that
+// may not read, a breaker gone, no answer at all) with the next read that works; a refused
+// control stays said until the next control, or until other credentials are used (for a
+// refusal they explain, 401 or 403). A read that works says nothing about a control.
+function clearRefusal(what, statuses) {
   const n = $('notice');
-  if (!n.hidden && n.dataset.kind === 'error' && (n.dataset.status === '401' || n.dataset.status === '403')) {
-    n.hidden = true;
-    n.dataset.status = '';
-  }
+  if (n.hidden || n.dataset.kind !== 'error' || n.dataset.what !== what) return;
+  if (statuses && !statuses.includes(n.dataset.status)) return;
+  n.hidden = true;
+  n.dataset.status = '';
 }
 
 function refusal(r, what) {
+  if (r.status === 0) return 'No answer: the application did not answer; the page tries again.';
   const why = (r.body && r.body.error) || ('status ' + r.status);
   const hint = r.status === 401 ? ' Enter a token that may ' + what + '.' : '';
   return 'Refused (' + r.status + '): ' + why + '.' + hint;
@@ -134,24 +159,28 @@ function refusal(r, what) {
 // Session.
 
 async function loadSession() {
+  const newest = ask('session');
   const r = await api('api/session');
+  if (!newest()) return;
   if (!r.ok) {
     ui.session = null;
     $('who').textContent = 'token refused';
     $('who').className = 'who bad';
-    notice(refusal(r, 'read'), 'error', r.status);
+    notice(refusal(r, 'read'), 'error', r.status, 'read');
     return;
   }
   ui.session = r.body;
   const who = $('who');
   if (r.body.anonymous) {
     who.textContent = 'anonymous';
+    who.title = '';
     who.className = 'who';
   } else {
     who.textContent = visible(r.body.principal) + ' · ' + r.body.permissions.join(', ');
+    who.title = who.textContent;
     who.className = 'who ok';
   }
-  if (!r.body.anonymous || r.body.permissions.includes('read')) clearRefusal();
+  if (!r.body.anonymous || r.body.permissions.includes('read')) clearRefusal('read', ['401', '403']);
   document.body.dataset.controls = r.body.controls ? 'on' : 'off';
 }
 
@@ -175,12 +204,14 @@ function listQuery() {
 async function refresh() {
   clearTimeout(ui.refreshTimer);
   ui.refreshTimer = null;
+  const newest = ask('list');
   const r = await api(listQuery());
+  if (!newest()) return;
   if (!r.ok) {
     if (r.status === 400) {
-      notice(refusal(r, 'read'), 'error', r.status);
+      notice(refusal(r, 'read'), 'error', r.status, 'read');
     } else {
-      notice(refusal(r, 'read the breakers'), 'error', r.status);
+      notice(refusal(r, 'read the breakers'), 'error', r.status, 'read');
     }
     return;
   }
@@ -190,7 +221,7 @@ async function refresh() {
     ui.offset = Math.max(0, Math.floor((list.total - 1) / ui.limit) * ui.limit);
     return refresh();
   }
-  clearRefusal();
+  clearRefusal('read');
   renderTotals(list.states, list.all);
   renderDependencies(list.dependencies);
   renderGrid(list.breakers);
@@ -485,14 +516,15 @@ function select(id) {
 }
 
 async function loadDetail(id) {
+  const newest = ask('detail');
   const r = await api('api/breakers/' + encodeURIComponent(id));
-  if (ui.selected !== id) return;
+  if (!newest() || ui.selected !== id) return;
   if (!r.ok) {
     if (r.status === 404) {
       $('detail').hidden = true;
       ui.selected = null;
     }
-    notice(refusal(r, 'read the breakers'), 'error', r.status);
+    notice(refusal(r, 'read the breakers'), 'error', r.status, 'read');
     return;
   }
   renderDetail(r.body);
@@ -633,7 +665,9 @@ async function loadHistory(id) {
   const h = ui.history;
   if (h && h.id === id && Date.now() - h.at < HISTORY_MS) return;
   ui.history = { id, at: Date.now(), body: h && h.id === id ? h.body : null };
+  const newest = ask('history');
   const r = await api('api/breakers/' + encodeURIComponent(id) + '/history');
+  if (!newest()) return;
   if (ui.selected !== id || !r.ok) return;
   ui.history.body = r.body;
   renderHistory(r.body);
@@ -684,8 +718,9 @@ function renderHistory(h) {
 }
 
 async function loadIncidents() {
+  const newest = ask('incidents');
   const r = await api('api/incidents');
-  if (!r.ok) return;
+  if (!newest() || !r.ok) return;
   const list = $('incidents');
   list.replaceChildren();
   const all = r.body.incidents;
@@ -725,7 +760,7 @@ async function control(action, target) {
     body: JSON.stringify(body),
   });
   if (!r.ok) {
-    notice(refusal(r, 'control breakers'), 'error', r.status);
+    notice(refusal(r, 'control breakers'), 'error', r.status, 'control');
     return;
   }
   const res = r.body;
@@ -829,6 +864,8 @@ async function useToken(token) {
   else sessionStorage.removeItem('tripline.token');
   $('token').value = '';
   await loadSession();
+  // Other credentials: a control they refused is no longer what they would answer.
+  if (ui.session) clearRefusal('control', ['401', '403']);
   follow();
   refresh();
 }

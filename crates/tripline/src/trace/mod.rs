@@ -54,7 +54,8 @@
 //! error, as is a trace whose starts mix relative numbers with absolute times. Unknown fields
 //! are errors (a misspelt `duraton_ms` would otherwise read as a missing one). Relative
 //! times keep their zero: a replay's times are the trace's own. Empty lines are
-//! skipped. A version-1 reader reads every version-1 trace; a new field or a field's new
+//! skipped, and so is a UTF-8 byte-order mark before the first line (in either format).
+//! Milliseconds are read exactly, to the nanosecond, however many digits they have. A version-1 reader reads every version-1 trace; a new field or a field's new
 //! meaning comes with a new version.
 //!
 //! # Reading

@@ -8,16 +8,24 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 use super::{Format, Header, TRACE_VERSION, TraceClock, TraceOutcome};
 use crate::Outcome;
 
 /// The longest call duration a trace may hold, in milliseconds (7 days).
 pub const MAX_DURATION_MS: f64 = 604_800_000.0;
-/// How far from the origin a numeric start may be, in milliseconds (about 31 700 years).
-const MAX_START_MS: f64 = 1e15;
+/// How far from the origin a numeric start may be, in nanoseconds (1e15 ms, about 31 700
+/// years).
+const MAX_START_NS: i128 = 1_000_000_000_000_000_000_000;
+/// [`MAX_DURATION_MS`] in nanoseconds.
+pub(crate) const MAX_DURATION_NS: u64 = 604_800_000_000_000;
+/// How far a trace may reach from its origin to its last end, in nanoseconds (292 years).
+pub(crate) const MAX_SPAN_NS: i128 = (u64::MAX / 2) as i128;
+/// The default reorder window, in nanoseconds.
+pub(crate) const DEFAULT_REORDER_NS: i128 = 1_000_000_000;
 pub(crate) const MAX_KEY: usize = 512;
-const MAX_ERROR: usize = 256;
+pub(crate) const MAX_ERROR: usize = 256;
 /// Bad lines kept in [`Trace::bad_lines`] when they are skipped.
 const KEEP_BAD: usize = 10;
 
@@ -49,7 +57,7 @@ impl Default for ReadOptions {
         Self {
             format: None,
             skip_bad_lines: false,
-            reorder_window: Duration::from_secs(1),
+            reorder_window: Duration::from_nanos(DEFAULT_REORDER_NS as u64),
             max_calls: 20_000_000,
             max_keys: 100_000,
         }
@@ -171,7 +179,8 @@ pub enum TraceError {
     Backwards {
         /// The line (1-based).
         line: u64,
-        /// Its end, in milliseconds from the first call's start.
+        /// Its end in milliseconds: as written for relative times, from the first line's
+        /// start for absolute ones.
         end_ms: f64,
         /// How far before the latest end it is.
         back_ms: f64,
@@ -267,10 +276,10 @@ pub fn read_path(path: &std::path::Path, opts: &ReadOptions) -> Result<Trace, Tr
     read(std::io::BufReader::new(file), &opts)
 }
 
-/// A field's value as written: a number, a string, or something else.
+/// A field's value as written: a number (its text), a string, or something else.
 #[derive(Debug)]
 enum Scalar<'a> {
-    Num(f64),
+    Num(Cow<'a, str>),
     Str(Cow<'a, str>),
     Other(&'static str),
 }
@@ -278,7 +287,7 @@ enum Scalar<'a> {
 impl fmt::Display for Scalar<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Scalar::Num(n) => write!(f, "{n}"),
+            Scalar::Num(n) => f.write_str(&short(n)),
             Scalar::Str(s) => write!(f, "{:?}", short(s)),
             Scalar::Other(o) => f.write_str(o),
         }
@@ -305,13 +314,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
                 Ok(Scalar::Other("a boolean"))
             }
             fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(Scalar::Num(v as f64))
+                Ok(Scalar::Num(Cow::Owned(v.to_string())))
             }
             fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(Scalar::Num(v as f64))
+                Ok(Scalar::Num(Cow::Owned(v.to_string())))
             }
             fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-                Ok(Scalar::Num(v))
+                Ok(Scalar::Num(Cow::Owned(v.to_string())))
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
                 Ok(Scalar::Str(Cow::Borrowed(v)))
@@ -335,22 +344,46 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
     }
 }
 
-/// A JSON line; `null` reads as absent.
+/// A JSON line; `null` reads as absent. Values are kept as written (a number's digits, not
+/// a float's approximation of them) until they are checked.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonLine<'a> {
     #[serde(borrow, default)]
-    start: Option<Scalar<'a>>,
+    start: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    duration_ms: Option<Scalar<'a>>,
+    duration_ms: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    outcome: Option<Scalar<'a>>,
+    outcome: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    status: Option<Scalar<'a>>,
+    status: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    error: Option<Scalar<'a>>,
+    error: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    key: Option<Scalar<'a>>,
+    key: Option<&'a RawValue>,
+}
+
+impl<'a> JsonLine<'a> {
+    fn fields(&self) -> Result<Fields<'a>, serde_json::Error> {
+        let f = |v: Option<&'a RawValue>| v.map(scalar).transpose();
+        Ok(Fields {
+            start: f(self.start)?,
+            duration_ms: f(self.duration_ms)?,
+            outcome: f(self.outcome)?,
+            status: f(self.status)?,
+            error: f(self.error)?,
+            key: f(self.key)?,
+        })
+    }
+}
+
+/// A JSON value as a field's value: a number as its text, anything else parsed.
+fn scalar(v: &RawValue) -> Result<Scalar<'_>, serde_json::Error> {
+    let text = v.get();
+    match text.as_bytes().first() {
+        Some(b'-' | b'0'..=b'9') => Ok(Scalar::Num(Cow::Borrowed(text))),
+        _ => serde_json::from_str(text),
+    }
 }
 
 /// A line's fields, before they are checked.
@@ -390,11 +423,121 @@ fn field_err(line: u64, field: &str, value: impl fmt::Display, allowed: &str) ->
 const START_ALLOWED: &str =
     "an RFC 3339 time (\"2026-12-01T19:00:00.250+07:00\") or a number of milliseconds";
 
-fn millis(v: &Scalar<'_>) -> Option<f64> {
+/// A number, written in a JSON number or a CSV cell.
+fn number(v: &Scalar<'_>) -> Option<f64> {
     match v {
-        Scalar::Num(n) => Some(*n),
-        Scalar::Str(s) => s.trim().parse::<f64>().ok(),
+        Scalar::Num(n) | Scalar::Str(n) => n.trim().parse::<f64>().ok(),
         Scalar::Other(_) => None,
+    }
+}
+
+/// A number of milliseconds, exactly, as nanoseconds.
+fn millis(v: &Scalar<'_>) -> Millis {
+    match v {
+        Scalar::Num(n) | Scalar::Str(n) => Millis::parse(n.trim()),
+        Scalar::Other(_) => Millis::NotANumber,
+    }
+}
+
+/// Milliseconds written in decimal, read exactly: a float would lose nanoseconds past about
+/// 104 days, and what the writer wrote must read back equal.
+#[derive(Debug, PartialEq)]
+enum Millis {
+    /// The value in nanoseconds, rounded half away from zero.
+    Nanos(i128),
+    /// A number, but not a finite one of at most 22 digits of nanoseconds (infinite, NaN,
+    /// 1e30).
+    OutOfRange,
+    NotANumber,
+}
+
+impl Millis {
+    /// Reads `[+-]digits[.digits][(e|E)[+-]digits]` (a JSON number, or what `f64`'s
+    /// `FromStr` takes but for `inf` and `NaN`, which are out of range).
+    fn parse(s: &str) -> Millis {
+        let b = s.as_bytes();
+        // Steps over a sign at `i`; whether it is a minus.
+        let sign = |i: &mut usize| match b.get(*i) {
+            Some(b'-') => {
+                *i += 1;
+                true
+            }
+            Some(b'+') => {
+                *i += 1;
+                false
+            }
+            _ => false,
+        };
+        let mut i = 0;
+        let negative = sign(&mut i);
+        let mantissa = i;
+        let (mut int_digits, mut frac_digits) = (0i64, 0usize);
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+            int_digits += 1;
+        }
+        if i < b.len() && b[i] == b'.' {
+            i += 1;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+                frac_digits += 1;
+            }
+        }
+        if int_digits == 0 && frac_digits == 0 {
+            return if s.parse::<f64>().is_ok() {
+                Millis::OutOfRange // inf, infinity, NaN
+            } else {
+                Millis::NotANumber
+            };
+        }
+        let digits_end = i;
+        let mut exp: i64 = 0;
+        if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+            i += 1;
+            let neg_exp = sign(&mut i);
+            let start = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                exp = exp
+                    .saturating_mul(10)
+                    .saturating_add(i64::from(b[i] - b'0'));
+                i += 1;
+            }
+            if i == start {
+                return Millis::NotANumber;
+            }
+            if neg_exp {
+                exp = -exp;
+            }
+        }
+        if i != b.len() {
+            return Millis::NotANumber;
+        }
+        // The digits without the point, from the first that is not zero: the value is
+        // 0.D1D2... x 10^k nanoseconds, k digits before the point.
+        let mut digits = b[mantissa..digits_end]
+            .iter()
+            .filter(|c| **c != b'.')
+            .map(|c| c - b'0')
+            .peekable();
+        let mut leading = 0i64;
+        while digits.next_if_eq(&0).is_some() {
+            leading += 1;
+        }
+        if digits.peek().is_none() {
+            return Millis::Nanos(0);
+        }
+        let k = (int_digits - leading).saturating_add(exp).saturating_add(6);
+        if k > 22 {
+            return Millis::OutOfRange;
+        }
+        let mut n: i128 = 0;
+        for _ in 0..k.max(0) {
+            n = n * 10 + i128::from(digits.next().unwrap_or(0));
+        }
+        if k >= 0 && digits.next().is_some_and(|d| d >= 5) {
+            n += 1;
+        }
+        Millis::Nanos(if negative { -n } else { n })
     }
 }
 
@@ -403,18 +546,16 @@ fn check<'a>(line: u64, f: &'a Fields<'a>, clock: TraceClock) -> Result<Raw<'a>,
         return Err(field_err(line, "start", "nothing", START_ALLOWED));
     };
     let (start, absolute) = match (start, millis(start)) {
-        (_, Some(ms)) => {
-            if !(ms.is_finite() && ms.abs() <= MAX_START_MS) {
-                return Err(field_err(
-                    line,
-                    "start",
-                    start,
-                    "a finite number of milliseconds of at most 1e15",
-                ));
-            }
-            ((ms * 1e6).round() as i128, clock == TraceClock::Unix)
+        (_, Millis::Nanos(ns)) if ns.abs() <= MAX_START_NS => (ns, clock == TraceClock::Unix),
+        (_, Millis::Nanos(_) | Millis::OutOfRange) => {
+            return Err(field_err(
+                line,
+                "start",
+                start,
+                "a finite number of milliseconds of at most 1e15",
+            ));
         }
-        (Scalar::Str(s), None) => {
+        (Scalar::Str(s), Millis::NotANumber) => {
             let t = time::OffsetDateTime::parse(
                 s.trim(),
                 &time::format_description::well_known::Rfc3339,
@@ -422,22 +563,22 @@ fn check<'a>(line: u64, f: &'a Fields<'a>, clock: TraceClock) -> Result<Raw<'a>,
             .map_err(|_| field_err(line, "start", start, START_ALLOWED))?;
             (t.unix_timestamp_nanos(), true)
         }
-        (other, None) => return Err(field_err(line, "start", other, START_ALLOWED)),
+        (other, Millis::NotANumber) => {
+            return Err(field_err(line, "start", other, START_ALLOWED));
+        }
     };
     const DUR: &str = "a number of milliseconds in [0, 604800000]";
     let duration = match &f.duration_ms {
         None => return Err(field_err(line, "duration_ms", "nothing", DUR)),
         Some(v) => match millis(v) {
-            Some(ms) if ms.is_finite() && (0.0..=MAX_DURATION_MS).contains(&ms) => {
-                (ms * 1e6).round() as u64
-            }
+            Millis::Nanos(ns) if (0..=i128::from(MAX_DURATION_NS)).contains(&ns) => ns as u64,
             _ => return Err(field_err(line, "duration_ms", v, DUR)),
         },
     };
     const STATUS: &str = "an HTTP status, an integer in [100, 599]";
     let status = match &f.status {
         None => 0,
-        Some(v) => match millis(v) {
+        Some(v) => match number(v) {
             Some(n) if n.fract() == 0.0 && (100.0..=599.0).contains(&n) => n as u16,
             _ => return Err(field_err(line, "status", v, STATUS)),
         },
@@ -498,6 +639,10 @@ struct Builder<'o> {
     errors: HashMap<String, u32>,
     error_names: Vec<String>,
     latest_end: Option<(i128, u64)>,
+    /// The earliest start kept so far.
+    earliest: Option<i128>,
+    /// The first line's start: the fixed origin an error names absolute times from.
+    first_start: Option<i128>,
 }
 
 impl<'o> Builder<'o> {
@@ -516,6 +661,8 @@ impl<'o> Builder<'o> {
             errors: HashMap::new(),
             error_names: Vec::new(),
             latest_end: None,
+            earliest: None,
+            first_start: None,
         }
     }
 
@@ -562,7 +709,14 @@ impl<'o> Builder<'o> {
         if let Some((latest, latest_line)) = self.latest_end {
             let window = self.opts.reorder_window.as_nanos() as i128;
             if end + window < latest {
-                let first = self.starts.iter().copied().min().unwrap_or(raw.start);
+                steps(1);
+                // Relative times are named as written; absolute ones from the first line's
+                // start, an origin that does not move as lines are read.
+                let first = if raw.absolute {
+                    self.first_start.unwrap_or(raw.start)
+                } else {
+                    0
+                };
                 return Err(TraceError::Backwards {
                     line,
                     end_ms: (end - first) as f64 / 1e6,
@@ -613,6 +767,8 @@ impl<'o> Builder<'o> {
         if self.latest_end.is_none_or(|(l, _)| end > l) {
             self.latest_end = Some((end, line));
         }
+        self.earliest = Some(self.earliest.map_or(raw.start, |e| e.min(raw.start)));
+        self.first_start.get_or_insert(raw.start);
         self.starts.push(raw.start);
         self.calls.push(TraceCall {
             start: 0,
@@ -634,7 +790,7 @@ impl<'o> Builder<'o> {
         }
         // Relative times keep their own zero (unless some start before it); absolute ones
         // count from the earliest start.
-        let earliest = self.starts.iter().copied().min().unwrap_or(0);
+        let earliest = self.earliest.unwrap_or(0);
         let origin = if self.absolute == Some(true) {
             earliest
         } else {
@@ -647,7 +803,7 @@ impl<'o> Builder<'o> {
             .map(|(s, c)| s + i128::from(c.duration))
             .max()
             .unwrap_or(origin);
-        if last - origin > i128::from(u64::MAX / 2) {
+        if last - origin > MAX_SPAN_NS {
             return Err(TraceError::TooLarge(
                 "the trace spans more than 290 years from its first start to its last end".into(),
             ));
@@ -706,6 +862,8 @@ fn is_header(text: &str) -> bool {
 }
 
 fn read_str(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
+    // A byte-order mark (as Windows editors write) says nothing about the format.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let format = opts
         .format
@@ -737,15 +895,8 @@ fn read_jsonl(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
                 continue;
             }
         }
-        let fields = match serde_json::from_str::<JsonLine<'_>>(l) {
-            Ok(j) => Ok(Fields {
-                start: j.start,
-                duration_ms: j.duration_ms,
-                outcome: j.outcome,
-                status: j.status,
-                error: j.error,
-                key: j.key,
-            }),
+        let fields = match serde_json::from_str::<JsonLine<'_>>(l).and_then(|j| j.fields()) {
+            Ok(f) => Ok(f),
             Err(e) => Err(TraceError::Line {
                 line,
                 message: format!(
@@ -789,8 +940,8 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(true)
-        // Column names and cells are trimmed, but for the key, which is kept as written
-        // (quoted, it may begin or end with spaces, and " a" is not "a").
+        // Column names and cells are trimmed, but for the key and the error kind, which are
+        // kept as written (quoted, they may begin or end with spaces, and " a" is not "a").
         .trim(csv::Trim::Headers)
         .from_reader(rest.as_bytes());
     let columns: Vec<Option<usize>> = {
@@ -893,7 +1044,11 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
         }
         let mut f = Fields::default();
         for (cell, col) in record.iter().zip(&columns) {
-            let cell = if *col == Some(5) { cell } else { cell.trim() };
+            let cell = if matches!(col, Some(4 | 5)) {
+                cell
+            } else {
+                cell.trim()
+            };
             if cell.is_empty() {
                 continue;
             }
@@ -910,4 +1065,96 @@ fn read_csv(text: &str, opts: &ReadOptions) -> Result<Trace, TraceError> {
         b.line(line, Ok(f))?;
     }
     b.finish()
+}
+
+/// Counts the lines a line's checks look at (unit tests bound the reader's work with it).
+#[cfg(test)]
+fn steps(n: u64) {
+    tests::STEPS.with(|s| s.set(s.get() + n));
+}
+
+#[cfg(not(test))]
+fn steps(_: u64) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        pub(super) static STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Reads `text` with bad lines skipped; returns the trace and the steps it took.
+    fn counted(text: &str) -> (Trace, u64) {
+        STEPS.with(|s| s.set(0));
+        let opts = ReadOptions {
+            skip_bad_lines: true,
+            ..ReadOptions::default()
+        };
+        let t = read(text.as_bytes(), &opts).unwrap();
+        (t, STEPS.with(std::cell::Cell::get))
+    }
+
+    #[test]
+    fn milliseconds_are_read_exactly_to_the_nanosecond() {
+        use Millis::*;
+        let cases = [
+            ("312.5", Nanos(312_500_000)),
+            ("0.000001", Nanos(1)),
+            ("5e-7", Nanos(1)), // half a nanosecond rounds away from zero, as f64::round does
+            ("4.9e-7", Nanos(0)),
+            ("-3", Nanos(-3_000_000)),
+            ("-0.0000005", Nanos(-1)),
+            ("+2", Nanos(2_000_000)),
+            (".5", Nanos(500_000)),
+            ("5.", Nanos(5_000_000)),
+            ("00001.5", Nanos(1_500_000)),
+            ("1E3", Nanos(1_000_000_000)),
+            ("1700000000000.000123", Nanos(1_700_000_000_000_000_123)),
+            ("1e15", Nanos(1_000_000_000_000_000_000_000)),
+            ("0e999999999999999999999", Nanos(0)),
+            ("1e-999999999999999999999", Nanos(0)),
+            ("1e16", OutOfRange),
+            ("1e999999999999999999999", OutOfRange),
+            ("inf", OutOfRange),
+            ("NaN", OutOfRange),
+            ("", NotANumber),
+            ("-", NotANumber),
+            ("1e", NotANumber),
+            ("1.2.3", NotANumber),
+            ("0x10", NotANumber),
+            ("2026-12-01T19:00:00Z", NotANumber),
+        ];
+        for (text, want) in cases {
+            assert_eq!(Millis::parse(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn skipping_lines_out_of_order_takes_a_bounded_number_of_steps_per_line() {
+        // n calls in order, each ending a second after the last, then n that end an hour
+        // before the latest: every one of those is skipped.
+        let trace = |n: u64| {
+            let mut text = String::new();
+            for i in 0..n {
+                text.push_str(&format!(
+                    "{{\"start\": {}, \"duration_ms\": 1, \"outcome\": \"success\"}}\n",
+                    i * 1000
+                ));
+            }
+            for _ in 0..n {
+                text.push_str("{\"start\": 0, \"duration_ms\": 1, \"outcome\": \"failure\"}\n");
+            }
+            text
+        };
+        for n in [100, 1000, 4000] {
+            let (t, steps) = counted(&trace(n));
+            assert_eq!((t.calls.len() as u64, t.skipped), (n, n));
+            assert!(
+                steps <= 4 * 2 * n,
+                "{steps} steps for {} lines: the skip path is not linear",
+                2 * n
+            );
+        }
+    }
 }

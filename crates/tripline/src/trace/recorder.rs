@@ -125,7 +125,9 @@ pub struct RecorderStats {
     pub seen: u64,
     /// Left out by sampling.
     pub sampled_out: u64,
-    /// Dropped because the queue was full (or the recorder had finished).
+    /// Dropped because the queue was full (or the recorder had finished), or left out because
+    /// the writer refused them (a call that ended more than a second before one already
+    /// written: see [`TraceWriter::write`]).
     pub dropped: u64,
     /// Lines written.
     pub written: u64,
@@ -378,16 +380,32 @@ fn write_loop<W: Write>(
                 shared.dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let start = e.at.saturating_sub(e.duration);
-            let start = match anchor {
-                Some(a) => Start::UnixNanos(a + i128::from(start)),
-                None => Start::Relative(Duration::from_nanos(start)),
+            // A call ends when its result was recorded. Without a wall clock, times are the
+            // breaker's clock readings, which start at its zero: a call said to be longer
+            // than the reading (`record_with_duration`) starts there.
+            let (start, duration) = match anchor {
+                Some(a) => (
+                    Start::UnixNanos(a + i128::from(e.at) - i128::from(e.duration)),
+                    e.duration,
+                ),
+                None => {
+                    let duration = e.duration.min(e.at);
+                    (
+                        Start::Relative(Duration::from_nanos(e.at - duration)),
+                        duration,
+                    )
+                }
             };
-            let mut r = Record::new(start, Duration::from_nanos(e.duration), e.outcome);
+            let mut r = Record::new(start, Duration::from_nanos(duration), e.outcome);
             r.key = Some(&e.key);
             match writer.write(&r) {
                 Ok(()) => {
                     shared.written.fetch_add(1, Ordering::Relaxed);
+                }
+                // A record the writer refuses (a call that ended over a second before one
+                // already written) is left out; the trace goes on.
+                Err(err) if err.kind() == io::ErrorKind::InvalidInput => {
+                    shared.dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(err) => {
                     *failed = true;
