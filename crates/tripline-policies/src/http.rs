@@ -70,7 +70,9 @@ pub(crate) fn classify_response(status: u16, headers: &HeaderMap) -> Classificat
 
 /// The retry predicate for HTTP: errors (no response), 429, 500, 502, 503 and 504 are retried;
 /// other statuses are not (a 501 will not be implemented on the second try, a 400 will not
-/// become valid).
+/// become valid). With the `reqwest` feature it also judges `reqwest::Response` results, of a
+/// plain `Client` and of a middleware chain (where a local refusal, such as a breaker's, is
+/// never retried, nor a request reqwest could not build).
 ///
 /// ```
 /// use tripline_policies::http::HttpRetryable;
@@ -90,9 +92,15 @@ impl<B, E> crate::retry::Retryable<Response<B>, E> for HttpRetryable {
     fn is_retryable(&self, result: &Result<Response<B>, E>) -> bool {
         match result {
             Err(_) => true,
-            Ok(resp) => matches!(resp.status().as_u16(), 429 | 500 | 502 | 503 | 504),
+            Ok(resp) => retryable_status(resp.status().as_u16()),
         }
     }
+}
+
+/// Whether a response with `status` is worth retrying: 429, 500, 502, 503, 504.
+#[cfg(feature = "retry")]
+pub(crate) fn retryable_status(status: u16) -> bool {
+    matches!(status, 429 | 500 | 502 | 503 | 504)
 }
 
 /// The `Retry-After` of `headers`, read at `now` (see [`parse_retry_after`]).

@@ -24,7 +24,9 @@
 //! | `breaker` | the core breaker as a tower layer | [`tripline::Rejected`] |
 //! | `http` | an HTTP response classifier and a `Retry-After` reader | — |
 //! | `grpc` | a classifier for tonic's status codes, with `grpc-retry-pushback-ms` | — |
-//! | `reqwest` | a `reqwest-middleware` middleware with a breaker (one, or one per host), and a classifier for reqwest's results | [`tripline::Rejected`] |
+//! | `reqwest` | `reqwest-middleware` middlewares: a breaker (one, or one per host) and a budgeted retry; a classifier and a retry predicate for reqwest's results; the pipeline's reqwest defaults | [`tripline::Rejected`] |
+//! | [`config`] | every policy's settings from TOML, a whole pipeline's, a service's file (a registry's breakers and a pipeline per dependency), each bad value named at its line | — |
+//! | [`metrics`] | every policy's counters and gauges through the `metrics` facade, and one call that exports them with the breakers' and a registry's | — |
 //!
 //! Every policy is a cheap, cloneable handle on shared state: make one per dependency and
 //! share it between the tasks (and the tower services) that call that dependency. Every
@@ -107,11 +109,31 @@
 //! adds the HTTP classifier (and reading a request's priority from its extensions); `grpc` the
 //! gRPC one for tonic (and `tower`, `http`); `reqwest`
 //! adds the `reqwest-middleware` integration (and `http`). `outlier` (default) adds the
-//! outlier detector and its balancer; `serde` (default) reads the new policies' settings from
-//! TOML; `metrics` exports the detector's, the limiter's and the partial breaker's figures
-//! through the `metrics` facade.
-
+//! outlier detector and its balancer; `serde` (default) reads every policy's settings, a
+//! pipeline's and a service's file from TOML ([`config`]); `metrics` exports every policy's
+//! figures through the `metrics` facade ([`metrics`]).
+//!
+#![cfg_attr(not(feature = "serde"), doc = "[`config`]: #features")]
+#![cfg_attr(not(feature = "metrics"), doc = "[`metrics`]: #features")]
 #![forbid(unsafe_code)]
+// The docs link every component's items to each other's; a link to a component whose feature
+// is off stays text. The links are checked with every feature on (docs.rs builds so).
+#![cfg_attr(
+    not(all(
+        feature = "pipeline",
+        feature = "outlier",
+        feature = "serde",
+        feature = "metrics",
+        feature = "tower",
+        feature = "http",
+        feature = "reqwest",
+        feature = "grpc"
+    )),
+    allow(
+        rustdoc::broken_intra_doc_links,
+        reason = "links to the items of features that are off"
+    )
+)]
 
 #[cfg(feature = "tower")]
 pub mod breaker;
@@ -119,6 +141,20 @@ pub mod breaker;
 pub mod bulkhead;
 #[cfg(feature = "chaos")]
 pub mod chaos;
+#[cfg(feature = "serde")]
+pub mod config;
+#[cfg(all(
+    feature = "serde",
+    any(
+        feature = "retry",
+        feature = "bulkhead",
+        feature = "gate",
+        feature = "throttle",
+        feature = "shed",
+        feature = "partial"
+    )
+))]
+mod de;
 #[cfg(feature = "outlier")]
 mod delivery;
 #[cfg(any(feature = "throttle", feature = "partial", feature = "chaos"))]
@@ -131,6 +167,8 @@ pub mod grpc;
 pub mod http;
 #[cfg(feature = "limiter")]
 pub mod limiter;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(test)]
 mod model_tests;
 #[cfg(feature = "outlier")]

@@ -28,10 +28,45 @@
 //!
 //! # Where it goes in the chain
 //!
-//! Middlewares run in the order they are attached, the last one next to the wire. Attach a
-//! retry middleware *before* the breaker, so that every attempt asks the breaker and a breaker
-//! that opens stops the retries; and set the timeout on the reqwest `Client` (or per request),
-//! which acts inside the whole chain, so an expired request is a failure for the breaker.
+//! Middlewares run in the order they are attached, the last one next to the wire. Attach the
+//! retry middleware ([`RetryMiddleware`] with feature `retry`: attempts, backoff and a budget)
+//! *before* the breaker, so that every attempt asks the breaker and a breaker that opens stops
+//! the retries; and set the timeout on the reqwest `Client` (or per request), which acts
+//! inside the whole chain, so an expired request is a failure for the breaker.
+//!
+//! # Through the pipeline
+//!
+//! A plain `Client`'s calls run through a [pipeline](crate::pipeline) (every policy, the
+//! timeout innermost) with [`PipelineBuilder::reqwest`](crate::pipeline::PipelineBuilder::reqwest):
+//! [`ReqwestClassifier`] for the breaker, [`HttpRetryable`](crate::http::HttpRetryable) for
+//! the retries, and [`StatusError`], which turns a failed response after the last attempt into
+//! the call's error, so the fallback fires for a 503:
+//!
+//! ```
+//! # #[cfg(feature = "pipeline")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use tripline::{BreakerConfig, CircuitBreaker};
+//! use tripline_policies::pipeline::Pipeline;
+//! use tripline_policies::retry::RetryPolicy;
+//!
+//! let client = reqwest::Client::new();
+//! let prices = Pipeline::builder()
+//!     .retry(RetryPolicy::default())
+//!     .breaker(CircuitBreaker::new("prices", BreakerConfig::default()))
+//!     .timeout(std::time::Duration::from_secs(2))
+//!     .reqwest()
+//!     .build()?;
+//! let price = match prices.call(|| client.get("http://127.0.0.1:9/price").send()).await {
+//!     Ok(resp) => resp.text().await?,
+//!     Err(_) => "9.99".to_string(), // refused, timed out, no answer, a 5xx after the retries
+//! };
+//! assert_eq!(price, "9.99");
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "pipeline"))]
+//! # fn main() {}
+//! ```
 //!
 //! [`HostBreakerMiddleware`] does the same with one breaker per host, taken from a
 //! [`Registry`]: one failing replica does not cut the client off from the healthy ones.
@@ -148,6 +183,85 @@ impl Classify<Response, reqwest_middleware::Error> for ReqwestClassifier {
             Err(reqwest_middleware::Error::Reqwest(e)) => Self::error(e),
             Err(reqwest_middleware::Error::Middleware(e)) => Self::middleware_error(e),
         }
+    }
+}
+
+/// Whether a reqwest error is worth retrying: never for a request reqwest could not build
+/// (it was never sent); by its status for an `error_for_status` error; otherwise (no answer:
+/// refused, reset, timed out) yes.
+#[cfg(feature = "retry")]
+fn error_retryable(e: &reqwest::Error) -> bool {
+    if e.is_builder() {
+        return false;
+    }
+    match e.status() {
+        Some(status) => crate::http::retryable_status(status.as_u16()),
+        None => true,
+    }
+}
+
+/// A reqwest error in a middleware's error, if there is one in its chain.
+#[cfg(feature = "retry")]
+fn reqwest_error(e: &anyhow::Error) -> Option<&reqwest::Error> {
+    e.chain().find_map(|c| c.downcast_ref())
+}
+
+/// [`HttpRetryable`](crate::http::HttpRetryable) for a plain `Client`'s results: errors with
+/// no answer, 429, 500, 502, 503 and 504 are retried; a request reqwest could not build is
+/// not (it was never sent); an `error_for_status` error by its status.
+#[cfg(feature = "retry")]
+impl crate::retry::Retryable<Response, reqwest::Error> for crate::http::HttpRetryable {
+    fn is_retryable(&self, result: &Result<Response, reqwest::Error>) -> bool {
+        match result {
+            Ok(resp) => crate::http::retryable_status(resp.status().as_u16()),
+            Err(e) => error_retryable(e),
+        }
+    }
+}
+
+/// [`HttpRetryable`](crate::http::HttpRetryable) for a middleware chain's results: as for a
+/// plain `Client`, and a middleware's error only when a reqwest error is in its chain (then
+/// that error decides); a local refusal further down (a breaker's) is never retried.
+#[cfg(feature = "retry")]
+impl crate::retry::Retryable<Response, reqwest_middleware::Error> for crate::http::HttpRetryable {
+    fn is_retryable(&self, result: &Result<Response, reqwest_middleware::Error>) -> bool {
+        match result {
+            Ok(resp) => crate::http::retryable_status(resp.status().as_u16()),
+            Err(reqwest_middleware::Error::Reqwest(e)) => error_retryable(e),
+            Err(reqwest_middleware::Error::Middleware(e)) => {
+                !e.chain().any(crate::is_local_rejection)
+                    && reqwest_error(e).is_some_and(error_retryable)
+            }
+        }
+    }
+}
+
+/// Turns a response the classifier judged a failure (a 5xx, a 429) into reqwest's own
+/// status error (`Response::error_for_status`), when it is a [pipeline](crate::pipeline)'s
+/// last result: the caller's error path and the fallback of
+/// [`call_or_else`](crate::pipeline::Pipeline::call_or_else) then see it, as
+/// [`PipelineError::Failed`](crate::pipeline::PipelineError::Failed) with the status and the
+/// URL (`reqwest::Error::status`). The retry predicate, the breaker and the budget saw the
+/// response itself, `Retry-After` included. A response a classifier of your own fails
+/// although its status is not an error (a 200) stays the call's value.
+/// [`PipelineBuilder::reqwest`](crate::pipeline::PipelineBuilder::reqwest) sets it.
+#[cfg(feature = "pipeline")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StatusError;
+
+#[cfg(feature = "pipeline")]
+impl crate::pipeline::FailureToError<Response, reqwest::Error> for StatusError {
+    fn failure_to_error(&self, value: Response) -> Result<Response, reqwest::Error> {
+        value.error_for_status()
+    }
+}
+
+#[cfg(feature = "pipeline")]
+impl crate::pipeline::FailureToError<Response, reqwest_middleware::Error> for StatusError {
+    fn failure_to_error(&self, value: Response) -> Result<Response, reqwest_middleware::Error> {
+        value
+            .error_for_status()
+            .map_err(reqwest_middleware::Error::Reqwest)
     }
 }
 
@@ -420,5 +534,186 @@ where
             .get(&key)
             .map_err(reqwest_middleware::Error::middleware)?;
         guarded(&breaker, &self.classifier, req, extensions, next).await
+    }
+}
+
+#[cfg(feature = "retry")]
+pub use retry::RetryMiddleware;
+
+#[cfg(feature = "retry")]
+mod retry {
+    use std::fmt;
+
+    use http::Extensions;
+    use reqwest::{Request, Response};
+    use reqwest_middleware::{Middleware, Next};
+
+    use crate::http::HttpRetryable;
+    use crate::retry::budget::RetryCause;
+    use crate::retry::policy::Verdict;
+    use crate::retry::{RetryPolicy, Retryable};
+
+    /// A [`reqwest_middleware::Middleware`] that retries requests with a [`RetryPolicy`]:
+    /// its attempts, its backoff with jitter and its budget (shared with any other policy
+    /// holding it), deciding with [`HttpRetryable`] unless [`retry_if`](Self::retry_if) says
+    /// otherwise. Put it *before* the breaker in the chain, so that every attempt asks the
+    /// breaker: a breaker that opens (or any local refusal further down) ends the retries at
+    /// once, and a retry refused that way was never made (its budget is refunded).
+    ///
+    /// The request is copied for each retry (`Request::try_clone`); one with a streaming body
+    /// cannot be copied, so it is sent once. A timeout (the client's, reqwest's
+    /// `is_timeout`) is retried as [`retry_timeouts`](crate::retry::RetryPolicyBuilder::retry_timeouts)
+    /// says and charged as a timeout. After the last attempt the last result is returned as
+    /// it came: a 503 is a response (the caller, or a [pipeline](crate::pipeline) with
+    /// [`reqwest`](crate::pipeline::PipelineBuilder::reqwest), turns it into an error). The
+    /// backoff runs on tokio's timer; a server's `Retry-After` lengthens the breaker's open
+    /// wait, not the backoff.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tripline::{BreakerConfig, CircuitBreaker};
+    /// use tripline_policies::reqwest::{BreakerMiddleware, RetryMiddleware, rejection};
+    /// use tripline_policies::retry::RetryPolicy;
+    /// use tripline_policies::retry::budget::TpsBudget;
+    ///
+    /// let retry = RetryPolicy::builder()
+    ///     .max_attempts(3)
+    ///     .budget(Arc::new(TpsBudget::default()))
+    ///     .build()?;
+    /// let breaker = CircuitBreaker::new("prices", BreakerConfig::default());
+    /// let client = reqwest_middleware::ClientBuilder::new(
+    ///     reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?,
+    /// )
+    /// .with(RetryMiddleware::new(retry.clone()))          // outside: each attempt asks...
+    /// .with(BreakerMiddleware::new(breaker.clone()))     // ...the breaker
+    /// .build();
+    ///
+    /// breaker.force_open();
+    /// let err = client.get("http://127.0.0.1:9/price").send().await.unwrap_err();
+    /// assert!(rejection(&err).is_some()); // refused, never sent, never retried
+    /// assert_eq!(retry.stats().retries, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub struct RetryMiddleware<P = HttpRetryable> {
+        policy: RetryPolicy<P>,
+    }
+
+    impl<P: Clone> Clone for RetryMiddleware<P> {
+        fn clone(&self) -> Self {
+            Self {
+                policy: self.policy.clone(),
+            }
+        }
+    }
+
+    impl<P> fmt::Debug for RetryMiddleware<P> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("RetryMiddleware")
+                .field("policy", &self.policy)
+                .finish()
+        }
+    }
+
+    impl RetryMiddleware {
+        /// Retries with `policy` (its attempts, backoff and budget), deciding with
+        /// [`HttpRetryable`] whatever predicate the policy had.
+        pub fn new<Q>(policy: RetryPolicy<Q>) -> Self {
+            Self {
+                policy: policy.with_predicate(HttpRetryable),
+            }
+        }
+    }
+
+    impl<P> RetryMiddleware<P> {
+        /// The same middleware deciding with `predicate` (a
+        /// `Fn(&Result<Response, reqwest_middleware::Error>) -> bool`).
+        pub fn retry_if<Q>(self, predicate: Q) -> RetryMiddleware<Q> {
+            RetryMiddleware {
+                policy: self.policy.with_predicate(predicate),
+            }
+        }
+
+        /// The policy (its [`stats`](RetryPolicy::stats) count this middleware's requests).
+        pub fn policy(&self) -> &RetryPolicy<P> {
+            &self.policy
+        }
+    }
+
+    fn is_timeout(e: &reqwest_middleware::Error) -> bool {
+        match e {
+            reqwest_middleware::Error::Reqwest(e) => e.is_timeout(),
+            reqwest_middleware::Error::Middleware(e) => {
+                super::reqwest_error(e).is_some_and(reqwest::Error::is_timeout)
+            }
+        }
+    }
+
+    fn verdict<P>(
+        policy: &RetryPolicy<P>,
+        result: &Result<Response, reqwest_middleware::Error>,
+    ) -> Verdict
+    where
+        P: Retryable<Response, reqwest_middleware::Error>,
+    {
+        if let Err(e) = result {
+            if let reqwest_middleware::Error::Middleware(m) = e {
+                if m.chain().any(crate::is_local_rejection) {
+                    return Verdict::Local;
+                }
+            }
+            if is_timeout(e) {
+                return Verdict::Failure {
+                    cause: RetryCause::Timeout,
+                    retryable: policy.retries_timeouts(),
+                };
+            }
+        }
+        Verdict::of(policy.predicate(), result)
+    }
+
+    #[async_trait::async_trait]
+    impl<P> Middleware for RetryMiddleware<P>
+    where
+        P: Retryable<Response, reqwest_middleware::Error> + Send + Sync + 'static,
+    {
+        async fn handle(
+            &self,
+            req: Request,
+            extensions: &mut Extensions,
+            next: Next<'_>,
+        ) -> reqwest_middleware::Result<Response> {
+            let mut attempts = self.policy.start();
+            let mut req = req;
+            loop {
+                let copy = if attempts.may_retry() {
+                    req.try_clone()
+                } else {
+                    None
+                };
+                let result = next.clone().run(req, extensions).await;
+                let v = verdict(&self.policy, &result);
+                let Some(copy) = copy else {
+                    if attempts.may_retry() {
+                        // A streaming body: no copy to retry with.
+                        attempts.report(v);
+                        return result;
+                    }
+                    // The last attempt: `next` says the attempts ran out.
+                    let _ = attempts.next(v);
+                    return result;
+                };
+                let Some(delay) = attempts.next(v) else {
+                    return result;
+                };
+                drop(result);
+                tokio::time::sleep(delay).await;
+                attempts.begin();
+                req = copy;
+            }
+        }
     }
 }

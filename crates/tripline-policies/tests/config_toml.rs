@@ -227,3 +227,41 @@ fn a_fault_injector_from_toml() {
             .contains("missing field `delay`")
     );
 }
+
+/// The message and the line of a TOML error.
+fn error_line<T: serde::de::DeserializeOwned + std::fmt::Debug>(text: &str) -> (String, usize) {
+    let e = toml::from_str::<T>(text).unwrap_err();
+    let start = e.span().map_or(0, |s| s.start);
+    (
+        e.message().to_string(),
+        text[..start].matches('\n').count() + 1,
+    )
+}
+
+#[test]
+fn an_out_of_range_value_points_at_its_fields_line() {
+    assert_eq!(
+        error_line::<ShedConfig>("max_waiting = 2\nmax_wait = \"1s\"\ncapacity = 0\n"),
+        ("capacity must be in [1, 1000000], got 0".to_string(), 3)
+    );
+    assert_eq!(
+        error_line::<ShedConfig>("capacity = 3\nmax_wait = \"2h\"\n"),
+        ("max_wait must be in [0ns, 3600s], got 7200s".to_string(), 2)
+    );
+    assert_eq!(
+        error_line::<PartialConfig>("ki = 0.1\nkp = -2.0\n"),
+        ("kp must be in [0, 100], got -2".to_string(), 2)
+    );
+    assert_eq!(
+        error_line::<PartialConfig>("seed = 1\n\nideal_error_rate_cap = 1.0\n"),
+        (
+            "ideal_error_rate_cap must be in [0, 1), got 1".to_string(),
+            3
+        )
+    );
+    // A rule that relates two fields keeps the builder's message, at the table.
+    assert_eq!(
+        error_line::<PartialConfig>("kp = 0\nki = 0\n").0,
+        "kp must be positive when ki is 0 (with both 0 the breaker never rejects), got 0"
+    );
+}

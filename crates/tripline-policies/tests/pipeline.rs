@@ -434,3 +434,96 @@ async fn an_error_report_prints_the_inner_error_once() {
         .unwrap_err();
     assert_eq!(chain(&timed_out), ["call timed out after 1s"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_counters_say_how_each_call_ended_once_per_call() {
+    let calls = Calls::default();
+    let breaker = CircuitBreaker::with_clock("stats", BreakerConfig::default(), TokioClock::new());
+    let gate = Gate::new(GateConfig::builder().max_requests(1).build().unwrap());
+    let pipeline = Pipeline::builder()
+        .retry(retry(2))
+        .breaker(breaker.clone())
+        .gate(gate.clone())
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    // A success, a failure after its retry, a timeout after its retry.
+    let _ = pipeline
+        .call(|| dependency(&calls, Duration::ZERO, false))
+        .await;
+    let _ = pipeline
+        .call(|| dependency(&calls, Duration::ZERO, true))
+        .await;
+    let _ = pipeline
+        .call(|| dependency(&calls, Duration::from_secs(5), false))
+        .await;
+    // A gate refusal, answered by a fallback.
+    let busy = gate.try_request().unwrap();
+    let v = pipeline
+        .call_or_else(
+            || dependency(&calls, Duration::ZERO, false),
+            |_| async { "cached" },
+        )
+        .await;
+    assert_eq!(v, "cached");
+    drop(busy);
+    let s = pipeline.stats();
+    assert_eq!(
+        (s.calls, s.succeeded, s.failed, s.timed_out, s.fallbacks),
+        (4, 1, 1, 1, 1)
+    );
+    assert_eq!((s.refused.gate, s.refused.total()), (1, 1));
+    let r = pipeline.retry().unwrap().stats();
+    assert_eq!(
+        (
+            r.succeeded_without_retry,
+            r.failed_with_retry,
+            r.local_rejections
+        ),
+        (1, 2, 1)
+    );
+    // A clone shares them.
+    assert_eq!(pipeline.clone().stats(), s);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_breaker_shares_every_stage_but_the_breaker() {
+    let calls = Calls::default();
+    let bulkhead = bulkhead(1, 0, Duration::ZERO);
+    let pipeline = Pipeline::builder()
+        .retry(retry(3))
+        .bulkhead(bulkhead.clone())
+        .build()
+        .unwrap();
+    let acme = support::small_breaker("vendor/tenant=acme");
+    let globex = support::small_breaker("vendor/tenant=globex");
+    for _ in 0..2 {
+        let _ = pipeline
+            .with_breaker(acme.clone())
+            .call(|| dependency(&calls, Duration::ZERO, true))
+            .await;
+    }
+    // The second call's first attempt is the fourth failure: the breaker opens and refuses
+    // its retry.
+    assert_eq!(acme.state(), State::Open, "4 failed attempts of 4");
+    assert_eq!(globex.state(), State::Closed);
+    let ok = pipeline
+        .with_breaker(globex.clone())
+        .call(|| dependency(&calls, Duration::ZERO, false))
+        .await;
+    assert_eq!(ok.unwrap(), "ok");
+    // acme's open breaker refuses; globex's pipeline shares the bulkhead and the counters.
+    let refused = pipeline
+        .with_breaker(acme.clone())
+        .call(|| dependency(&calls, Duration::ZERO, false))
+        .await;
+    assert!(matches!(refused, Err(PipelineError::Rejected(_))));
+    let _slot = bulkhead.try_acquire().unwrap();
+    let full = pipeline
+        .with_breaker(globex)
+        .call(|| dependency(&calls, Duration::ZERO, false))
+        .await;
+    assert!(matches!(full, Err(PipelineError::BulkheadFull(_))));
+    let s = pipeline.stats();
+    assert_eq!((s.calls, s.refused.breaker, s.refused.bulkhead), (5, 2, 1));
+}

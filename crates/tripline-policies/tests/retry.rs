@@ -674,3 +674,59 @@ mod own_time {
         assert_eq!(late.next(AttemptResult::Failure(RetryCause::Error)), None);
     }
 }
+
+#[test]
+fn each_request_is_counted_once_by_how_it_ended() {
+    use tripline_policies::retry::AttemptResult;
+    use tripline_policies::retry::budget::RetryCause;
+    let policy = RetryPolicy::builder()
+        .max_attempts(3)
+        .jitter(tripline_policies::retry::Jitter::None)
+        .build()
+        .unwrap();
+    let fail = AttemptResult::Failure(RetryCause::Error);
+    // Succeeded at once; after a retry.
+    assert!(
+        policy
+            .begin_request()
+            .next(AttemptResult::Success)
+            .is_none()
+    );
+    let mut r = policy.begin_request();
+    assert!(r.next(fail).is_some());
+    r.send();
+    assert!(r.next(AttemptResult::Success).is_none());
+    // Failed with a final error at once; after every attempt.
+    assert!(policy.begin_request().next(AttemptResult::Final).is_none());
+    let mut r = policy.begin_request();
+    for _ in 0..2 {
+        assert!(r.next(fail).is_some());
+        r.send();
+    }
+    assert!(r.next(fail).is_none());
+    // A retry another limit took back: the request failed without one.
+    let mut r = policy.begin_request();
+    assert!(r.next(fail).is_some());
+    r.cancel();
+    // A local refusal is neither.
+    assert!(
+        policy
+            .begin_request()
+            .next(AttemptResult::Refused)
+            .is_none()
+    );
+    let s = policy.stats();
+    assert_eq!(
+        (
+            s.succeeded_without_retry,
+            s.succeeded_with_retry,
+            s.failed_without_retry,
+            s.failed_with_retry
+        ),
+        (1, 1, 2, 1)
+    );
+    assert_eq!(
+        (s.requests, s.local_rejections, s.gate_overflows),
+        (6, 1, 1)
+    );
+}

@@ -46,6 +46,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// feature, `rediss://host:port/` (the system's root certificates, or your own with
 /// [`Backend::single_tls`]).
 ///
+#[cfg_attr(
+    not(feature = "tls"),
+    doc = "[`Backend::single_tls`]: crate#running-redis-for-tripline"
+)]
+///
 /// ```
 /// use tripline_redis::Backend;
 ///

@@ -200,6 +200,15 @@
 //!   hash tag, so they live on one node and move together; during a slot migration calls fall
 //!   back for as long as the keys are split (`TRYAGAIN`) without opening the breaker on Redis.
 //!   The library is loaded on every primary, and again on a node that lacks it.
+//!
+#![cfg_attr(
+    not(feature = "tls"),
+    doc = "[`Backend::single_tls`]: #running-redis-for-tripline"
+)]
+#![cfg_attr(
+    not(feature = "cluster"),
+    doc = "[`Backend::cluster`]: #running-redis-for-tripline"
+)]
 //! * **Latency.** `redis_timeout` (25 ms by default) bounds every call; it must be shorter than
 //!   `half_open.probe_lease`. A breaker on the same Redis as heavy traffic waits behind it: give
 //!   it a Redis whose p99 is well under `redis_timeout`.

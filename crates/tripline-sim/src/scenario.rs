@@ -1285,9 +1285,14 @@ fn table_field_error(src: &str, offset: usize, message: &str) -> Option<InvalidV
         None => {
             let key = here.split_once('=')?.0.trim();
             let above = lines[..at - 1].iter().rev().find_map(|l| header(l));
-            match above {
-                Some(h) => format!("{h}.{key}"),
-                None => key.to_string(),
+            // The error names a field of the line's own key (`ramp_up.from` on a
+            // `ramp_up = { from = 0 }` line, checked as it was read): the header's table holds it.
+            let own = field == key || field.starts_with(&format!("{key}."));
+            match (above, own) {
+                (Some(h), true) => h,
+                (Some(h), false) => format!("{h}.{key}"),
+                (None, true) => String::new(),
+                (None, false) => key.to_string(),
             }
         }
     };
@@ -1302,7 +1307,11 @@ fn table_field_error(src: &str, offset: usize, message: &str) -> Option<InvalidV
         }
         _ => table,
     };
-    let full = format!("{path}.{field}");
+    let full = if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    };
     let line = locate(src, &full)?;
     Some(InvalidValue {
         origin: None,

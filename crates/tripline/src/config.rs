@@ -28,6 +28,45 @@
 //!
 //! These defaults suit a slow internal RPC, as the resilience4j ones they follow do. For a
 //! checkout path, tune them from data (the `tripline` simulator replays traces).
+//!
+//! # In TOML
+//!
+//! With the `serde` feature a [`BreakerConfig`] deserializes from TOML (or JSON, YAML...)
+//! with the builder's field names, `open.*` and `half_open.*` in tables of their own. Every
+//! field:
+//!
+//! ```toml
+#![doc = include_str!("../docs/breaker.toml")]
+//! ```
+//!
+//! A bad value is refused with the field, the value and what is allowed, at the line of the
+//! field (a rule that relates two fields, such as a minimum larger than the window, points at
+//! the table that holds them). A [registry](crate::registry::RegistryConfig) reads the same
+//! shape under `[configs.NAME]`.
+//!
+//! ```
+//! # #[cfg(feature = "serde")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tripline::{BreakerConfig, HalfOpenPolicy, WindowConfig};
+//!
+//! let config: BreakerConfig = toml::from_str(include_str!("../docs/breaker.toml"))?;
+//! assert_eq!(
+//!     config.window(),
+//!     WindowConfig::Time { length: Duration::from_secs(30), bucket: Duration::from_secs(1) }
+//! );
+//! assert_eq!(config.half_open_policy(), HalfOpenPolicy::AllProbes);
+//! assert_eq!(config.open_backoff().map(|b| b.max), Some(Duration::from_secs(300)));
+//!
+//! let err = toml::from_str::<BreakerConfig>("minimum_calls = 5\nfailure_rate_threshold = 150\n")
+//!     .unwrap_err();
+//! assert_eq!(err.message(), "failure_rate_threshold must be in (0, 100], got 150");
+//! assert!(err.to_string().contains("line 2"), "{err}");
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "serde"))]
+//! # fn main() {}
+//! ```
 
 use std::time::Duration;
 
@@ -870,20 +909,194 @@ impl BreakerConfigBuilder {
 #[cfg(feature = "serde")]
 mod raw {
     //! The serialized form: every field optional, unknown fields rejected.
+    //!
+    //! A field whose range does not depend on another field is checked as it is read (the
+    //! `checked` functions below), so a TOML error for an out-of-range value points at that
+    //! field's line rather than at its table; the whole configuration is then validated as
+    //! built, for the rules that relate fields (a minimum larger than the window, a backoff
+    //! cap below the open wait).
     use super::*;
-    use serde::{Deserialize, Serialize};
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize};
     use std::collections::BTreeMap;
+
+    const MS: Duration = Duration::from_millis(1);
+    const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// Reads a `T` and checks it, the error raised where the value is.
+    fn check<'de, D, T>(d: D, ok: impl FnOnce(&T) -> Result<(), ConfigError>) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        let v = T::deserialize(d)?;
+        ok(&v).map_err(D::Error::custom)?;
+        Ok(v)
+    }
+
+    /// Reads a human duration (`"250ms"`) and checks it is within `[lo, hi]`.
+    fn check_dur<'de, D: Deserializer<'de>>(
+        d: D,
+        field: &'static str,
+        lo: Duration,
+        hi: Duration,
+    ) -> Result<Duration, D::Error> {
+        let v: Duration = humantime_serde::deserialize(d)?;
+        dur(field, v, lo, hi).map_err(D::Error::custom)?;
+        Ok(v)
+    }
+
+    /// One checked reader per field: `name(field, type) = check;` reads an `Option`.
+    macro_rules! checked {
+        ($($name:ident: $t:ty = |$v:ident| $ok:expr;)*) => {$(
+            fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<$t>, D::Error> {
+                check(d, |$v: &$t| $ok).map(Some)
+            }
+        )*};
+    }
+
+    macro_rules! checked_dur {
+        ($($name:ident: $field:literal in [$lo:expr, $hi:expr];)*) => {$(
+            fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+                check_dur(d, $field, $lo, $hi).map(Some)
+            }
+        )*};
+    }
+
+    checked! {
+        minimum_calls: u32 = |v| range("minimum_calls", *v, 1, 1_000_000);
+        failure_rate: f64 = |v| percent("failure_rate_threshold", *v);
+        slow_rate: f64 = |v| percent("slow_call_rate_threshold", *v);
+        consecutive: u32 = |v| range("consecutive_failures", *v, 1, 1_000_000);
+        stripes: u32 = |v| range("stripes", *v, 1, 64);
+        permitted_calls: u32 = |v| range("half_open.permitted_calls", *v, 1, 1000);
+    }
+
+    checked_dur! {
+        slow_call_duration: "slow_call_duration" in [MS, WEEK];
+        open_duration: "open.duration" in [MS, WEEK];
+        open_jitter: "open.jitter" in [Duration::ZERO, WEEK];
+        max_retry_after: "open.max_retry_after" in [Duration::ZERO, WEEK];
+        max_wait: "half_open.max_wait" in [MS, WEEK];
+        probe_lease: "half_open.probe_lease" in [MS, WEEK];
+        lumping: "lumping_interval" in [MS, HOUR];
+    }
+
+    fn window_size<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        check(d, |v| range("window.size", *v, 1, 1_000_000))
+    }
+
+    fn window_bucket<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v: Duration = humantime_serde::deserialize(d)?;
+        if v < MS || v > HOUR {
+            return Err(D::Error::custom(ConfigError::new(
+                "window.bucket",
+                fmt_d(v),
+                "between 1ms and 1h",
+            )));
+        }
+        Ok(v)
+    }
+
+    fn multiplier<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        check(d, |m: &f64| {
+            if m.is_finite() && (1.0..=100.0).contains(m) {
+                Ok(())
+            } else {
+                Err(ConfigError::new(
+                    "open.backoff.multiplier",
+                    *m,
+                    "a number in [1, 100]",
+                ))
+            }
+        })
+    }
+
+    fn healthy_after<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        check_dur(d, "open.backoff.healthy_after", Duration::ZERO, WEEK)
+    }
+
+    fn ramp_from<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        check(d, |f: &f64| {
+            if f.is_finite() && *f > 0.0 && *f < 100.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::new(
+                    "ramp_up.from",
+                    *f,
+                    "a percentage in (0, 100)",
+                ))
+            }
+        })
+    }
+
+    fn ramp_over<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        check_dur(d, "ramp_up.over", MS, HOUR)
+    }
+
+    fn ramp_steps<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        check(d, |v| range("ramp_up.steps", *v, 1, 1000))
+    }
+
+    /// `failure_kinds = { timeout = 2, rate-limited = 0 }`: each weight checked as it is read.
+    fn failure_kinds<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<FailureKind, u8>, D::Error> {
+        struct Weights;
+        struct Weight(FailureKind);
+        impl<'de> serde::de::DeserializeSeed<'de> for Weight {
+            type Value = u8;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u8, D::Error> {
+                let kind = self.0;
+                check(d, |w: &u8| {
+                    if *w > FailureKindWeights::MAX {
+                        Err(ConfigError::new(
+                            format!("failure_kinds.{}", kind.as_str().replace('_', "-")),
+                            *w,
+                            format!("in [0, {}]", FailureKindWeights::MAX),
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                })
+            }
+        }
+        impl<'de> serde::de::Visitor<'de> for Weights {
+            type Value = BTreeMap<FailureKind, u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table of failure kinds and their weights")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some(kind) = map.next_key::<FailureKind>()? {
+                    let w = map.next_value_seed(Weight(kind))?;
+                    out.insert(kind, w);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Weights)
+    }
 
     #[derive(Serialize, Deserialize)]
     #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
     pub(super) enum RawWindow {
         Count {
+            #[serde(deserialize_with = "window_size")]
             size: u32,
         },
         Time {
             #[serde(with = "humantime_serde")]
             length: Duration,
-            #[serde(with = "humantime_serde", default = "one_second")]
+            #[serde(
+                serialize_with = "humantime_serde::serialize",
+                deserialize_with = "window_bucket",
+                default = "one_second"
+            )]
             bucket: Duration,
         },
     }
@@ -895,10 +1108,15 @@ mod raw {
     #[derive(Serialize, Deserialize)]
     #[serde(deny_unknown_fields)]
     pub(super) struct RawBackoff {
+        #[serde(deserialize_with = "multiplier")]
         multiplier: f64,
         #[serde(with = "humantime_serde")]
         max: Duration,
-        #[serde(with = "humantime_serde", default)]
+        #[serde(
+            serialize_with = "humantime_serde::serialize",
+            deserialize_with = "healthy_after",
+            default
+        )]
         healthy_after: Duration,
     }
 
@@ -906,19 +1124,22 @@ mod raw {
     #[serde(deny_unknown_fields)]
     pub(super) struct RawOpen {
         #[serde(
-            with = "humantime_serde::option",
+            serialize_with = "humantime_serde::option::serialize",
+            deserialize_with = "open_duration",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         duration: Option<Duration>,
         #[serde(
-            with = "humantime_serde::option",
+            serialize_with = "humantime_serde::option::serialize",
+            deserialize_with = "open_jitter",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         jitter: Option<Duration>,
         #[serde(
-            with = "humantime_serde::option",
+            serialize_with = "humantime_serde::option::serialize",
+            deserialize_with = "max_retry_after",
             default,
             skip_serializing_if = "Option::is_none"
         )]
@@ -930,10 +1151,14 @@ mod raw {
     #[derive(Serialize, Deserialize)]
     #[serde(deny_unknown_fields)]
     pub(super) struct RawRampUp {
+        #[serde(deserialize_with = "ramp_from")]
         from: f64,
-        #[serde(with = "humantime_serde")]
+        #[serde(
+            serialize_with = "humantime_serde::serialize",
+            deserialize_with = "ramp_over"
+        )]
         over: Duration,
-        #[serde(default = "ten")]
+        #[serde(deserialize_with = "ramp_steps", default = "ten")]
         steps: u32,
         #[serde(default = "linear")]
         curve: RampCurve,
@@ -950,18 +1175,24 @@ mod raw {
     #[derive(Serialize, Deserialize, Default)]
     #[serde(deny_unknown_fields)]
     pub(super) struct RawHalfOpen {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            deserialize_with = "permitted_calls",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         permitted_calls: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<HalfOpenPolicy>,
         #[serde(
-            with = "humantime_serde::option",
+            serialize_with = "humantime_serde::option::serialize",
+            deserialize_with = "max_wait",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         max_wait: Option<Duration>,
         #[serde(
-            with = "humantime_serde::option",
+            serialize_with = "humantime_serde::option::serialize",
+            deserialize_with = "probe_lease",
             default,
             skip_serializing_if = "Option::is_none"
         )]
@@ -977,32 +1208,58 @@ mod raw {
     pub(crate) struct RawConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         window: Option<RawWindow>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            deserialize_with = "minimum_calls",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         minimum_calls: Option<u32>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            deserialize_with = "failure_rate",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         failure_rate_threshold: Option<f64>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            deserialize_with = "slow_rate",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         slow_call_rate_threshold: Option<f64>,
         #[serde(
-            with = "humantime_serde::option",
+            serialize_with = "humantime_serde::option::serialize",
+            deserialize_with = "slow_call_duration",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         slow_call_duration: Option<Duration>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slow_call_rule: Option<bool>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            deserialize_with = "consecutive",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         consecutive_failures: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         count_in_flight_as_slow: Option<bool>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            deserialize_with = "stripes",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
         stripes: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         seed: Option<u64>,
-        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[serde(
+            deserialize_with = "failure_kinds",
+            default,
+            skip_serializing_if = "BTreeMap::is_empty"
+        )]
         failure_kinds: BTreeMap<FailureKind, u8>,
         #[serde(
-            with = "humantime_serde::option",
+            serialize_with = "humantime_serde::option::serialize",
+            deserialize_with = "lumping",
             default,
             skip_serializing_if = "Option::is_none"
         )]

@@ -90,12 +90,28 @@
 //! cases; the breaker is a host of those functions in atomics. The [`conformance`] module holds
 //! the rules as data (step-by-step vectors) with a runner, so every host (the pure rules, the
 //! in-process breaker, the Redis store) is checked against the same expectations.
-
+//!
+//! (A link to an item of a feature that is off leads to the features above.)
+//!
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`CircuitBreaker::call_async`]: #features\n[`TokioClock`]: #features"
+)]
+#![cfg_attr(
+    not(feature = "metrics"),
+    doc = "[`observe::BreakerMetrics`]: #features"
+)]
+#![cfg_attr(
+    not(feature = "tracing"),
+    doc = "[`observe::TracingListener`]: #features"
+)]
+#![cfg_attr(not(feature = "trace"), doc = "[`trace`]: #features")]
+#![cfg_attr(not(feature = "serde"), doc = "[`conformance`]: #features")]
 #![forbid(unsafe_code)]
 
 mod breaker;
 mod clock;
-mod config;
+pub mod config;
 #[cfg(feature = "serde")]
 pub mod conformance;
 mod error;

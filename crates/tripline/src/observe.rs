@@ -2,7 +2,7 @@
 //! transitions as `tracing` events (feature `tracing`).
 
 #[cfg(feature = "metrics")]
-pub use self::metrics_export::BreakerMetrics;
+pub use self::metrics_export::{BreakerMetrics, describe_metrics};
 #[cfg(feature = "metrics")]
 pub(crate) use self::metrics_export::{DependencyGauges, FollowState, StateGauges};
 #[cfg(feature = "tracing")]
@@ -86,6 +86,14 @@ mod metrics_export {
     /// | `tripline_breaker_probes{status}` | gauge | the half-open round: `status` = admitted, in_flight, succeeded, failed |
     /// | `tripline_breaker_consecutive_calls{outcome}` | gauge | the current run of successes or failures |
     /// | `tripline_breaker_open_duration_seconds` | gauge | cumulative seconds spent Open or ForcedOpen |
+    /// | `tripline_breaker_call_duration_seconds{outcome}` | histogram | each recorded call's duration, `outcome` = success, failure, ignored; only with `call_durations` on |
+    ///
+    /// The histogram is the only series recorded per call: with the configuration's
+    /// `call_durations` on, the first `BreakerMetrics` made for a breaker subscribes a listener
+    /// of its outcome events (which times every call; each result then costs one short critical
+    /// section on the breaker's listener list). An exporter shows it as a summary unless told
+    /// buckets for it (`metrics-exporter-prometheus`: `set_buckets_for_metric`).
+    /// [`describe_metrics`] gives every series its `# HELP` text.
     ///
     /// ```
     /// use tripline::{BreakerConfig, CircuitBreaker};
@@ -149,6 +157,11 @@ mod metrics_export {
             let state_attached = breaker.attach_state_gauges(&state);
             if !state_attached {
                 state.show(breaker.state());
+            }
+            if state_attached && breaker.config().call_durations() {
+                breaker.subscribe(DurationHistogram(["success", "failure", "ignored"].map(
+                    |o| metrics::histogram!("tripline_breaker_call_duration_seconds", outcome(o)),
+                )));
             }
             Self {
                 calls: ["success", "failure", "ignored"]
@@ -262,6 +275,138 @@ mod metrics_export {
         pub(crate) fn retire(&self) {
             self.state.clear();
         }
+    }
+
+    /// Records each outcome's duration in `tripline_breaker_call_duration_seconds{outcome}`.
+    struct DurationHistogram([metrics::Histogram; 3]);
+
+    impl crate::Listener for DurationHistogram {
+        fn on_event(&self, e: &crate::Event) {
+            if let crate::EventKind::CallOutcome {
+                outcome, duration, ..
+            } = e.kind
+            {
+                let i = match outcome {
+                    crate::Outcome::Success => 0,
+                    crate::Outcome::Failure => 1,
+                    crate::Outcome::Ignored => 2,
+                };
+                self.0[i].record(duration.as_secs_f64());
+            }
+        }
+
+        fn wants_outcome_events(&self) -> bool {
+            true
+        }
+    }
+
+    /// Gives every series of [`BreakerMetrics`] and of a registry's summary its unit and its
+    /// `# HELP` text, in the recorder installed now (call it once, after installing it; a
+    /// recorder keeps the first description of each name).
+    ///
+    /// ```
+    /// let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    /// let handle = recorder.handle();
+    /// metrics::with_local_recorder(&recorder, || {
+    ///     tripline::observe::describe_metrics();
+    ///     metrics::counter!("tripline_breaker_transitions_total").increment(1);
+    /// });
+    /// assert!(handle.render().contains("# HELP tripline_breaker_transitions_total "));
+    /// ```
+    pub fn describe_metrics() {
+        use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+        for (name, help) in [
+            (
+                "tripline_breaker_calls_total",
+                "Calls whose result the breaker recorded, by outcome (success, failure, ignored).",
+            ),
+            (
+                "tripline_breaker_slow_calls_total",
+                "Recorded calls slower than the slow-call duration, by outcome.",
+            ),
+            (
+                "tripline_breaker_failures_by_kind_total",
+                "Failures by the kind their classifier gave.",
+            ),
+            (
+                "tripline_breaker_lumped_failures_total",
+                "Failures lumped into an earlier one (lumping_interval).",
+            ),
+            (
+                "tripline_breaker_rejected_calls_total",
+                "Calls the breaker refused, by the state that refused them.",
+            ),
+            (
+                "tripline_breaker_stale_results_total",
+                "Results discarded because an older generation admitted them.",
+            ),
+            (
+                "tripline_breaker_abandoned_permits_total",
+                "Permits dropped without a result (cancelled or panicked calls).",
+            ),
+            ("tripline_breaker_transitions_total", "State changes."),
+        ] {
+            describe_counter!(name, Unit::Count, help);
+        }
+        for (name, unit, help) in [
+            (
+                "tripline_breaker_state",
+                Unit::Count,
+                "1 for the breaker's current state, 0 for the others (all 0 once evicted).",
+            ),
+            (
+                "tripline_breaker_failure_rate",
+                Unit::Count,
+                "Failed share of the window, 0 to 1; NaN below the minimum calls.",
+            ),
+            (
+                "tripline_breaker_slow_call_rate",
+                Unit::Count,
+                "Slow share of the window, 0 to 1; NaN below the minimum calls.",
+            ),
+            (
+                "tripline_breaker_window_calls",
+                Unit::Count,
+                "Calls in the window.",
+            ),
+            (
+                "tripline_breaker_window_call_duration_seconds",
+                Unit::Seconds,
+                "Total duration of the window's calls; NaN unless call_durations.",
+            ),
+            (
+                "tripline_breaker_window_mean_call_duration_seconds",
+                Unit::Seconds,
+                "Mean duration of the window's calls; NaN unless call_durations.",
+            ),
+            (
+                "tripline_breaker_probes",
+                Unit::Count,
+                "The half-open round: probes admitted, in flight, succeeded, failed.",
+            ),
+            (
+                "tripline_breaker_consecutive_calls",
+                Unit::Count,
+                "The current run of consecutive successes or failures.",
+            ),
+            (
+                "tripline_breaker_open_duration_seconds",
+                Unit::Seconds,
+                "Cumulative time spent Open or ForcedOpen.",
+            ),
+            (
+                "tripline_registry_breakers",
+                Unit::Count,
+                "A registry's breakers of each dependency, by state.",
+            ),
+        ] {
+            describe_gauge!(name, unit, help);
+        }
+        describe_histogram!(
+            "tripline_breaker_call_duration_seconds",
+            Unit::Seconds,
+            "Duration of each recorded call, by outcome (with call_durations on)."
+        );
     }
 
     impl BreakerMetrics {

@@ -189,3 +189,143 @@ proptest::proptest! {
         }
     }
 }
+
+/// The line a TOML error points at.
+#[cfg(feature = "serde")]
+fn error_line(text: &str) -> (String, usize) {
+    let e = toml::from_str::<BreakerConfig>(text).unwrap_err();
+    let span = e.span().expect("a position");
+    let line = text[..span.start].matches('\n').count() + 1;
+    (e.message().to_string(), line)
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn an_out_of_range_value_points_at_its_fields_line_not_its_table() {
+    let cases = [
+        (
+            "minimum_calls = 5\n\n[open]\njitter = \"1s\"\nduration = \"0s\"\n",
+            "open.duration must be between 1ms and 7days, got 0s",
+            5,
+        ),
+        (
+            "[half_open]\npolicy = \"consecutive\"\npermitted_calls = 0\n",
+            "half_open.permitted_calls must be in [1, 1000], got 0",
+            3,
+        ),
+        (
+            "[half_open]\nmax_wait = \"0s\"\n",
+            "half_open.max_wait must be between 1ms and 7days, got 0s",
+            2,
+        ),
+        (
+            "seed = 1\nfailure_rate_threshold = 150\n",
+            "failure_rate_threshold must be in (0, 100], got 150",
+            2,
+        ),
+        (
+            "seed = 1\nslow_call_rate_threshold = 0\n",
+            "slow_call_rate_threshold must be in (0, 100], got 0",
+            2,
+        ),
+        (
+            "seed = 1\n\nminimum_calls = 0\n",
+            "minimum_calls must be in [1, 1000000], got 0",
+            3,
+        ),
+        (
+            "seed = 1\nstripes = 65\n",
+            "stripes must be in [1, 64], got 65",
+            2,
+        ),
+        (
+            "seed = 1\nconsecutive_failures = 0\n",
+            "consecutive_failures must be in [1, 1000000], got 0",
+            2,
+        ),
+        (
+            "seed = 1\nslow_call_duration = \"0s\"\n",
+            "slow_call_duration must be between 1ms and 7days, got 0s",
+            2,
+        ),
+        (
+            "seed = 1\nlumping_interval = \"2h\"\n",
+            "lumping_interval must be between 1ms and 1h, got 2h",
+            2,
+        ),
+        (
+            "seed = 1\nwindow = { kind = \"count\", size = 0 }\n",
+            "window.size must be in [1, 1000000], got 0",
+            2,
+        ),
+        (
+            "seed = 1\nwindow = { kind = \"time\", length = \"10s\", bucket = \"0s\" }\n",
+            "window.bucket must be between 1ms and 1h, got 0s",
+            2,
+        ),
+        (
+            "seed = 1\n[failure_kinds]\nother = 1\ntimeout = 11\n",
+            "failure_kinds.timeout must be in [0, 10], got 11",
+            4,
+        ),
+        (
+            "[open]\nduration = \"1s\"\nbackoff = { multiplier = 0.5, max = \"1m\" }\n",
+            "open.backoff.multiplier must be a number in [1, 100], got 0.5",
+            3,
+        ),
+        (
+            "seed = 1\nramp_up = { from = 0, over = \"30s\" }\n",
+            "ramp_up.from must be a percentage in (0, 100), got 0",
+            2,
+        ),
+        (
+            "seed = 1\nramp_up = { from = 10, over = \"30s\", steps = 0 }\n",
+            "ramp_up.steps must be in [1, 1000], got 0",
+            2,
+        ),
+    ];
+    for (text, message, line) in cases {
+        assert_eq!(error_line(text), (message.to_string(), line), "{text}");
+    }
+    // A rule that relates two fields points at their table, with the same message as the
+    // builder's.
+    let text = "[open]\nduration = \"1m\"\nbackoff = { multiplier = 2.0, max = \"30s\" }\n";
+    let e = toml::from_str::<BreakerConfig>(text).unwrap_err();
+    assert_eq!(
+        e.message(),
+        "open.backoff.max must be between open.duration (1m) and 7 days, got 30s"
+    );
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn the_documented_toml_block_sets_every_field() {
+    let text = include_str!("../docs/breaker.toml");
+    let c: BreakerConfig = toml::from_str(text).unwrap();
+    // Every field the serialized form has is in the documented block.
+    let written = toml::to_string(&c).unwrap();
+    let table: toml::Table = toml::from_str(&written).unwrap();
+    let doc: toml::Table = toml::from_str(text).unwrap();
+    fn keys(t: &toml::Table, prefix: &str, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let name = format!("{prefix}{k}");
+            match v {
+                toml::Value::Table(inner)
+                    if !matches!(
+                        k.as_str(),
+                        "window" | "failure_kinds" | "ramp_up" | "backoff"
+                    ) =>
+                {
+                    keys(inner, &format!("{name}."), out)
+                }
+                _ => out.push(name),
+            }
+        }
+    }
+    let (mut want, mut have) = (Vec::new(), Vec::new());
+    keys(&table, "", &mut want);
+    keys(&doc, "", &mut have);
+    for k in want {
+        assert!(have.contains(&k), "the documented block lacks {k}");
+    }
+}

@@ -374,3 +374,116 @@ fn a_registrys_state_series_stay_bounded_by_its_live_keys() {
         assert_eq!(state_of(&handle.render(), "t0"), vec!["forced-open"]);
     });
 }
+
+#[test]
+fn call_durations_feed_a_histogram_by_outcome_once_per_breaker() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let clock = ManualClock::new();
+    let config = small().call_durations(true).build().unwrap();
+    let b = CircuitBreaker::with_clock("db", config, clock.clone());
+    let (first, second) = metrics::with_local_recorder(&recorder, || {
+        (
+            BreakerMetrics::new(&b, vec![]),
+            // A second set of handles for the same breaker must not record every call again.
+            BreakerMetrics::new(&b, vec![]),
+        )
+    });
+    let p = b.try_acquire().unwrap();
+    p.record_with_duration(Outcome::Success, Duration::from_millis(40));
+    let p = b.try_acquire().unwrap();
+    p.record_with_duration(Outcome::Failure, Duration::from_millis(250));
+    let p = b.try_acquire().unwrap();
+    clock.advance(Duration::from_millis(10));
+    p.record(Outcome::Success);
+    first.update(&b);
+    second.update(&b);
+    let histograms: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(ck, _, _, v)| match v {
+            DebugValue::Histogram(h) => {
+                let outcome = ck
+                    .key()
+                    .labels()
+                    .find(|l| l.key() == "outcome")
+                    .map(|l| l.value().to_string())
+                    .unwrap();
+                let mut values: Vec<f64> = h.into_iter().map(|v| v.into_inner()).collect();
+                values.sort_by(f64::total_cmp);
+                (ck.key().name() == "tripline_breaker_call_duration_seconds")
+                    .then_some((outcome, values))
+            }
+            _ => None,
+        })
+        .collect();
+    let of = |o: &str| {
+        histograms
+            .iter()
+            .find(|(k, _)| k == o)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(of("success"), [0.01, 0.04]);
+    assert_eq!(of("failure"), [0.25]);
+    assert!(of("ignored").is_empty());
+}
+
+#[test]
+fn without_call_durations_no_call_is_recorded_per_call() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let b = CircuitBreaker::with_clock("db", small().build().unwrap(), ManualClock::new());
+    let _m = metrics::with_local_recorder(&recorder, || BreakerMetrics::new(&b, vec![]));
+    b.call(|| Ok::<_, ()>(())).unwrap();
+    assert!(
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .iter()
+            .all(|(ck, _, _, _)| ck.key().name() != "tripline_breaker_call_duration_seconds")
+    );
+}
+
+#[test]
+fn every_series_has_help_text_in_a_prometheus_scrape() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let clock = ManualClock::new();
+    let config = small().call_durations(true).build().unwrap();
+    let registry = Registry::with_clock(
+        RegistryConfig::default().with_config("default", config),
+        clock.clone(),
+    )
+    .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        tripline::observe::describe_metrics();
+        let key = Key::scoped("payments", ScopeKind::Tenant, "acme").unwrap();
+        let b = registry.get(&key).unwrap();
+        let p = b.try_acquire().unwrap();
+        p.record_with_duration(Outcome::Success, Duration::from_millis(5));
+        registry.export_metrics();
+    });
+    let text = handle.render();
+    let names: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap())
+        .map(|n| {
+            n.trim_end_matches("_sum")
+                .trim_end_matches("_count")
+                .trim_end_matches("_bucket")
+        })
+        .collect();
+    assert!(
+        names.contains("tripline_breaker_call_duration_seconds"),
+        "{text}"
+    );
+    for name in names {
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "{name} has no help text:\n{text}"
+        );
+    }
+}

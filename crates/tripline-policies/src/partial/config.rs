@@ -215,20 +215,55 @@ mod raw {
 
     use super::PartialConfig;
 
+    use crate::de::checked;
+
+    /// `v` finite and in `[lo, hi]`, as the builder checks it.
+    fn within(field: &str, v: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
+        if v.is_finite() && (lo..=hi).contains(&v) {
+            Ok(())
+        } else {
+            Err(ConfigError::new(field, v, format!("in [{lo}, {hi}]")))
+        }
+    }
+
+    // Each field's own range, checked as it is read: an error points at the field's line.
+    checked! {
+        kp: f64 = |v| within("kp", *v, 0.0, 100.0);
+        ki: f64 = |v| within("ki", *v, 0.0, 100.0);
+        kd: f64 = |v| within("kd", *v, 0.0, 100.0);
+        integral_upper_cap: f64 = |v| within("integral_upper_cap", *v, 0.0, 1000.0);
+        integral_lower_cap: f64 = |v| within("integral_lower_cap", *v, -1000.0, 0.0);
+        dead_zone_ratio: f64 = |v| within("dead_zone_ratio", *v, 0.0, 10.0);
+        ideal_error_rate_cap: f64 = |v| {
+            if v.is_finite() && (0.0..1.0).contains(v) {
+                Ok(())
+            } else {
+                Err(ConfigError::new("ideal_error_rate_cap", *v, "in [0, 1)"))
+            }
+        };
+    }
+
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     pub(super) struct RawPartialConfig {
+        #[serde(default, deserialize_with = "kp")]
         kp: Option<f64>,
+        #[serde(default, deserialize_with = "ki")]
         ki: Option<f64>,
+        #[serde(default, deserialize_with = "kd")]
         kd: Option<f64>,
+        #[serde(default, deserialize_with = "integral_upper_cap")]
         integral_upper_cap: Option<f64>,
+        #[serde(default, deserialize_with = "integral_lower_cap")]
         integral_lower_cap: Option<f64>,
         #[serde(with = "humantime_serde::option", default)]
         window: Option<Duration>,
         #[serde(with = "humantime_serde::option", default)]
         interval: Option<Duration>,
+        #[serde(default, deserialize_with = "dead_zone_ratio")]
         dead_zone_ratio: Option<f64>,
         initial_error_rate: Option<f64>,
+        #[serde(default, deserialize_with = "ideal_error_rate_cap")]
         ideal_error_rate_cap: Option<f64>,
         seed: Option<u64>,
     }

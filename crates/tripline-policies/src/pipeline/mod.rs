@@ -70,11 +70,28 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Results, counters, configuration
+//!
+//! * A call returns the dependency's last result: an `Err` is [`PipelineError::Failed`]; an
+//!   `Ok` stays the call's value even when the classifier judged it a failure (an HTTP 503 is
+//!   a response), unless [`PipelineBuilder::failures_as_errors`] turns it into the call's
+//!   error, so that [`Pipeline::call_or_else`]'s fallback sees it (the reqwest defaults,
+//!   [`PipelineBuilder::reqwest`], do).
+//! * [`Pipeline::stats`] counts the calls by how they ended (the classifier's verdict on the
+//!   last result, a timeout, an injected fault, a refusal by stage, a fallback), once per call.
+//! * [`Pipeline::with_breaker`] makes the same pipeline around another breaker: one per
+//!   tenant, host or shard, taken from a registry for each call.
+//! * With the `serde` feature, [`PipelineConfig`] reads every stage from one TOML table.
 
+#[cfg(feature = "serde")]
+mod config;
 pub mod error;
+mod stats;
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tripline::{
@@ -93,7 +110,10 @@ use crate::retry::{RetryOnError, RetryPolicy, Retryable};
 use crate::shed::{Priority, Shedder};
 use crate::throttle::Throttle;
 use crate::timeout::Elapsed;
+#[cfg(feature = "serde")]
+pub use config::PipelineConfig;
 pub use error::PipelineError;
+pub use stats::{PipelineStats, Refusals};
 
 /// Where the retry sits relative to the breaker. See the [module docs](self).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -147,16 +167,92 @@ impl fmt::Display for Stage {
     }
 }
 
+/// What becomes of a call's last result when it is an `Ok` that the classifier judged a
+/// failure (an HTTP 503 is a response): kept as the call's value ([`KeepFailures`], the
+/// default), or turned into the call's error ([`PipelineBuilder::failures_as_errors`]), so
+/// that the caller's error path and [`Pipeline::call_or_else`]'s fallback see it.
+///
+/// Implemented for closures `Fn(T) -> Result<T, E>` (return `Ok` to keep the value after
+/// all) and by [`KeepFailures`]; the reqwest integration has its own
+/// (`tripline_policies::reqwest::StatusError`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tripline::ConfigError> {
+/// use tripline::{Classification, Outcome};
+/// use tripline_policies::pipeline::{Pipeline, PipelineError};
+///
+/// #[derive(Debug)]
+/// struct Status(u16);
+/// let pipeline = Pipeline::builder()
+///     .classifier(|r: &Result<u16, Status>| match r {
+///         Ok(s) if *s >= 500 => Classification::new(Outcome::Failure),
+///         _ => Classification::new(Outcome::Success),
+///     })
+///     .failures_as_errors(|status: u16| Err::<u16, _>(Status(status)))
+///     .build()?;
+/// let r = pipeline.call(|| async { Ok::<u16, Status>(503) }).await;
+/// assert!(matches!(r, Err(PipelineError::Failed(Status(503)))));
+/// let cached = pipeline.call_or_else(|| async { Ok(503) }, |_| async { 200 }).await;
+/// assert_eq!(cached, 200); // the fallback answered
+/// # Ok(())
+/// # }
+/// ```
+pub trait FailureToError<T, E> {
+    /// Whether any value is turned into an error; `false` spares the pipeline classifying
+    /// the last result again.
+    fn active(&self) -> bool {
+        true
+    }
+
+    /// `value`, the call's last result, judged a failure by the classifier: `Err` fails the
+    /// call with [`PipelineError::Failed`], `Ok` keeps the value.
+    fn failure_to_error(&self, value: T) -> Result<T, E>;
+}
+
+impl<T, E, F> FailureToError<T, E> for F
+where
+    F: Fn(T) -> Result<T, E>,
+{
+    fn failure_to_error(&self, value: T) -> Result<T, E> {
+        self(value)
+    }
+}
+
+/// The default [`FailureToError`]: an `Ok` is the call's value, whatever the classifier
+/// made of it (the breaker, the budget and the throttle still count it as a failure).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeepFailures;
+
+impl<T, E> FailureToError<T, E> for KeepFailures {
+    fn active(&self) -> bool {
+        false
+    }
+
+    fn failure_to_error(&self, value: T) -> Result<T, E> {
+        Ok(value)
+    }
+}
+
 /// Resilience policies composed around calls to one dependency. See the [module docs](self).
 ///
 /// `C` is the breaker's clock, `P` the retry predicate, `K` the classifier that turns a result
-/// into a breaker outcome (and a throttle accept). Cloning is cheap: every policy is shared.
-pub struct Pipeline<C: Clock = MonotonicClock, P = RetryOnError, K = ResultClassifier> {
+/// into a breaker outcome (and a throttle accept), `M` what becomes of an `Ok` the classifier
+/// judged a failure ([`FailureToError`]). Cloning is cheap: every policy is shared, and so
+/// are the [counters](Pipeline::stats).
+pub struct Pipeline<
+    C: Clock = MonotonicClock,
+    P = RetryOnError,
+    K = ResultClassifier,
+    M = KeepFailures,
+> {
     retry: Option<RetryPolicy<P>>,
     breaker: Option<CircuitBreaker<C>>,
     stages: Stages,
     placement: RetryPlacement,
     classifier: K,
+    failures: M,
+    stats: Arc<stats::Counters>,
 }
 
 /// The stages that do not change the pipeline's type.
@@ -172,7 +268,7 @@ struct Stages {
     chaos: Option<Chaos>,
 }
 
-impl<C: Clock, P: Clone, K: Clone> Clone for Pipeline<C, P, K> {
+impl<C: Clock, P: Clone, K: Clone, M: Clone> Clone for Pipeline<C, P, K, M> {
     fn clone(&self) -> Self {
         Self {
             retry: self.retry.clone(),
@@ -180,11 +276,13 @@ impl<C: Clock, P: Clone, K: Clone> Clone for Pipeline<C, P, K> {
             stages: self.stages.clone(),
             placement: self.placement,
             classifier: self.classifier.clone(),
+            failures: self.failures.clone(),
+            stats: self.stats.clone(),
         }
     }
 }
 
-impl<C: Clock, P, K> fmt::Debug for Pipeline<C, P, K> {
+impl<C: Clock, P, K, M> fmt::Debug for Pipeline<C, P, K, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pipeline")
             .field("order", &self.order())
@@ -204,13 +302,14 @@ impl Pipeline {
             stages: Stages::default(),
             placement: RetryPlacement::OutsideBreaker,
             classifier: ResultClassifier,
+            failures: KeepFailures,
         }
     }
 }
 
 type Attempt<T, E> = Result<Result<T, E>, PipelineError<E>>;
 
-impl<C: Clock, P, K> Pipeline<C, P, K> {
+impl<C: Clock, P, K, M> Pipeline<C, P, K, M> {
     /// The stages built, from the outside in.
     pub fn order(&self) -> Vec<Stage> {
         let retry = self.retry.is_some().then_some(Stage::Retry);
@@ -292,6 +391,55 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
         self.placement
     }
 
+    /// The counters of the calls made so far, by how they ended (shared by the clones, and
+    /// by the pipelines [`with_breaker`](Self::with_breaker) made).
+    pub fn stats(&self) -> PipelineStats {
+        self.stats.snapshot()
+    }
+
+    /// The same pipeline (every other stage shared, and the counters) around another breaker:
+    /// one per tenant or shard from a [`Registry`](tripline::registry::Registry), taken for
+    /// each call. Cheap: a few reference-count increments.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use tripline::registry::{Key, Registry, RegistryConfig, ScopeKind};
+    /// use tripline_policies::pipeline::{Pipeline, PipelineError};
+    ///
+    /// let registry = Registry::new(RegistryConfig::default())?;
+    /// let pipeline = Pipeline::builder().timeout(Duration::from_secs(2)).build()?;
+    /// let for_tenant = |tenant: &str| -> Result<_, Box<dyn std::error::Error>> {
+    ///     let breaker = registry.get(&Key::scoped("vendor", ScopeKind::Tenant, tenant)?)?;
+    ///     Ok(pipeline.with_breaker(breaker))
+    /// };
+    /// registry.get(&Key::scoped("vendor", ScopeKind::Tenant, "acme")?)?.force_open();
+    /// let acme = for_tenant("acme")?.call(|| async { Ok::<_, std::io::Error>("acme") }).await;
+    /// assert!(matches!(acme, Err(PipelineError::Rejected(_))));
+    /// let globex = for_tenant("globex")?.call(|| async { Ok::<_, std::io::Error>("globex") }).await?;
+    /// assert_eq!(globex, "globex");
+    /// assert_eq!(pipeline.stats().calls, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_breaker<C2: Clock>(&self, breaker: CircuitBreaker<C2>) -> Pipeline<C2, P, K, M>
+    where
+        P: Clone,
+        K: Clone,
+        M: Clone,
+    {
+        Pipeline {
+            retry: self.retry.clone(),
+            breaker: Some(breaker),
+            stages: self.stages.clone(),
+            placement: self.placement,
+            classifier: self.classifier.clone(),
+            failures: self.failures.clone(),
+            stats: self.stats.clone(),
+        }
+    }
+
     /// Runs the future `f` makes through every stage; `f` is called once per attempt, and not
     /// at all when a local policy refuses the attempt. If the returned future is dropped
     /// mid-call, every slot, permit and ticket is given back (the breaker counts the permit as
@@ -300,6 +448,7 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
     where
         P: Retryable<T, E>,
         K: Classify<T, E>,
+        M: FailureToError<T, E>,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
@@ -337,22 +486,38 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
     where
         P: Retryable<T, E>,
         K: Classify<T, E>,
+        M: FailureToError<T, E>,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         let attempt = match (self.placement, &self.breaker) {
-            (RetryPlacement::InsideBreaker, Some(breaker)) => {
-                let permit = breaker.try_acquire().map_err(PipelineError::Rejected)?;
-                let r = self.attempts(&mut f, false, priority).await;
-                let _ = permit.record_classified(self.breaker_classification(&r));
-                r
-            }
+            (RetryPlacement::InsideBreaker, Some(breaker)) => match breaker.try_acquire() {
+                Ok(permit) => {
+                    let r = self.attempts(&mut f, false, priority).await;
+                    let _ = permit.record_classified(self.breaker_classification(&r));
+                    r
+                }
+                Err(rejected) => Err(PipelineError::Rejected(rejected)),
+            },
             _ => self.attempts(&mut f, true, priority).await,
         };
         match attempt {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(PipelineError::Failed(e)),
-            Err(e) => Err(e),
+            Ok(r) => {
+                let outcome = self.classifier.classify(&r).outcome;
+                self.stats.result(outcome);
+                match r {
+                    Ok(v) if outcome == Outcome::Failure && self.failures.active() => self
+                        .failures
+                        .failure_to_error(v)
+                        .map_err(PipelineError::Failed),
+                    Ok(v) => Ok(v),
+                    Err(e) => Err(PipelineError::Failed(e)),
+                }
+            }
+            Err(e) => {
+                self.stats.error(&e);
+                Err(e)
+            }
         }
     }
 
@@ -382,6 +547,7 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
     where
         P: Retryable<T, E>,
         K: Classify<T, E>,
+        M: FailureToError<T, E>,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
         G: FnOnce(PipelineError<E>) -> GFut,
@@ -389,7 +555,10 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
     {
         match self.call(f).await {
             Ok(v) => v,
-            Err(e) => fallback(e).await,
+            Err(e) => {
+                self.stats.fallback();
+                fallback(e).await
+            }
         }
     }
 
@@ -602,47 +771,117 @@ impl<C: Clock, P, K> Pipeline<C, P, K> {
 /// Builds a [`Pipeline`]. The methods may be called in any order; see the
 /// [module docs](self) for the order the stages are assembled in.
 #[derive(Debug)]
-pub struct PipelineBuilder<C: Clock = MonotonicClock, P = RetryOnError, K = ResultClassifier> {
+pub struct PipelineBuilder<
+    C: Clock = MonotonicClock,
+    P = RetryOnError,
+    K = ResultClassifier,
+    M = KeepFailures,
+> {
     retry: Option<RetryPolicy<P>>,
     breaker: Option<CircuitBreaker<C>>,
     stages: Stages,
     placement: RetryPlacement,
     classifier: K,
+    failures: M,
 }
 
-impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
+impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
     /// Retries with `policy`.
-    pub fn retry<P2>(self, policy: RetryPolicy<P2>) -> PipelineBuilder<C, P2, K> {
+    pub fn retry<P2>(self, policy: RetryPolicy<P2>) -> PipelineBuilder<C, P2, K, M> {
         PipelineBuilder {
             retry: Some(policy),
             breaker: self.breaker,
             stages: self.stages,
             placement: self.placement,
             classifier: self.classifier,
+            failures: self.failures,
+        }
+    }
+
+    /// Retries what `predicate` says is worth retrying, with the retry policy already set (a
+    /// policy read from a configuration file retries every `Err`): see
+    /// [`RetryPolicy::with_predicate`]. Without a retry policy, nothing is retried.
+    pub fn retry_if<P2>(self, predicate: P2) -> PipelineBuilder<C, P2, K, M> {
+        PipelineBuilder {
+            retry: self.retry.map(|p| p.with_predicate(predicate)),
+            breaker: self.breaker,
+            stages: self.stages,
+            placement: self.placement,
+            classifier: self.classifier,
+            failures: self.failures,
+        }
+    }
+
+    /// The same builder without a breaker, typed for a breaker on `C2`.
+    #[cfg(feature = "serde")]
+    pub(crate) fn without_breaker<C2: Clock>(self) -> PipelineBuilder<C2, P, K, M> {
+        PipelineBuilder {
+            retry: self.retry,
+            breaker: None,
+            stages: self.stages,
+            placement: self.placement,
+            classifier: self.classifier,
+            failures: self.failures,
         }
     }
 
     /// Guards calls with `breaker`.
-    pub fn breaker<C2: Clock>(self, breaker: CircuitBreaker<C2>) -> PipelineBuilder<C2, P, K> {
+    pub fn breaker<C2: Clock>(self, breaker: CircuitBreaker<C2>) -> PipelineBuilder<C2, P, K, M> {
         PipelineBuilder {
             retry: self.retry,
             breaker: Some(breaker),
             stages: self.stages,
             placement: self.placement,
             classifier: self.classifier,
+            failures: self.failures,
         }
     }
 
     /// Classifies results with `classifier` (for the breaker, and for the throttle's accepts:
     /// anything not a failure is accepted). Default: `Ok` succeeds, `Err` fails.
-    pub fn classifier<K2>(self, classifier: K2) -> PipelineBuilder<C, P, K2> {
+    pub fn classifier<K2>(self, classifier: K2) -> PipelineBuilder<C, P, K2, M> {
         PipelineBuilder {
             retry: self.retry,
             breaker: self.breaker,
             stages: self.stages,
             placement: self.placement,
             classifier,
+            failures: self.failures,
         }
+    }
+
+    /// Turns a last result that is an `Ok` the classifier judged a failure into the call's
+    /// error, with `failures` ([`FailureToError`]), so the caller's error path and the
+    /// fallback of [`call_or_else`](Pipeline::call_or_else) see it. The retry predicate, the
+    /// breaker and the budget still see the value itself (a 503 with its `Retry-After`).
+    pub fn failures_as_errors<M2>(self, failures: M2) -> PipelineBuilder<C, P, K, M2> {
+        PipelineBuilder {
+            retry: self.retry,
+            breaker: self.breaker,
+            stages: self.stages,
+            placement: self.placement,
+            classifier: self.classifier,
+            failures,
+        }
+    }
+
+    /// The reqwest defaults (feature `reqwest`): results classified by
+    /// [`ReqwestClassifier`](crate::reqwest::ReqwestClassifier), retried by
+    /// [`HttpRetryable`](crate::http::HttpRetryable) (errors, 429, 500, 502, 503, 504; never a
+    /// local refusal), and a failed response after the last attempt turned into the call's
+    /// error by [`StatusError`](crate::reqwest::StatusError), so the fallback fires for a 503.
+    #[cfg(feature = "reqwest")]
+    pub fn reqwest(
+        self,
+    ) -> PipelineBuilder<
+        C,
+        crate::http::HttpRetryable,
+        crate::reqwest::ReqwestClassifier,
+        crate::reqwest::StatusError,
+    > {
+        self.retry_if(crate::http::HttpRetryable)
+            .classifier(crate::reqwest::ReqwestClassifier)
+            .failures_as_errors(crate::reqwest::StatusError)
     }
 
     /// Rejects a share of attempts with the partial breaker `partial`.
@@ -715,7 +954,7 @@ impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
     /// let err = Pipeline::builder().timeout(Duration::ZERO).build().unwrap_err();
     /// assert_eq!(err.to_string(), "timeout must be in (0ns, 86400s], got 0ns");
     /// ```
-    pub fn build(self) -> Result<Pipeline<C, P, K>, ConfigError> {
+    pub fn build(self) -> Result<Pipeline<C, P, K, M>, ConfigError> {
         let mut stages = self.stages;
         stages.timeout = stages
             .timeout
@@ -727,6 +966,8 @@ impl<C: Clock, P, K> PipelineBuilder<C, P, K> {
             stages,
             placement: self.placement,
             classifier: self.classifier,
+            failures: self.failures,
+            stats: Arc::default(),
         })
     }
 }

@@ -23,7 +23,15 @@ pub const MAX_DELAY: Duration = Duration::from_secs(86_400);
 ///
 /// Without jitter, clients that failed together retry together, in synchronised waves; full
 /// jitter spreads them evenly and does the least work overall, which is why it is the default.
+///
+/// In a configuration file (feature `serde`): `"none"`, `"full"`, `"equal"` or
+/// `"decorrelated"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
 pub enum Jitter {
     /// No randomness: exactly `t`.
     None,

@@ -35,6 +35,7 @@
 
 mod backoff;
 pub mod budget;
+mod config;
 #[cfg(feature = "tower")]
 pub mod future;
 #[cfg(feature = "tower")]
@@ -42,6 +43,7 @@ mod layer;
 pub(crate) mod policy;
 
 pub use backoff::{Backoff, Jitter, MAX_BASE_DELAY, MAX_DELAY};
+pub use config::{BudgetConfig, RetryConfig};
 #[cfg(feature = "tower")]
 pub use layer::RetryLayer;
 pub use policy::{

@@ -85,6 +85,16 @@ pub struct RetryStats {
     pub attempts_exhausted: u64,
     /// Calls refused by a local policy (breaker, bulkhead, gate, throttle), never retried.
     pub local_rejections: u64,
+    /// Requests that succeeded on their first attempt (resilience4j's
+    /// `successful_without_retry`).
+    pub succeeded_without_retry: u64,
+    /// Requests that succeeded after at least one retry (`successful_with_retry`).
+    pub succeeded_with_retry: u64,
+    /// Requests that ended with a failure (or an error not worth retrying) without a retry:
+    /// not retryable, or refused a retry by the budget or the gate (`failed_without_retry`).
+    pub failed_without_retry: u64,
+    /// Requests that ended with a failure after at least one retry (`failed_with_retry`).
+    pub failed_with_retry: u64,
 }
 
 #[derive(Debug, Default)]
@@ -95,6 +105,8 @@ struct Counters {
     gate_overflows: AtomicU64,
     attempts_exhausted: AtomicU64,
     local_rejections: AtomicU64,
+    /// Requests ended: succeeded without, with a retry; failed without, with a retry.
+    ended: [AtomicU64; 4],
 }
 
 fn bump(c: &AtomicU64) {
@@ -221,6 +233,34 @@ impl<P> RetryPolicy<P> {
             gate_overflows: r(&c.gate_overflows),
             attempts_exhausted: r(&c.attempts_exhausted),
             local_rejections: r(&c.local_rejections),
+            succeeded_without_retry: r(&c.ended[0]),
+            succeeded_with_retry: r(&c.ended[1]),
+            failed_without_retry: r(&c.ended[2]),
+            failed_with_retry: r(&c.ended[3]),
+        }
+    }
+
+    /// The budget, if any.
+    pub fn budget(&self) -> Option<&Arc<dyn RetryBudget>> {
+        self.shared.budget.as_ref()
+    }
+
+    /// The same policy (sharing its budget, its random generator and its counters) with
+    /// another predicate: a policy read from a configuration, given the predicate of the
+    /// results it retries.
+    ///
+    /// ```
+    /// use tripline_policies::retry::{RetryPolicy, Retryable};
+    ///
+    /// let policy = RetryPolicy::default();
+    /// let http = policy.clone().with_predicate(|r: &Result<u16, ()>| matches!(r, Ok(503) | Err(_)));
+    /// assert!(http.predicate().is_retryable(&Ok(503)));
+    /// assert_eq!(http.max_attempts(), policy.max_attempts());
+    /// ```
+    pub fn with_predicate<Q>(self, predicate: Q) -> RetryPolicy<Q> {
+        RetryPolicy {
+            shared: self.shared,
+            predicate,
         }
     }
 
@@ -468,8 +508,11 @@ impl Attempts {
     /// Whether another attempt may follow the ones made (so a copy of the request is worth
     /// making).
     #[cfg_attr(
-        not(feature = "tower"),
-        expect(dead_code, reason = "used by the tower layer")
+        not(any(feature = "tower", feature = "reqwest")),
+        expect(
+            dead_code,
+            reason = "used by the tower layer and the reqwest middleware"
+        )
     )]
     pub(crate) fn may_retry(&self) -> bool {
         self.made < self.shared.max_attempts
@@ -484,9 +527,33 @@ impl Attempts {
     }
 
     /// Reports an attempt's result to the budget and the counters, without deciding anything:
-    /// for a request that cannot be retried (no copy of it could be made). A retry refused by
-    /// a local policy is taken back: it was never made.
+    /// for a request that cannot be retried (no copy of it could be made), which ends with it.
+    /// A retry refused by a local policy is taken back: it was never made.
+    #[cfg_attr(
+        not(any(feature = "tower", feature = "reqwest")),
+        expect(
+            dead_code,
+            reason = "used by the tower layer and the reqwest middleware"
+        )
+    )]
     pub(crate) fn report(&mut self, verdict: Verdict) {
+        self.observe(verdict);
+        self.end(verdict, self.made > 1);
+    }
+
+    /// Counts how the request ended, with `verdict` as its last result: a success or a
+    /// failure, with or without a retry made; a local refusal is counted as such already.
+    fn end(&self, verdict: Verdict, retried: bool) {
+        let failed = match verdict {
+            Verdict::Success => false,
+            Verdict::Final | Verdict::Failure { .. } => true,
+            Verdict::Local => return,
+        };
+        bump(&self.shared.counters.ended[usize::from(failed) * 2 + usize::from(retried)]);
+    }
+
+    /// Reports an attempt's result to the budget (see [`report`](Self::report)).
+    fn observe(&mut self, verdict: Verdict) {
         let outcome = match verdict {
             Verdict::Success => Outcome::Success,
             Verdict::Final => Outcome::Ignored,
@@ -511,22 +578,25 @@ impl Attempts {
     /// [`begin`](Self::begin) when its attempt is sent, or [`cancel`](Self::cancel) if another
     /// limit refuses it).
     pub(crate) fn next(&mut self, verdict: Verdict) -> Option<Duration> {
-        self.report(verdict);
+        self.observe(verdict);
         let s = &*self.shared;
         let Verdict::Failure {
             cause,
             retryable: true,
         } = verdict
         else {
+            self.end(verdict, self.made > 1);
             return None;
         };
         if self.made >= s.max_attempts {
             bump(&s.counters.attempts_exhausted);
+            self.end(verdict, self.made > 1);
             return None;
         }
         if let Some(b) = &s.budget {
             if !b.withdraw(cause) {
                 bump(&s.counters.budget_exhausted);
+                self.end(verdict, self.made > 1);
                 return None;
             }
         }
@@ -550,6 +620,12 @@ impl Attempts {
             self.retry = Granted::None;
             self.take_back(cause);
             bump(&self.shared.counters.gate_overflows);
+            // The request ends with the failure this retry was for; the retry was not made.
+            let failure = Verdict::Failure {
+                cause,
+                retryable: true,
+            };
+            self.end(failure, self.made > 2);
         }
     }
 
@@ -570,6 +646,18 @@ impl Drop for Attempts {
             self.take_back(cause);
         }
     }
+}
+
+/// `max_attempts` in `[1, MAX_ATTEMPTS]`.
+pub(crate) fn check_attempts(n: u32) -> Result<(), ConfigError> {
+    if !(1..=MAX_ATTEMPTS).contains(&n) {
+        return Err(ConfigError::new(
+            "max_attempts",
+            n,
+            format!("in [1, {MAX_ATTEMPTS}]"),
+        ));
+    }
+    Ok(())
 }
 
 /// Builds a [`RetryPolicy`], checking every value.
@@ -643,15 +731,17 @@ impl<P> RetryPolicyBuilder<P> {
         }
     }
 
+    /// A budget already shared as a trait object: one built from a
+    /// [`BudgetConfig`](super::BudgetConfig), or another policy's
+    /// ([`RetryPolicy::budget`]).
+    pub fn shared_budget(mut self, budget: Arc<dyn RetryBudget>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
     /// The policy.
     pub fn build(self) -> Result<RetryPolicy<P>, ConfigError> {
-        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
-            return Err(ConfigError::new(
-                "max_attempts",
-                self.max_attempts,
-                format!("in [1, {MAX_ATTEMPTS}]"),
-            ));
-        }
+        check_attempts(self.max_attempts)?;
         let backoff = Backoff::new(self.base_delay, self.max_delay, self.jitter)?;
         let rng = match self.seed {
             Some(s) => Pcg64Mcg::seed_from_u64(s),

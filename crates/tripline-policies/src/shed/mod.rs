@@ -819,13 +819,31 @@ mod raw {
         }
     }
 
+    use super::{MAX_SLOTS, MAX_WAIT};
+    use crate::de::{checked, within};
+
+    // Each field's own range, checked as it is read: an error points at the field's line.
+    checked! {
+        capacity: u32 = |v| within("capacity", *v, 1, MAX_SLOTS);
+        max_waiting: u32 = |v| within("max_waiting", *v, 0, MAX_SLOTS);
+    }
+    checked! {
+        max_wait: dur = |v| if v > MAX_WAIT {
+            Err(ConfigError::new("max_wait", format!("{v:?}"), format!("in [0ns, {MAX_WAIT:?}]")))
+        } else {
+            Ok(())
+        };
+    }
+
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     pub(super) struct RawShedConfig {
+        #[serde(default, deserialize_with = "capacity")]
         capacity: Option<u32>,
         shares: Option<Shares>,
+        #[serde(default, deserialize_with = "max_waiting")]
         max_waiting: Option<u32>,
-        #[serde(with = "humantime_serde::option", default)]
+        #[serde(default, deserialize_with = "max_wait")]
         max_wait: Option<Duration>,
     }
 

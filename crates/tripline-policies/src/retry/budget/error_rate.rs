@@ -115,10 +115,14 @@ impl<C: Clock> RetryBudget for ErrorRateBudget<C> {
     fn withdraw(&self, _: RetryCause) -> bool {
         self.allows_retries()
     }
+
+    fn remaining(&self) -> Option<u64> {
+        (!self.allows_retries()).then_some(0)
+    }
 }
 
 /// Builds an [`ErrorRateBudget`], checking every value.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ErrorRateBudgetBuilder {
     window: Duration,
     bucket: Duration,

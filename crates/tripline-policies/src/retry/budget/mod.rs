@@ -108,6 +108,25 @@ pub trait RetryBudget: fmt::Debug + Send + Sync + 'static {
         let _ = cause;
     }
 
+    /// The retries (of errors) the budget would grant now, for a gauge: `None` when it does
+    /// not count them (a rule that is simply on, as [`ErrorRateBudget`] while the error rate
+    /// is low). The default is `None`.
+    ///
+    /// ```
+    /// use tripline_policies::retry::budget::{ErrorRateBudget, RetryBudget, TokenBucketBudget, TpsBudget};
+    ///
+    /// assert_eq!(TokenBucketBudget::default().remaining(), Some(100)); // 500 tokens, 5 a retry
+    /// let tps = TpsBudget::default();
+    /// assert_eq!(RetryBudget::remaining(&tps), Some(100)); // the reserve: 10/s for 10 s
+    /// assert_eq!(ErrorRateBudget::default().remaining(), None); // retries on, uncounted
+    /// let both = TpsBudget::default().and(TokenBucketBudget::builder().capacity(50).build()?);
+    /// assert_eq!(both.remaining(), Some(10));
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    fn remaining(&self) -> Option<u64> {
+        None
+    }
+
     /// A budget that allows a retry only when both `self` and `other` do.
     fn and<B: RetryBudget>(self, other: B) -> Both<Self, B>
     where
@@ -129,6 +148,9 @@ impl<B: RetryBudget + ?Sized> RetryBudget for std::sync::Arc<B> {
     }
     fn refund(&self, cause: RetryCause) {
         (**self).refund(cause)
+    }
+    fn remaining(&self) -> Option<u64> {
+        (**self).remaining()
     }
 }
 
@@ -170,5 +192,12 @@ impl<A: RetryBudget, B: RetryBudget> RetryBudget for Both<A, B> {
     fn refund(&self, cause: RetryCause) {
         self.0.refund(cause);
         self.1.refund(cause);
+    }
+
+    fn remaining(&self) -> Option<u64> {
+        match (self.0.remaining(), self.1.remaining()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }

@@ -116,10 +116,14 @@ impl RetryBudget for TokenBucketBudget {
     fn refund(&self, cause: RetryCause) {
         self.put(self.cost(cause));
     }
+
+    fn remaining(&self) -> Option<u64> {
+        Some(u64::from(self.tokens() / self.retry_cost))
+    }
 }
 
 /// Builds a [`TokenBucketBudget`], checking every value.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TokenBucketBudgetBuilder {
     capacity: u32,
     retry_cost: u32,

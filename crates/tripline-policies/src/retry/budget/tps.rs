@@ -152,10 +152,14 @@ impl<C: Clock> RetryBudget for TpsBudget<C> {
         let now = self.clock.now();
         crate::lock(&self.window).add(now, 0, self.withdrawal);
     }
+
+    fn remaining(&self) -> Option<u64> {
+        Some(TpsBudget::remaining(self))
+    }
 }
 
 /// Builds a [`TpsBudget`], checking every value.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TpsBudgetBuilder {
     ttl: Duration,
     min_per_sec: u32,
