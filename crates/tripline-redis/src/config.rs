@@ -122,6 +122,34 @@ pub struct Quorum {
     pub within: Duration,
 }
 
+/// The secret of [`SharedConfigBuilder::hash_scopes`]: never printed, never serialized.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct ScopeSecret(std::sync::Arc<[u8]>);
+
+impl std::fmt::Debug for ScopeSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScopeSecret(..)")
+    }
+}
+
+impl ScopeSecret {
+    /// The label a scope goes by outside the process: `h:` and the first 128 bits of
+    /// HMAC-SHA256(secret, scope), in hex.
+    pub(crate) fn label(&self, scope: &str) -> String {
+        use hmac::{Mac, digest::KeyInit};
+        let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        mac.update(scope.as_bytes());
+        let tag = mac.finalize().into_bytes();
+        let mut out = String::with_capacity(34);
+        out.push_str("h:");
+        for b in &tag[..16] {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+}
+
 /// The shared store's settings (the breaker's own rules are a [`BreakerConfig`]).
 ///
 /// ```
@@ -155,6 +183,9 @@ pub struct SharedConfig {
     #[serde(with = "humantime_serde")]
     pub(crate) idle_ttl: Duration,
     pub(crate) redis_breaker: Option<BreakerConfig>,
+    /// Set only by [`SharedConfigBuilder::hash_scopes`], never read from a file.
+    #[serde(skip)]
+    pub(crate) scope_secret: Option<ScopeSecret>,
 }
 
 impl Default for SharedConfig {
@@ -170,6 +201,7 @@ impl Default for SharedConfig {
             time_source: TimeSource::Redis,
             idle_ttl: Duration::from_secs(24 * 3600),
             redis_breaker: None,
+            scope_secret: None,
         }
     }
 }
@@ -228,6 +260,11 @@ impl SharedConfig {
     /// expires.
     pub fn idle_ttl(&self) -> Duration {
         self.idle_ttl
+    }
+
+    /// Whether scopes are hashed ([`SharedConfigBuilder::hash_scopes`]).
+    pub fn hashes_scopes(&self) -> bool {
+        self.scope_secret.is_some()
     }
 
     /// Checks every field, naming the first bad one.
@@ -296,6 +333,13 @@ impl SharedConfig {
                 Duration::from_millis(1),
                 Duration::from_secs(24 * 3600),
             )?;
+        }
+        if self.scope_secret.as_ref().is_some_and(|s| s.0.len() < 16) {
+            return Err(ConfigError::new(
+                "hash_scopes",
+                "a secret shorter than 16 bytes",
+                "a secret of at least 16 bytes",
+            ));
         }
         if let Some(id) = &self.replica_id {
             if id.is_empty() || id.len() > 128 {
@@ -371,6 +415,28 @@ impl SharedConfigBuilder {
     /// quorum and in-flight rules and in the events stream.
     pub fn replica_id(mut self, id: impl Into<String>) -> Self {
         self.config.replica_id = Some(id.into());
+        self
+    }
+
+    /// Scopes that carry no secret: every scope is known outside this process only by a keyed
+    /// hash of it, `h:` and 32 hex digits (the first 128 bits of HMAC-SHA256 keyed with
+    /// `secret`). Redis keys, the events stream, the shadow breaker's name (so its metrics
+    /// labels and trace lines), rejections and log lines all carry the hash; the readable scope
+    /// stays in this process ([`SharedBreaker::name`](crate::SharedBreaker::name)). Every
+    /// replica of a fleet must use the same secret (a secret from the application's secret
+    /// store: with a secret an attacker knows, a scope's hash can be checked against guesses).
+    /// With hashing a scope may hold any bytes (1 to 1024 of them), braces included. Turning
+    /// hashing on or changing the secret moves every breaker to new keys: it starts Closed.
+    ///
+    /// ```
+    /// use tripline_redis::SharedConfig;
+    /// let c = SharedConfig::builder().hash_scopes("a secret from the vault").build().unwrap();
+    /// assert!(c.hashes_scopes());
+    /// let err = SharedConfig::builder().hash_scopes("").build().unwrap_err();
+    /// assert_eq!(err.field(), "hash_scopes");
+    /// ```
+    pub fn hash_scopes(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.config.scope_secret = Some(ScopeSecret(secret.as_ref().into()));
         self
     }
 
