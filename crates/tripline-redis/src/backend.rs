@@ -95,6 +95,12 @@ struct Loader {
 /// What a backend does when a connection to Redis is made again after one was lost: each
 /// breaker on it that remembers a state Redis may have lost tells Redis at once.
 pub(crate) trait Reconnected: Send + Sync {
+    /// Called synchronously once the connection is made again, before any call can use it
+    /// (keep it short: it runs on the supervisor); `new_server`: the connection reached another
+    /// server process than the last one (a restart, a failover: its `run_id` changed, or could
+    /// not be read), which may have lost state.
+    fn reconnecting(&self, new_server: bool);
+
     /// Called (in a task of its own) after every reconnection.
     fn reconnected(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 }
@@ -138,6 +144,9 @@ struct Link {
     tls: bool,
     /// Told after every reconnection.
     listeners: Mutex<Vec<Weak<dyn Reconnected>>>,
+    /// The `run_id` of the server the last connection reached (`None` before the first, or
+    /// when `INFO` was refused).
+    run_id: Mutex<Option<String>>,
 }
 
 enum LinkState {
@@ -202,6 +211,20 @@ impl Link {
         Ok(c)
     }
 
+    /// The server process a connection reached: its `run_id` (`None` if `INFO` is refused).
+    async fn run_id(c: &mut MultiplexedConnection) -> Option<String> {
+        let info = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            redis::cmd("INFO").arg("server").query_async::<String>(c),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_string())
+    }
+
     /// Why no call can be made right now, while an attempt is still running (the first, or
     /// after a loss): how long it has run, and for TLS what a hang usually means.
     fn connecting(&self) -> Option<String> {
@@ -228,14 +251,15 @@ impl Link {
         ls.push(l);
     }
 
+    fn live_listeners(&self) -> Vec<Arc<dyn Reconnected>> {
+        let mut ls = lock(&self.listeners);
+        ls.retain(|w| w.strong_count() > 0);
+        ls.iter().filter_map(Weak::upgrade).collect()
+    }
+
     /// Tells every live listener that a connection was made again.
     fn tell_reconnected(&self) {
-        let live: Vec<Arc<dyn Reconnected>> = {
-            let mut ls = lock(&self.listeners);
-            ls.retain(|w| w.strong_count() > 0);
-            ls.iter().filter_map(Weak::upgrade).collect()
-        };
-        for l in live {
+        for l in self.live_listeners() {
             tokio::spawn(l.reconnected());
         }
     }
@@ -307,6 +331,18 @@ async fn supervise(link: Weak<Link>, broken: Arc<tokio::sync::Notify>) {
                 backoff = RECONNECT_FIRST;
                 let mut woken = std::pin::pin!(broken.notified());
                 woken.as_mut().enable();
+                let id = Link::run_id(&mut c).await;
+                let new_server = {
+                    let mut last = lock(&l.run_id);
+                    let changed = id.is_none() || *last != id;
+                    *last = id;
+                    changed
+                };
+                if n > 1 {
+                    for listener in l.live_listeners() {
+                        listener.reconnecting(new_server);
+                    }
+                }
                 l.number.store(n, Ordering::Release);
                 l.set(LinkState::Up(c.clone(), n));
                 if n > 1 {
@@ -417,6 +453,7 @@ impl Backend {
             attempt: Mutex::new(None),
             tls,
             listeners: Mutex::new(Vec::new()),
+            run_id: Mutex::new(None),
         });
         rt.spawn(supervise(Arc::downgrade(&link), broken));
         Ok(Self {
@@ -566,7 +603,9 @@ impl Backend {
         match self.query::<Value>(&cmd).await {
             Ok(_) => {}
             // "Library 'tripline_5' already exists": another replica's load won.
-            Err(e) if e.to_string().contains(&format!("'{LIBRARY_NAME}' already exists")) => {}
+            Err(e)
+                if e.to_string()
+                    .contains(&format!("'{LIBRARY_NAME}' already exists")) => {}
             Err(e) if is_oom(&e) => {
                 *lock(&loader.oom_at) = Some(tokio::time::Instant::now());
                 return Ok(Loaded::Eval);

@@ -183,6 +183,8 @@ pub struct SharedConfig {
     #[serde(with = "humantime_serde")]
     pub(crate) idle_ttl: Duration,
     pub(crate) redis_breaker: Option<BreakerConfig>,
+    #[serde(with = "humantime_serde")]
+    pub(crate) loss_hold: Duration,
     /// Set only by [`SharedConfigBuilder::hash_scopes`], never read from a file.
     #[serde(skip)]
     pub(crate) scope_secret: Option<ScopeSecret>,
@@ -201,6 +203,7 @@ impl Default for SharedConfig {
             time_source: TimeSource::Redis,
             idle_ttl: Duration::from_secs(24 * 3600),
             redis_breaker: None,
+            loss_hold: Duration::ZERO,
             scope_secret: None,
         }
     }
@@ -262,6 +265,12 @@ impl SharedConfig {
         self.idle_ttl
     }
 
+    /// How long a replica that cannot know whether Redis lost a trip holds its calls (default
+    /// zero: it does not); see [`SharedConfigBuilder::loss_hold`].
+    pub fn loss_hold(&self) -> Duration {
+        self.loss_hold
+    }
+
     /// Whether scopes are hashed ([`SharedConfigBuilder::hash_scopes`]).
     pub fn hashes_scopes(&self) -> bool {
         self.scope_secret.is_some()
@@ -296,6 +305,12 @@ impl SharedConfig {
             self.idle_ttl,
             Duration::from_secs(1),
             Duration::from_secs(365 * 24 * 3600),
+        )?;
+        dur(
+            "loss_hold",
+            self.loss_hold,
+            Duration::ZERO,
+            Duration::from_secs(60),
         )?;
         if let Some(b) = self.batching {
             dur(
@@ -391,6 +406,30 @@ impl SharedConfigBuilder {
         time_source: TimeSource;
         /// See [`SharedConfig::idle_ttl`].
         idle_ttl: Duration;
+    }
+
+    /// Fails closed for `hold` where Redis may have lost a trip this replica cannot know of.
+    /// When this replica's view of a breaker is Closed and Redis shows that it may have lost
+    /// state (the connection reached another server process, a restart or a failover; or the
+    /// breaker's record started over, not at an operator's word, or its epoch went back), the
+    /// lost record may have been Open, and only a replica that saw the trip can bring it back.
+    /// For `hold` this replica rejects the breaker's calls (Open, with the hold's time left),
+    /// asking Redis on each, so that a replica remembering the trip reaches Redis first: then
+    /// no call is admitted that the fleet held Open. The cost: after every restart or failover
+    /// of Redis, every breaker this replica saw Closed rejects for `hold`, tripped or not.
+    /// Zero, the default: no hold (a replica that never saw the trip admits until a
+    /// remembering replica reaches Redis). At most 1 minute; a few times the reconnection
+    /// time (250 ms) plus `redis_timeout` is enough.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline_redis::SharedConfig;
+    /// let c = SharedConfig::builder().loss_hold(Duration::from_millis(500)).build().unwrap();
+    /// assert_eq!(c.loss_hold(), Duration::from_millis(500));
+    /// ```
+    pub fn loss_hold(mut self, hold: Duration) -> Self {
+        self.config.loss_hold = hold;
+        self
     }
 
     /// See [`SharedConfig::key_prefix`].

@@ -206,7 +206,12 @@
 //!   it. So the fleet holds the trip again within one round trip of the first remembering
 //!   replica reaching Redis; a replica that never saw the trip and reaches Redis before any
 //!   replica that did cannot know of it, and admits until then (measured in the crate's tests:
-//!   10 of 10 calls before, 0 after). So deleting a breaker's keys does not reset it while
+//!   10 of 10 calls before, 0 after), unless it fails closed for a while where Redis may have
+//!   lost a trip: [`SharedConfigBuilder::loss_hold`] (after a reconnection to another server
+//!   process, or a record that started over or went back, a replica whose view is Closed
+//!   rejects for the hold, asking Redis on each call; 0 of 10 admitted in the same tests, at
+//!   the price of rejecting every breaker it saw Closed for the hold after each restart or
+//!   failover of Redis). So deleting a breaker's keys does not reset it while
 //!   replicas remember it: use [`SharedBreaker::reset`]. A record that starts over at an
 //!   operator's action (a reset, or a forced state, from any replica, after the loss) is the
 //!   operator's word: replicas take it as it is and restore nothing. A window lost while its

@@ -212,6 +212,9 @@ pub struct SharedMetrics {
     pub total_duration: Option<Duration>,
     /// With `call_durations`: the mean duration of this replica's calls in its window.
     pub mean_duration: Option<Duration>,
+    /// Calls this replica rejected while holding a breaker after Redis may have lost it
+    /// ([`SharedConfigBuilder::loss_hold`](crate::SharedConfigBuilder::loss_hold)).
+    pub loss_holds: u64,
 }
 
 /// Redirections in a row that do not count against the breaker on Redis; past them, they do.
@@ -242,6 +245,7 @@ struct Counters {
     late_admissions: AtomicU64,
     ramp_rejections: AtomicU64,
     lumped: AtomicU64,
+    loss_holds: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -267,6 +271,9 @@ struct View {
     /// The connection the reply came on: a view from before a reconnection is not decided
     /// from (Redis may have lost what it said).
     conn: u64,
+    /// `loss_hold`: until then (local clock) calls are held, Redis having perhaps lost a trip
+    /// this replica could not know of.
+    hold_until: u64,
 }
 
 /// This replica's calls in flight, by start cohort, with the in-process breaker's rule. Each
@@ -776,6 +783,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
                 lease_deadline: None,
                 missing: false,
                 conn: 0,
+                hold_until: 0,
             }),
             flight: Mutex::new(Flight {
                 calls: InFlight::new(slow_nanos),
@@ -988,6 +996,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             lumped_failures: r(&c.lumped),
             total_duration: None,
             mean_duration: None,
+            loss_holds: r(&c.loss_holds),
         };
         if let Some(d) = &self.inner.durations {
             let d = d.metrics();
@@ -1304,6 +1313,19 @@ fn explicit_wait(field: &str, wait: Duration) -> Result<Duration, TransitionErro
 }
 
 impl<C: Clock + Clone> Reconnected for Inner<C> {
+    /// Another server process (a restart, a failover) may have lost a trip that a replica
+    /// whose view is Closed cannot know of: with `loss_hold`, hold the breaker's calls (before
+    /// any call can use the new connection) until one that saw the trip can bring it back.
+    fn reconnecting(&self, new_server: bool) {
+        if new_server && !self.shared.loss_hold.is_zero() {
+            let now = self.clock.now();
+            let mut v = lock(&self.view);
+            if v.valid && v.state == State::Closed {
+                v.hold_until = now.saturating_add(nanos(self.shared.loss_hold));
+            }
+        }
+    }
+
     /// A replica that remembers a state Redis may have lost (Open, HalfOpen, ForcedOpen) tells
     /// Redis at once after a reconnection: a read carrying its view, which Redis brings back
     /// if it lost it, without waiting for a call or for `view_ttl`.
@@ -1372,8 +1394,19 @@ impl<C: Clock + Clone> Inner<C> {
         }
     }
 
-    /// A permit for the window, unless a ramp after recovery refuses this call.
+    /// A permit for the window, unless a hold after a loss (`loss_hold`) or a ramp after
+    /// recovery refuses this call.
     fn window_ticket(&self, stamp: (u64, u64), now: u64) -> Result<Ticket<C>, Rejected> {
+        let hold = lock(&self.view).hold_until;
+        if now < hold {
+            bump(&self.counters.rejected, 1);
+            bump(&self.counters.loss_holds, 1);
+            return Err(Rejected::new(
+                self.label.clone(),
+                State::Open,
+                Some(Duration::from_nanos(hold - now)),
+            ));
+        }
         if !self.ramp_admits(stamp, now) {
             bump(&self.counters.rejected, 1);
             bump(&self.counters.ramp_rejections, 1);
@@ -1558,7 +1591,14 @@ impl<C: Clock + Clone> Inner<C> {
         // A view from before a reconnection may be of a Redis that has since lost its state
         // (a restart, a failover): ask.
         let stale_conn = v.conn != self.backend.connection();
-        if ttl == 0 || !v.valid || v.missing || stale_conn || now.saturating_sub(v.at) >= ttl {
+        let held = now < v.hold_until;
+        if ttl == 0
+            || !v.valid
+            || v.missing
+            || stale_conn
+            || held
+            || now.saturating_sub(v.at) >= ttl
+        {
             // Ask Redis, with the in-flight count when a Closed breaker's check is due.
             let closed = !v.valid || v.state == State::Closed;
             let report = closed.then(|| self.in_flight_check(now)).flatten();
@@ -1798,12 +1838,34 @@ impl<C: Clock + Clone> Inner<C> {
             if self.contradicts(&v, reply, now) {
                 return false;
             }
+            let recent = now.saturating_sub(v.at) < nanos(self.shared.idle_ttl) / 8 * 7;
+            let lost_closed = v.valid
+                && v.state == State::Closed
+                && reply.state == State::Closed
+                && reply.notes & NOTE_OPERATOR == 0
+                && recent
+                && ((reply.notes & NOTE_MISSING != 0 && reply.origin != v.origin)
+                    || (reply.origin == v.origin
+                        && reply.epoch < v.epoch
+                        && reply.now >= v.redis_now));
+            if lost_closed && !self.shared.loss_hold.is_zero() && v.hold_until <= now {
+                // Redis lost this record, which this replica saw Closed: it may have tripped
+                // since. Held, so that a replica remembering the trip can bring it back.
+                v.hold_until = now.saturating_add(nanos(self.shared.loss_hold));
+            }
+            if !matches!(
+                reply.state,
+                State::Closed | State::MetricsOnly | State::Disabled
+            ) {
+                // Redis knows the breaker is not Closed: nothing to hold for.
+                v.hold_until = 0;
+            }
             if reply.notes & NOTE_MISSING != 0
                 && reply.verdict != "read"
                 && v.valid
                 && reply.origin != v.origin
                 && reply.notes & NOTE_OPERATOR == 0
-                && now.saturating_sub(v.at) < nanos(self.shared.idle_ttl) / 8 * 7
+                && recent
             {
                 // A record this replica saw within its idle TTL is gone, and not by expiry: an
                 // eviction (volatile-* under memory pressure), a restart without persistence.

@@ -867,3 +867,89 @@ async fn the_check_takes_allkeys_without_a_memory_limit() {
         Err(tripline_redis::CheckError::UnsafeEviction { .. })
     ));
 }
+
+/// With `loss_hold`, a replica that never saw the trip and reaches Redis first admits nothing
+/// the fleet held Open: after an empty restart (the record started over) and after a failover
+/// to a replica of Redis that lagged the trip (another server process), it holds its calls
+/// until a remembering replica has brought the trip back. Where no replica remembers a trip
+/// (a healthy breaker), calls flow again once the hold is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_after_a_loss_admits_nothing_a_remembering_replica_could_bring_back() {
+    for failover in [false, true] {
+        let mut primary = RedisServer::start().expect("redis-server");
+        let standby = RedisServer::start().expect("redis-server");
+        // The forgetful replica's address follows the primary; the remembering replica's is
+        // held back (partitioned) until the forgetful one has called.
+        let address = Proxy::start(primary.port()).unwrap();
+        let held_back = Proxy::start(primary.port()).unwrap();
+        let clock = ManualClock::new();
+        let scope = "faults:hold";
+        let hold = SECOND;
+        let remembers = replica(&held_back.url(), scope, "remembers", &clock);
+        let forgetful = replica_with(
+            &address.url(),
+            scope,
+            fleet_config(),
+            shared("forgetful").loss_hold(hold),
+            &clock,
+        );
+        let p = forgetful.acquire().await.unwrap();
+        p.record(Outcome::Success).await;
+        if failover {
+            let port = primary.port().to_string();
+            standby.cli(&["REPLICAOF", "127.0.0.1", &port]).unwrap();
+            let key = forgetful.keys().record.clone();
+            while standby.cli(&["EXISTS", &key]).unwrap() != "1" {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            standby.cli(&["REPLICAOF", "NO", "ONE"]).unwrap();
+        }
+        trip_by(&[&remembers]).await;
+        held_back.partition();
+        if failover {
+            address.retarget(standby.port());
+            held_back.retarget(standby.port());
+            address.drop_connections();
+            primary.kill();
+        } else {
+            primary.restart().expect("restart empty");
+        }
+        forgetful.check(10 * SECOND).await.unwrap();
+        clock.advance(Duration::from_millis(200));
+        let before = admitted(&[&forgetful], 10).await;
+        let what = if failover {
+            "failover to a lagging replica"
+        } else {
+            "empty restart"
+        };
+        println!(
+            "MEASURED {what}, forgetful replica first, loss_hold {hold:?}: {before} of 10 admitted before a remembering replica reached Redis"
+        );
+        assert_eq!(before, 0, "{:?}", forgetful.metrics());
+        assert!(forgetful.metrics().loss_holds > 0);
+        held_back.heal();
+        held_back.drop_connections();
+        let observer = replica(&address.url(), scope, "observer", &clock);
+        assert!(redis_holds(&observer, State::Open).await);
+        clock.advance(hold);
+        assert_eq!(admitted(&[&forgetful], 10).await, 0, "the trip holds");
+
+        // A healthy breaker that Redis loses: held, then admitted again after the hold.
+        let healthy = replica_with(
+            &address.url(),
+            "faults:hold:healthy",
+            fleet_config(),
+            shared("forgetful").loss_hold(hold),
+            &clock,
+        );
+        let p = healthy.acquire().await.unwrap();
+        p.record(Outcome::Success).await;
+        if !failover {
+            primary.restart().expect("restart empty");
+            healthy.check(10 * SECOND).await.unwrap();
+            assert_eq!(admitted(&[&healthy], 5).await, 0, "held after the loss");
+            clock.advance(hold);
+            assert_eq!(admitted(&[&healthy], 5).await, 5, "admitted after the hold");
+        }
+    }
+}
