@@ -183,14 +183,17 @@ pub struct SharedMetrics {
     /// migration in progress (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`); they do not count
     /// against the breaker on Redis (up to [`REDIRECTIONS_FORGIVEN`] in a row).
     pub redis_redirections: u64,
-    /// Replies that contradicted this replica's last view: Redis answered Closed for a breaker
-    /// this replica had seen Open or HalfOpen (or ForcedOpen), from a record that started over
-    /// or whose epoch went back (eviction, restart without persistence, a failover that lost
-    /// writes). The replica kept its view and brought the state back ([`Self::restores`]).
+    /// Calls in which Redis held a Closed record that could not follow from this replica's
+    /// last view (Open, HalfOpen or ForcedOpen): a record that started over or whose epoch went
+    /// back (eviction, restart without persistence, a failover that lost writes). The replica
+    /// brought its view back ([`Self::restores`]), in the same call.
     pub lost_state: u64,
     /// Breakers this replica restored in Redis after [`Self::lost_state`].
     pub restores: u64,
-    /// Windows Redis had lost (evicted or expired) while their record said they held calls.
+    /// Windows Redis had lost (evicted or expired) while their record said they held calls,
+    /// and Closed records lost between calls (evicted under a `volatile-*` policy, or a restart
+    /// without persistence) while this replica had seen them within their idle TTL: each loss
+    /// is also logged. A breaker whose failures are lost this way does not trip on them.
     pub lost_windows: u64,
     /// Acquires rejected while Redis was unreachable, because this replica's last view was
     /// Open and unexpired, or ForcedOpen.
