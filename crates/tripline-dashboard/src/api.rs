@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -20,6 +19,8 @@ use tripline::{CircuitBreaker, Clock, State as BreakerState};
 
 use crate::auth::{self, CSRF_COOKIE};
 use crate::error::ApiError;
+use crate::history::{self, Point, severity};
+use crate::manual::{self, Held, Layer};
 use crate::store::{Action, AuditRecord, Source, Target};
 use crate::{MAX_BODY, Permissions, Principal, Shared, assets, view};
 
@@ -148,6 +149,32 @@ pub(crate) async fn asset(
 
 pub(crate) async fn not_found() -> ApiError {
     ApiError::not_found("no such page or endpoint")
+}
+
+/// Refuses a request for a host the application did not allow (DNS rebinding), before
+/// anything else reads it.
+pub(crate) async fn allowed_host<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !sh.allowed_hosts.is_empty() {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
+            .unwrap_or("");
+        if !auth::host_allowed(host, &sh.allowed_hosts) {
+            return ApiError::field(
+                "host",
+                format!("{:?}", truncate(host, 64)),
+                "a host this dashboard is configured to answer (DashboardBuilder::allowed_host)",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -367,18 +394,6 @@ fn by_scope(a: &Key, b: &Key) -> std::cmp::Ordering {
     }
 }
 
-/// Most urgent first: an operator looks for what is blocking calls.
-fn severity(s: BreakerState) -> u8 {
-    match s {
-        BreakerState::Open => 0,
-        BreakerState::HalfOpen => 1,
-        BreakerState::ForcedOpen => 2,
-        BreakerState::MetricsOnly => 3,
-        BreakerState::Disabled => 4,
-        BreakerState::Closed => 5,
-    }
-}
-
 fn rows<C: Clock + Clone>(sh: &Shared<C>, p: &Principal, source: Option<Source>) -> Vec<Row> {
     let mut out = Vec::new();
     let mut push = |source: Source, key: &Key, state: BreakerState| {
@@ -404,27 +419,46 @@ fn rows<C: Clock + Clone>(sh: &Shared<C>, p: &Principal, source: Option<Source>)
     out
 }
 
-/// The breaker of a row and the override in force for it, if it still exists.
+/// The breaker of a row and the override holding it, if it still exists.
 fn resolve_row<C: Clock + Clone>(
     sh: &Shared<C>,
     source: Source,
     key: &Key,
-) -> Option<(CircuitBreaker<C>, OperatorState)> {
+) -> Option<(CircuitBreaker<C>, Held)> {
     match source {
-        Source::Manual => sh
-            .manual
-            .iter()
-            .find(|m| &m.key == key)
-            .map(|m| (m.breaker.clone(), *lock(&m.operator))),
+        Source::Manual => {
+            let i = sh.manual.iter().position(|m| &m.key == key)?;
+            Some((sh.manual[i].breaker.clone(), manual_held(sh, i)))
+        }
         Source::Registry => {
             let r = sh.registry.as_ref()?;
-            r.peek(key).map(|b| (b, r.operator_for(key)))
+            r.peek(key).map(|b| (b, registry_held(r, key)))
         }
     }
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The override holding a registry key, and which layer it comes from.
+fn registry_held<C: Clock + Clone>(r: &tripline::registry::Registry<C>, key: &Key) -> Held {
+    let state = r.operator_for(key);
+    let layer = if r.operator_override(&Selector::Key(key.clone())).is_some() {
+        Some(Layer::Key)
+    } else if r
+        .operator_override(&Selector::Dependency(key.dependency().to_string()))
+        .is_some()
+    {
+        Some(Layer::Dependency)
+    } else if state != OperatorState::Auto {
+        Some(Layer::Configuration)
+    } else {
+        None
+    };
+    Held { state, layer }
+}
+
+fn manual_held<C: Clock + Clone>(sh: &Shared<C>, i: usize) -> Held {
+    let (state, layer) =
+        manual::lock(&sh.manual_control).in_force(i, sh.manual[i].key.dependency());
+    Held { state, layer }
 }
 
 fn query_pairs(
@@ -450,6 +484,7 @@ pub(crate) async fn list<C: Clock + Clone>(
     let p = require(&sh, &parts, Permissions::READ)?;
     let q = ListQuery::parse(&query_pairs(query)?)?;
     sh.maybe_sweep();
+    sh.sample();
     let all = rows(&sh, &p, q.source);
 
     // The summary covers every breaker (of the source asked for), whatever the filters.
@@ -459,7 +494,7 @@ pub(crate) async fn list<C: Clock + Clone>(
         deps.entry(r.key.dependency()).or_default()[r.state as usize] += 1;
         totals[r.state as usize] += 1;
     }
-    let overrides = sh
+    let mut overrides = sh
         .registry
         .as_ref()
         .map(|r| {
@@ -472,14 +507,27 @@ pub(crate) async fn list<C: Clock + Clone>(
                 .collect::<std::collections::BTreeMap<_, _>>()
         })
         .unwrap_or_default();
+    {
+        // A dependency-wide override of hand-registered breakers shows as the registry's does.
+        let control = manual::lock(&sh.manual_control);
+        for m in &sh.manual {
+            let d = m.key.dependency();
+            if let Some(state) = control.dependency(d) {
+                overrides.entry(d.to_string()).or_insert(state);
+            }
+        }
+    }
+    let (latest, by_dependency) = sh.history.latest();
     let dependencies: Vec<Value> = deps
         .iter()
         .map(|(name, counts)| {
+            let figures = by_dependency.get(*name);
             json!({
                 "name": name,
                 "breakers": counts.iter().sum::<usize>(),
                 "states": states_json(counts),
                 "override": overrides.get(*name).and_then(|o| view::operator_str(*o)),
+                "rates": figures.map(view::rates),
             })
         })
         .collect();
@@ -529,8 +577,12 @@ pub(crate) async fn list<C: Clock + Clone>(
         .skip(q.offset)
         .take(q.limit)
         .filter_map(|r| {
-            let (b, op) = resolve_row(&sh, r.source, &r.key)?;
-            Some(view::entry(&sh, &p, r.source, &r.key, &b, op, now))
+            let (b, held) = resolve_row(&sh, r.source, &r.key)?;
+            let id = (r.source, r.key.clone());
+            let mut e = view::entry(&sh, &p, r.source, &r.key, &b, held, now);
+            e["rates"] = latest.get(&id).map_or(Value::Null, view::rates);
+            e["spark"] = view::spark(&sh.history.recent_rates(&id, view::SPARK));
+            Some(e)
         })
         .collect();
     Ok(json_response(
@@ -589,12 +641,13 @@ fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> 
     found.map(|k| (Source::Registry, k))
 }
 
-pub(crate) async fn detail<C: Clock + Clone>(
-    State(sh): Sh<C>,
-    parts: Parts,
+/// The reader and the breaker a path's `{id}` names (after a sweep and a due sample).
+fn reader_and_breaker<C: Clock + Clone>(
+    sh: &Shared<C>,
+    parts: &Parts,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let p = require(&sh, &parts, Permissions::READ)?;
+) -> Result<(Principal, Source, Key), ApiError> {
+    let p = require(sh, parts, Permissions::READ)?;
     let Ok(Path(id)) = id else {
         return Err(ApiError::field(
             "id",
@@ -604,11 +657,29 @@ pub(crate) async fn detail<C: Clock + Clone>(
     };
     let id = parse_id(&id)?;
     sh.maybe_sweep();
-    let unknown = || ApiError::not_found(format!("no breaker has the id {id}"));
-    let (source, key) = find_id(&sh, id).ok_or_else(unknown)?;
-    let (breaker, op) = resolve_row(&sh, source, &key).ok_or_else(unknown)?;
+    sh.sample();
+    let (source, key) = find_id(sh, id).ok_or_else(|| unknown_id(id))?;
+    Ok((p, source, key))
+}
+
+fn unknown_id(id: &str) -> ApiError {
+    ApiError::not_found(format!("no breaker has the id {id}"))
+}
+
+pub(crate) async fn detail<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (p, source, key) = reader_and_breaker(&sh, &parts, id)?;
+    let (breaker, held) =
+        resolve_row(&sh, source, &key).ok_or_else(|| unknown_id(&sh.id(source, &key)))?;
     let now = sh.clock.now();
-    let mut out = view::entry(&sh, &p, source, &key, &breaker, op, now);
+    let mut out = view::entry(&sh, &p, source, &key, &breaker, held, now);
+    let (latest, _) = sh.history.latest();
+    out["rates"] = latest
+        .get(&(source, key.clone()))
+        .map_or(Value::Null, view::rates);
     // Its own records and the dependency-wide actions on its dependency, in order.
     let mut records = sh.store.recent(&(source, key.clone()));
     records.extend(sh.store.audits().into_iter().filter(|r| {
@@ -640,34 +711,65 @@ pub(crate) async fn audit<C: Clock + Clone>(
     Ok(json_response(StatusCode::OK, json!({ "audit": records })))
 }
 
+/// A breaker's last hour: 360 slots of 10 s, oldest first, in columns.
+pub(crate) async fn history<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (p, source, key) = reader_and_breaker(&sh, &parts, id)?;
+    let now = sh.clock.now();
+    let (open, points) = sh.history.series(&(source, key.clone())).unwrap_or((
+        now / history::SLOT_NANOS,
+        vec![Point::NoData; history::SLOTS],
+    ));
+    let mut out = view::series(&points);
+    out["id"] = sh.id(source, &key).into();
+    // How long ago the newest slot ended.
+    out["newest_age_ms"] = crate::millis(std::time::Duration::from_nanos(
+        now.saturating_sub(open.saturating_mul(history::SLOT_NANOS)),
+    ))
+    .into();
+    let mut fields = serde_json::Map::new();
+    view::key_fields(&sh, &p, &key, &mut fields);
+    for (k, v) in fields {
+        out[k] = v;
+    }
+    Ok(json_response(StatusCode::OK, out))
+}
+
+/// The breakers that left Closed in the last hour (and those still out of it), in the order
+/// they left.
+pub(crate) async fn incidents<C: Clock + Clone>(
+    State(sh): Sh<C>,
+    parts: Parts,
+) -> Result<Response, ApiError> {
+    let p = require(&sh, &parts, Permissions::READ)?;
+    sh.sample();
+    let now = sh.clock.now();
+    let list: Vec<Value> = sh
+        .history
+        .incidents(now)
+        .iter()
+        .map(|i| view::incident(&sh, &p, i, now))
+        .collect();
+    Ok(json_response(StatusCode::OK, json!({ "incidents": list })))
+}
+
 // ---------------------------------------------------------------------------------------------
 // The event stream.
-
-/// Counts an open stream; gives its slot back when the stream ends.
-struct StreamSlot<C: Clock + Clone>(Arc<Shared<C>>);
-
-impl<C: Clock + Clone> Drop for StreamSlot<C> {
-    fn drop(&mut self) {
-        self.0.streams.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 pub(crate) async fn events<C: Clock + Clone>(
     State(sh): Sh<C>,
     parts: Parts,
 ) -> Result<Response, ApiError> {
     let p = require(&sh, &parts, Permissions::READ)?;
-    if sh.streams.fetch_add(1, Ordering::AcqRel) >= sh.max_streams {
-        sh.streams.fetch_sub(1, Ordering::AcqRel);
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "{} event streams are open, the most allowed",
-                sh.max_streams
-            ),
-        ));
-    }
-    let slot = StreamSlot(sh.clone());
+    let address = sh.client_address(&parts);
+    let ticket = sh
+        .streams
+        .admit(&sh.stream_limits, &p, address)
+        .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?;
+    let slot = (sh.clone(), ticket);
     let rx = sh.store.subscribe();
     let ready = SseEvent::default()
         .event("ready")
@@ -789,7 +891,7 @@ fn parse_control(body: &[u8]) -> Result<(Action, Aim), ApiError> {
             ApiError::field(
                 "action",
                 "nothing",
-                "one of force-open, disable, metrics-only, reset, clear",
+                "one of force-open, disable, metrics-only, reset, clear, auto",
             )
         })?
         .parse::<Action>()?;
@@ -817,33 +919,56 @@ fn parse_control(body: &[u8]) -> Result<(Action, Aim), ApiError> {
     Ok((action, aims.into_iter().next().expect("one aim")))
 }
 
-/// Sets `state` on a hand-registered breaker; whether its state changed.
-fn set_manual<C: Clock>(m: &crate::Manual<C>, state: OperatorState) -> bool {
-    let mut op = lock(&m.operator);
-    let before = m.breaker.state();
-    match state {
-        OperatorState::ForcedOpen => m.breaker.force_open(),
-        OperatorState::Disabled => m.breaker.disable(),
-        OperatorState::MetricsOnly => m.breaker.metrics_only(),
-        OperatorState::Auto => {
-            if *op != OperatorState::Auto {
-                m.breaker.reset();
-            }
-        }
+/// How a message to `p` names `key`: never by a scope `p` may not see.
+fn shown_key<C: Clock + Clone>(sh: &Shared<C>, p: &Principal, key: &Key) -> String {
+    if sh.redacted(p, key) {
+        format!("a breaker of {} (sensitive scope)", key.dependency())
+    } else {
+        key.to_string()
     }
-    *op = state;
-    m.breaker.state() != before
 }
 
-fn conflict(n: usize, what: &str) -> ApiError {
+/// A reset refused because overrides hold `held` of `what`'s breakers: which layer holds
+/// them, and what lifts each.
+fn conflict(held: &[Held], what: &str) -> ApiError {
+    let configured = held
+        .iter()
+        .filter(|h| h.layer == Some(Layer::Configuration))
+        .count();
+    let run_time = held.len() - configured;
+    let mut lift = Vec::new();
+    if run_time > 0 {
+        lift.push(if configured > 0 {
+            format!("{run_time} set at run time: clear it first")
+        } else {
+            "clear it first".to_string()
+        });
+    }
+    if configured > 0 {
+        lift.push(format!(
+            "{}{CONFIGURED}",
+            if run_time > 0 {
+                format!("{configured} from the registry's configuration: ")
+            } else {
+                String::new()
+            }
+        ));
+    }
     ApiError::new(
         StatusCode::CONFLICT,
         format!(
-            "an override is in force for {n} breaker(s) of {what}: clear it first (a reset would \
-             leave the breaker Closed while the override says otherwise)"
+            "an override is in force for {} breaker(s) of {what}: {} (a reset would leave the \
+             breaker Closed while the override says otherwise)",
+            held.len(),
+            lift.join("; ")
         ),
     )
 }
+
+/// What lifts an override from the registry's configuration.
+const CONFIGURED: &str = "it comes from the registry's configuration (its [operator] section \
+    names the key or its dependency), which clear does not change: a reload without that \
+    entry lifts it, or the action auto lets the rules decide at run time until cleared";
 
 pub(crate) async fn control<C: Clock + Clone>(
     State(sh): Sh<C>,
@@ -881,23 +1006,24 @@ pub(crate) async fn control<C: Clock + Clone>(
     })?;
     let (action, aim) = parse_control(&body)?;
 
-    let target = match aim {
+    // An id names one row: the registry's breaker or the hand-registered one of its key.
+    let (target, only) = match aim {
         Aim::Key(k) => {
             // A sensitive key the caller may not see is not found, rather than confirmed.
             if sh.redacted(&p, &k) {
                 return Err(ApiError::not_found("no breaker has this key"));
             }
-            Target::Key(k)
+            (Target::Key(k), None)
         }
         Aim::Id(id) => {
-            let (_, k) = find_id(&sh, &id)
+            let (source, k) = find_id(&sh, &id)
                 .ok_or_else(|| ApiError::not_found(format!("no breaker has the id {id}")))?;
-            Target::Key(k)
+            (Target::Key(k), Some(source))
         }
-        Aim::Dependency(d) => Target::Dependency(d),
+        Aim::Dependency(d) => (Target::Dependency(d), None),
     };
     let (changed, in_force, slots) = match &target {
-        Target::Key(k) => act_on_key(&sh, action, k)?,
+        Target::Key(k) => act_on_key(&sh, &p, action, k, only)?,
         Target::Dependency(d) => act_on_dependency(&sh, action, d)?,
     };
     let record = AuditRecord {
@@ -906,6 +1032,7 @@ pub(crate) async fn control<C: Clock + Clone>(
         target: target.clone(),
         changed,
         in_force,
+        source: only,
         at: std::time::Duration::from_nanos(sh.clock.now()),
     };
     sh.store.audit(&slots, record.clone());
@@ -933,26 +1060,26 @@ pub(crate) async fn control<C: Clock + Clone>(
 
 type Acted = (usize, OperatorState, Vec<(Source, Key)>);
 
-/// Applies `action` to the registry's `selector` and to the hand-registered breakers it
-/// covers; how many breakers changed. `held` counts the registry's breakers of the selection
-/// with an override in force (a reset is refused while any breaker has one).
+/// The hand-registered breakers an action reaches, by index.
+type ManualAim = Vec<usize>;
+
+/// Applies `action` to the registry's `selector` and to the hand-registered breakers `manual`
+/// (by index); how many breakers changed. `held` are the overrides holding the breakers of
+/// the selection (a reset is refused while any holds one). No lock of the dashboard is held
+/// while a breaker or the registry runs its listeners.
 fn apply<C: Clock + Clone>(
+    sh: &Shared<C>,
     action: Action,
     registry: Option<&tripline::registry::Registry<C>>,
     selector: &Selector,
-    manual: &[&crate::Manual<C>],
-    held: usize,
+    manual: &ManualAim,
+    held: &[Held],
     what: &str,
 ) -> Result<usize, ApiError> {
     let mut changed = 0;
     match action {
         Action::Reset => {
-            let held = held
-                + manual
-                    .iter()
-                    .filter(|m| *lock(&m.operator) != OperatorState::Auto)
-                    .count();
-            if held > 0 {
+            if !held.is_empty() {
                 return Err(conflict(held, what));
             }
             // `changed` counts the breakers whose state the reset changed (a Closed breaker
@@ -967,11 +1094,14 @@ fn apply<C: Clock + Clone>(
                 r.reset(selector);
                 changed += open;
             }
-            for m in manual {
+            for &i in manual {
+                let m = &sh.manual[i];
                 if m.breaker.state() != tripline::State::Closed {
                     changed += 1;
                 }
                 m.breaker.reset();
+                // An override set while this reset ran holds again.
+                manual::reconcile(&sh.manual_control, i, m.key.dependency(), &m.breaker);
             }
         }
         Action::Clear => {
@@ -989,8 +1119,15 @@ fn apply<C: Clock + Clone>(
                     }
                 }
             }
-            for m in manual {
-                changed += usize::from(set_manual(m, OperatorState::Auto));
+            set_manual(sh, selector, manual, None);
+            for &i in manual {
+                let m = &sh.manual[i];
+                changed += usize::from(manual::reconcile(
+                    &sh.manual_control,
+                    i,
+                    m.key.dependency(),
+                    &m.breaker,
+                ));
             }
         }
         _ => {
@@ -1000,36 +1137,112 @@ fn apply<C: Clock + Clone>(
             if let Some(r) = registry {
                 changed += r.set_operator(selector, state);
             }
-            for m in manual {
-                changed += usize::from(set_manual(m, state));
+            set_manual(sh, selector, manual, Some(state));
+            for &i in manual {
+                let m = &sh.manual[i];
+                changed += usize::from(manual::reconcile(
+                    &sh.manual_control,
+                    i,
+                    m.key.dependency(),
+                    &m.breaker,
+                ));
             }
         }
     }
     Ok(changed)
 }
 
+/// Writes the desired override of the hand-registered breakers `manual` (`None` clears).
+fn set_manual<C: Clock + Clone>(
+    sh: &Shared<C>,
+    selector: &Selector,
+    manual: &ManualAim,
+    state: Option<OperatorState>,
+) {
+    let mut control = manual::lock(&sh.manual_control);
+    match selector {
+        Selector::Key(_) => {
+            for &i in manual {
+                control.set_key(i, state);
+            }
+        }
+        Selector::Dependency(d) => {
+            control.set_dependency(d, state);
+            if state.is_none() {
+                // A dependency's clear lifts its keys' overrides too.
+                for &i in manual {
+                    control.set_key(i, None);
+                }
+            }
+        }
+    }
+}
+
 fn act_on_key<C: Clock + Clone>(
     sh: &Shared<C>,
+    p: &Principal,
     action: Action,
     key: &Key,
+    only: Option<Source>,
 ) -> Result<Acted, ApiError> {
-    let registry = sh.registry.as_ref().filter(|r| r.peek(key).is_some());
-    let manual: Vec<&crate::Manual<C>> = sh.manual.iter().filter(|m| &m.key == key).collect();
+    let registry = sh
+        .registry
+        .as_ref()
+        .filter(|_| only != Some(Source::Manual))
+        .filter(|r| r.peek(key).is_some());
+    let manual: ManualAim = sh
+        .manual
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| only != Some(Source::Registry) && &m.key == key)
+        .map(|(i, _)| i)
+        .collect();
+    let what = shown_key(sh, p, key);
     if registry.is_none() && manual.is_empty() {
-        return Err(ApiError::not_found(format!("no breaker has the key {key}")));
+        return Err(ApiError::not_found(format!(
+            "no breaker has the key {what}"
+        )));
     }
-    let held = usize::from(registry.is_some_and(|r| r.operator_for(key) != OperatorState::Auto));
+    let mut held: Vec<Held> = Vec::new();
+    if let Some(r) = registry {
+        held.push(registry_held(r, key));
+    }
+    held.extend(manual.iter().map(|&i| manual_held(sh, i)));
+    if action == Action::Clear {
+        // Nothing run-time to clear while another layer holds the breaker: say which, and
+        // what lifts it, rather than answer that nothing changed.
+        let clearable = registry
+            .is_some_and(|r| r.operator_override(&Selector::Key(key.clone())).is_some())
+            || manual
+                .iter()
+                .any(|&i| manual::lock(&sh.manual_control).has_key(i));
+        if !clearable {
+            if let Some(h) = held.iter().find(|h| h.layer == Some(Layer::Configuration)) {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "no run-time override of {what} to clear; the {} holds it {}: \
+                         {CONFIGURED}",
+                        Layer::Configuration.as_str(),
+                        view::operator_str(h.state).unwrap_or("auto"),
+                    ),
+                ));
+            }
+        }
+    }
+    held.retain(|h| h.state != OperatorState::Auto);
     let changed = apply(
+        sh,
         action,
         registry.map(|r| &**r),
         &Selector::Key(key.clone()),
         &manual,
-        held,
-        &key.to_string(),
+        &held,
+        &what,
     )?;
     let in_force = match (registry, manual.first()) {
         (Some(r), _) => r.operator_for(key),
-        (None, Some(m)) => *lock(&m.operator),
+        (None, Some(&i)) => manual_held(sh, i).state,
         (None, None) => OperatorState::Auto,
     };
     let mut slots: Vec<(Source, Key)> = Vec::new();
@@ -1047,27 +1260,43 @@ fn act_on_dependency<C: Clock + Clone>(
     action: Action,
     dependency: &str,
 ) -> Result<Acted, ApiError> {
-    let manual: Vec<&crate::Manual<C>> = sh
+    let manual: ManualAim = sh
         .manual
         .iter()
-        .filter(|m| m.key.dependency() == dependency)
+        .enumerate()
+        .filter(|(_, m)| m.key.dependency() == dependency)
+        .map(|(i, _)| i)
         .collect();
     let mut in_registry = 0;
-    let mut held = 0;
+    let mut held = Vec::new();
     if let Some(r) = &sh.registry {
+        let mut keys = Vec::new();
         r.for_each(|k, _| {
             if k.dependency() == dependency {
-                in_registry += 1;
-                if r.operator_for(k) != OperatorState::Auto {
-                    held += 1;
-                }
+                keys.push(k.clone());
             }
         });
+        in_registry = keys.len();
+        held.extend(
+            keys.iter()
+                .map(|k| registry_held(r, k))
+                .filter(|h| h.state != OperatorState::Auto),
+        );
     }
-    let overridden = sh.registry.as_ref().is_some_and(|r| {
-        r.operator_override(&Selector::Dependency(dependency.to_string()))
-            .is_some()
-    });
+    held.extend(
+        manual
+            .iter()
+            .map(|&i| manual_held(sh, i))
+            .filter(|h| h.state != OperatorState::Auto),
+    );
+    let selector = Selector::Dependency(dependency.to_string());
+    let overridden = sh
+        .registry
+        .as_ref()
+        .is_some_and(|r| r.operator_override(&selector).is_some())
+        || manual::lock(&sh.manual_control)
+            .dependency(dependency)
+            .is_some();
     // Clearing an override whose breakers are all gone is allowed: it removes state.
     let exists = in_registry > 0 || !manual.is_empty() || (action == Action::Clear && overridden);
     if !exists {
@@ -1075,17 +1304,35 @@ fn act_on_dependency<C: Clock + Clone>(
             "no breaker belongs to the dependency {dependency}"
         )));
     }
+    if action == Action::Clear {
+        let run_time = overridden
+            || sh.registry.as_ref().is_some_and(|r| {
+                r.operator_overrides()
+                    .iter()
+                    .any(|(s, _)| matches!(s, Selector::Key(k) if k.dependency() == dependency))
+            })
+            || manual
+                .iter()
+                .any(|&i| manual::lock(&sh.manual_control).has_key(i));
+        let configured = held
+            .iter()
+            .filter(|h| h.layer == Some(Layer::Configuration))
+            .count();
+        if !run_time && configured > 0 {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "no run-time override in {dependency} to clear; the registry \
+                     configuration holds {configured} breaker(s) of it: {CONFIGURED}"
+                ),
+            ));
+        }
+    }
     let registry = sh.registry.as_deref();
-    let changed = apply(
-        action,
-        registry,
-        &Selector::Dependency(dependency.to_string()),
-        &manual,
-        held,
-        dependency,
-    )?;
+    let changed = apply(sh, action, registry, &selector, &manual, &held, dependency)?;
     let in_force = registry
-        .and_then(|r| r.operator_override(&Selector::Dependency(dependency.to_string())))
+        .and_then(|r| r.operator_override(&selector))
+        .or_else(|| manual::lock(&sh.manual_control).dependency(dependency))
         .unwrap_or(OperatorState::Auto);
     Ok((changed, in_force, Vec::new()))
 }

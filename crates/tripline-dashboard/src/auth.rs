@@ -389,6 +389,43 @@ pub(crate) fn same_origin(parts: &Parts, allowed: &[String]) -> Result<(), Strin
     Ok(())
 }
 
+/// Whether `s` is a host with an optional port: letters, digits, `-`, `.`, `:`, `[`, `]`.
+pub(crate) fn is_authority(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 255
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c))
+}
+
+/// A host and its port, if any (`[::1]:8080` is `[::1]` and `8080`).
+fn split_port(h: &str) -> (&str, Option<&str>) {
+    if h.starts_with('[') {
+        return match h.find(']') {
+            Some(i) => (&h[..=i], h[i + 1..].strip_prefix(':')),
+            None => (h, None),
+        };
+    }
+    match h.rsplit_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (h, None),
+    }
+}
+
+/// Whether the request's `host` is one of `allowed` (lowercase): the same host and port, or
+/// the same host where the allowed entry gives no port.
+pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.to_ascii_lowercase();
+    let (name, _) = split_port(&host);
+    let name = name.strip_suffix('.').unwrap_or(name);
+    allowed.iter().any(|a| {
+        if *a == host {
+            return true;
+        }
+        let (a_name, a_port) = split_port(a);
+        a_port.is_none() && a_name == name
+    })
+}
+
 /// The double-submit check: the token in the header equals the one in the cookie (constant
 /// time), and it has the shape the dashboard issues.
 pub(crate) fn double_submit(parts: &Parts) -> Result<(), String> {
@@ -538,6 +575,35 @@ mod tests {
         assert!(same_origin(&null, &[]).is_err());
         // No browser headers at all: nothing to check here (the caller is not a browser).
         assert!(same_origin(&parts(&[]), &[]).is_ok());
+    }
+
+    #[test]
+    fn hosts_match_with_and_without_ports() {
+        let allowed = [
+            "127.0.0.1:8080".to_string(),
+            "ops.example.com".into(),
+            "[::1]:9000".into(),
+        ];
+        for ok in [
+            "127.0.0.1:8080",
+            "OPS.example.com",
+            "ops.example.com:443",
+            "ops.example.com.",
+            "[::1]:9000",
+        ] {
+            assert!(host_allowed(ok, &allowed), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1:8081",
+            "127.0.0.1",
+            "evil.test",
+            "",
+            "ops.example.com.evil.test",
+            "[::1]:9001",
+            "[::1]",
+        ] {
+            assert!(!host_allowed(bad, &allowed), "{bad}");
+        }
     }
 
     #[test]

@@ -13,12 +13,14 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::broadcast;
-use tripline::registry::{Key, OperatorState};
-use tripline::{Event, EventKind, Listener, Reason, State, WindowSnapshot};
+use tripline::registry::{Key, OperatorState, Registry};
+use tripline::{Clock, Event, EventKind, Listener, Reason, State, WindowSnapshot};
+
+use crate::history::History;
 
 /// Operator actions kept in the audit ring.
 pub(crate) const AUDIT_RING: usize = 256;
@@ -70,16 +72,20 @@ pub enum Action {
     Reset,
     /// Remove the run-time override: the configuration's, or the rules, decide again.
     Clear,
+    /// Let the rules decide: a run-time override to Auto, which holds over an override from
+    /// the registry's configuration (`[operator]`) until cleared.
+    Auto,
 }
 
 impl Action {
     /// Every action, in the order the page shows them.
-    pub const ALL: [Action; 5] = [
+    pub const ALL: [Action; 6] = [
         Action::ForceOpen,
         Action::Disable,
         Action::MetricsOnly,
         Action::Reset,
         Action::Clear,
+        Action::Auto,
     ];
 
     /// The name used in the API (`force-open`).
@@ -90,6 +96,7 @@ impl Action {
             Action::MetricsOnly => "metrics-only",
             Action::Reset => "reset",
             Action::Clear => "clear",
+            Action::Auto => "auto",
         }
     }
 
@@ -99,6 +106,7 @@ impl Action {
             Action::ForceOpen => Some(OperatorState::ForcedOpen),
             Action::Disable => Some(OperatorState::Disabled),
             Action::MetricsOnly => Some(OperatorState::MetricsOnly),
+            Action::Auto => Some(OperatorState::Auto),
             Action::Reset | Action::Clear => None,
         }
     }
@@ -114,7 +122,7 @@ impl std::str::FromStr for Action {
                 tripline::ConfigError::new(
                     "action",
                     format!("{s:?}"),
-                    "one of force-open, disable, metrics-only, reset, clear",
+                    "one of force-open, disable, metrics-only, reset, clear, auto",
                 )
             })
     }
@@ -164,6 +172,10 @@ pub struct AuditRecord {
     pub changed: usize,
     /// The override in force for the target afterwards.
     pub in_force: OperatorState,
+    /// For an action aimed by id (the page's buttons), the one breaker it reached: a
+    /// hand-registered breaker and a registry's under the same key are two rows, and an id
+    /// names one of them. `None` for an action aimed by key (both) or by dependency.
+    pub source: Option<Source>,
     /// Reading of the dashboard's clock when it happened.
     pub at: Duration,
 }
@@ -226,6 +238,10 @@ pub(crate) struct Store {
     total: usize,
     seq: AtomicU64,
     tx: broadcast::Sender<Arc<Record>>,
+    /// Records stored but not yet sent to the streams, in order.
+    outbox: Mutex<VecDeque<Arc<Record>>>,
+    /// Held by whoever sends the outbox; never waited for (see [`Store::flush`]).
+    sending: Mutex<()>,
 }
 
 impl Store {
@@ -242,6 +258,8 @@ impl Store {
             total,
             seq: AtomicU64::new(0),
             tx,
+            outbox: Mutex::new(VecDeque::new()),
+            sending: Mutex::new(()),
         }
     }
 
@@ -336,7 +354,46 @@ impl Store {
                 pop_oldest(inner, &slot);
             }
         }
-        let _ = self.tx.send(record);
+        // Queued under the lock, so the streams get records in the order they were stored;
+        // sent after it, so no stream's waker runs under it.
+        self.outbox
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(record);
+        drop(inner);
+        self.flush();
+    }
+
+    /// Sends the outbox to the streams. Whoever finds the sender free sends everything queued;
+    /// a thread that finds it busy (another sender, or a waker that called back into the
+    /// dashboard from inside a send) leaves its records to that sender, which looks again
+    /// after letting go, so none is stranded and nobody waits.
+    fn flush(&self) {
+        loop {
+            let guard = match self.sending.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            loop {
+                let next = self
+                    .outbox
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pop_front();
+                let Some(record) = next else { break };
+                let _ = self.tx.send(record);
+            }
+            drop(guard);
+            if self
+                .outbox
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+            {
+                return;
+            }
+        }
     }
 
     /// The records of one breaker, oldest first.
@@ -411,23 +468,49 @@ fn pop_oldest(inner: &mut Inner, slot: &Slot) {
     }
 }
 
-/// The listener the dashboard puts on its registry: breaker names are keys.
-pub(crate) struct RegistryListener(pub(crate) Arc<Store>);
+/// The listener the dashboard puts on its registry: breaker names are keys. It keeps the
+/// recent events and the history, and gives each new breaker that keeps call durations the
+/// listener that times its calls (only those: the others pay nothing per call).
+pub(crate) struct RegistryListener<C: Clock + Clone> {
+    pub(crate) store: Arc<Store>,
+    pub(crate) history: Arc<History>,
+    /// Weak: the registry holds this listener.
+    pub(crate) registry: Weak<Registry<C>>,
+}
 
-impl Listener for RegistryListener {
+impl<C: Clock + Clone> Listener for RegistryListener<C> {
     fn on_event(&self, event: &Event) {
-        if let Ok(key) = event.breaker.parse::<Key>() {
-            self.0.on_event(Source::Registry, key, event);
+        let Ok(key) = event.breaker.parse::<Key>() else {
+            return;
+        };
+        self.history
+            .on_event((Source::Registry, key.clone()), event);
+        if let EventKind::Initial { state, .. } = event.kind {
+            // A breaker's first event for this listener: a new breaker (or one rebuilt under
+            // its key). `peek` takes no lock and creates nothing; the handle goes at once, so
+            // it never keeps the breaker from eviction.
+            if let Some(breaker) = self.registry.upgrade().and_then(|r| r.peek(&key)) {
+                if breaker.config().call_durations() {
+                    breaker.subscribe(self.history.timing((Source::Registry, key.clone()), state));
+                }
+            }
         }
+        self.store.on_event(Source::Registry, key, event);
     }
 }
 
 /// The listener on a breaker registered by hand, under the key it was registered with.
-pub(crate) struct ManualListener(pub(crate) Arc<Store>, pub(crate) Key);
+pub(crate) struct ManualListener {
+    pub(crate) store: Arc<Store>,
+    pub(crate) history: Arc<History>,
+    pub(crate) key: Key,
+}
 
 impl Listener for ManualListener {
     fn on_event(&self, event: &Event) {
-        self.0.on_event(Source::Manual, self.1.clone(), event);
+        self.history
+            .on_event((Source::Manual, self.key.clone()), event);
+        self.store.on_event(Source::Manual, self.key.clone(), event);
     }
 }
 
@@ -443,7 +526,8 @@ mod tests {
     fn flip(store: &Arc<Store>, k: &str, times: usize) {
         let b =
             CircuitBreaker::with_clock(k.to_string(), BreakerConfig::default(), ManualClock::new());
-        b.subscribe(RegistryListener(store.clone()));
+        let (s, kk) = (store.clone(), key(k));
+        b.subscribe(move |e: &Event| s.on_event(Source::Registry, kk.clone(), e));
         for _ in 0..times {
             b.force_open();
             b.reset();
@@ -504,6 +588,7 @@ mod tests {
             target: Target::Key(key("a")),
             changed: n,
             in_force: OperatorState::Auto,
+            source: None,
             at: Duration::ZERO,
         };
         let both = [(Source::Registry, key("a")), (Source::Manual, key("a"))];

@@ -6,8 +6,13 @@ use serde_json::{Value, json};
 use tripline::registry::{Key, OperatorState};
 use tripline::{CircuitBreaker, Clock, Reason, WindowSnapshot};
 
+use crate::history::{Figures, Incident, Point, SLOT_NANOS, rate};
+use crate::manual::{Held, Layer};
 use crate::store::{Kind, Record, Source, Target};
 use crate::{Principal, Shared, millis};
+
+/// Slots in a card's sparkline (five minutes).
+pub(crate) const SPARK: usize = 30;
 
 pub(crate) fn operator_str(o: OperatorState) -> Option<&'static str> {
     match o {
@@ -63,7 +68,7 @@ pub(crate) fn reason(r: &Reason) -> Value {
 }
 
 /// Key, dependency and scope as `principal` may see them.
-fn key_fields<C: Clock + Clone>(
+pub(crate) fn key_fields<C: Clock + Clone>(
     sh: &Shared<C>,
     principal: &Principal,
     key: &Key,
@@ -176,7 +181,7 @@ pub(crate) fn entry<C: Clock + Clone>(
     source: Source,
     key: &Key,
     breaker: &CircuitBreaker<C>,
-    operator: OperatorState,
+    held: Held,
     now: u64,
 ) -> Value {
     let m = breaker.metrics();
@@ -187,9 +192,20 @@ pub(crate) fn entry<C: Clock + Clone>(
     key_fields(sh, principal, key, &mut out);
     out.insert("state".into(), m.state.as_str().into());
     out.insert("generation".into(), m.generation.into());
+    // A run-time Auto override (the rules decide over the configuration's) shows as "auto".
+    let shown = match (operator_str(held.state), held.layer) {
+        (Some(s), _) => Value::from(s),
+        (None, Some(Layer::Key | Layer::Dependency)) => Value::from("auto"),
+        (None, _) => Value::Null,
+    };
+    out.insert("override".into(), shown);
     out.insert(
-        "override".into(),
-        operator_str(operator).map_or(Value::Null, Value::from),
+        "override_by".into(),
+        held.layer.map_or(Value::Null, |l| match l {
+            Layer::Key => "run-time-key".into(),
+            Layer::Dependency => "run-time-dependency".into(),
+            Layer::Configuration => "configuration".into(),
+        }),
     );
     out.insert("window".into(), window(&m.window));
     out.insert(
@@ -225,4 +241,131 @@ pub(crate) fn entry<C: Clock + Clone>(
             .map_or(Value::Null, |r| record(sh, principal, &r, now)),
     );
     Value::Object(out)
+}
+
+/// The figures of a slot, per second and in percent.
+pub(crate) fn rates(f: &Figures) -> Value {
+    let per_s = |n: u64| (n as f64 * 100.0 / f.seconds.max(1.0)).round() / 100.0;
+    json!({
+        "window_s": f.seconds,
+        "calls_per_s": per_s(f.calls),
+        "rejected_per_s": per_s(f.rejected),
+        "failure_rate": rate(f.failures, f.calls),
+        "slow_rate": rate(f.slow, f.calls),
+        "rejection_rate": rate(f.rejected, f.calls + f.rejected),
+        "p50_ms": f.p50_us.map(|us| us as f64 / 1000.0),
+        "p99_ms": f.p99_us.map(|us| us as f64 / 1000.0),
+    })
+}
+
+/// A card's sparkline: failure and slow-call rates of the last slots (`null`: no data).
+pub(crate) fn spark(points: &[Option<(f64, f64)>]) -> Value {
+    points
+        .iter()
+        .map(|p| p.map_or(Value::Null, |(f, s)| json!([f, s])))
+        .collect()
+}
+
+/// A breaker's hour in columns, oldest slot first.
+pub(crate) fn series(points: &[Point]) -> Value {
+    let mut state = Vec::new();
+    let mut end = Vec::new();
+    let mut columns: [Vec<Value>; 9] = Default::default();
+    for p in points {
+        match p {
+            Point::NoData => {
+                state.push(Value::Null);
+                end.push(Value::Null);
+                for c in &mut columns {
+                    c.push(Value::Null);
+                }
+            }
+            Point::Slot {
+                worst,
+                end: last,
+                figures,
+            } => {
+                state.push(worst.as_str().into());
+                end.push(last.as_str().into());
+                let r = rates(figures);
+                for (c, name) in columns.iter_mut().zip([
+                    "calls_per_s",
+                    "rejected_per_s",
+                    "failure_rate",
+                    "slow_rate",
+                    "rejection_rate",
+                    "p50_ms",
+                    "p99_ms",
+                ]) {
+                    c.push(r[name].clone());
+                }
+                columns[7].push(figures.calls.into());
+                columns[8].push(figures.rejected.into());
+            }
+        }
+    }
+    let [
+        calls_per_s,
+        rejected_per_s,
+        failure_rate,
+        slow_rate,
+        rejection_rate,
+        p50,
+        p99,
+        calls,
+        rejected,
+    ] = columns;
+    json!({
+        "slot_s": SLOT_NANOS / 1_000_000_000,
+        "slots": points.len(),
+        "state": state,
+        "end_state": end,
+        "calls": calls,
+        "rejected": rejected,
+        "calls_per_s": calls_per_s,
+        "rejected_per_s": rejected_per_s,
+        "failure_rate": failure_rate,
+        "slow_rate": slow_rate,
+        "rejection_rate": rejection_rate,
+        "p50_ms": p50,
+        "p99_ms": p99,
+    })
+}
+
+/// One incident, as `principal` may see it.
+pub(crate) fn incident<C: Clock + Clone>(
+    sh: &Shared<C>,
+    principal: &Principal,
+    i: &Incident,
+    now: u64,
+) -> Value {
+    let (source, key) = &i.breaker;
+    let mut m = serde_json::Map::new();
+    m.insert("seq".into(), i.seq.into());
+    m.insert("id".into(), sh.id(*source, key).into());
+    m.insert("source".into(), source.as_str().into());
+    key_fields(sh, principal, key, &mut m);
+    m.insert(
+        "started_age_ms".into(),
+        millis(Duration::from_nanos(now.saturating_sub(i.started))).into(),
+    );
+    m.insert("unix_ms".into(), i.unix_ms.into());
+    m.insert("to".into(), i.to.as_str().into());
+    m.insert(
+        "reason".into(),
+        i.reason.as_ref().map_or(Value::Null, reason),
+    );
+    m.insert(
+        "window".into(),
+        i.window.as_ref().map_or(Value::Null, window),
+    );
+    m.insert("state".into(), i.state.as_str().into());
+    m.insert("trips".into(), i.trips.into());
+    m.insert(
+        "ended_age_ms".into(),
+        i.ended.map_or(Value::Null, |e| {
+            millis(Duration::from_nanos(now.saturating_sub(e))).into()
+        }),
+    );
+    Value::Object(m)
 }

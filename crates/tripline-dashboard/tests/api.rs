@@ -61,6 +61,8 @@ fn builder(
 ) -> DashboardBuilder<ManualClock> {
     DashboardBuilder::new(clock.clone())
         .registry(registry.clone())
+        // These tests read without a token too (with tokens set, that takes saying so).
+        .anonymous(Permissions::READ)
         .bearer_token(OPERATOR, "on-call", Permissions::ALL)
         .bearer_token(READER, "viewer", Permissions::READ)
         .bearer_token(
@@ -823,12 +825,12 @@ async fn bad_bodies_name_the_field() {
         (
             "{\"key\": \"prices\"}",
             "action",
-            "one of force-open, disable, metrics-only, reset, clear",
+            "one of force-open, disable, metrics-only, reset, clear, auto",
         ),
         (
             "{\"action\": \"open\", \"key\": \"prices\"}",
             "action",
-            "one of force-open, disable, metrics-only, reset, clear",
+            "one of force-open, disable, metrics-only, reset, clear, auto",
         ),
         ("{\"action\": 3, \"key\": \"prices\"}", "action", "a string"),
         (
@@ -1415,13 +1417,13 @@ async fn the_stream_carries_transitions_and_actions_redacted_per_reader() {
 #[tokio::test]
 async fn streams_are_capped_and_give_their_slot_back() {
     let f = fixture_with(|b| b.max_streams(2));
-    let a = open_stream(&f, None).await;
-    let b = open_stream(&f, None).await;
-    let (status, _, body) = send(&f.router, get("/api/events", None)).await;
+    let a = open_stream(&f, Some(READER)).await;
+    let b = open_stream(&f, Some(AUDITOR)).await;
+    let (status, _, body) = send(&f.router, get("/api/events", Some(OPERATOR))).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"], "2 event streams are open, the most allowed");
     drop(a);
-    let c = open_stream(&f, None).await;
+    let c = open_stream(&f, Some(READER)).await;
     drop((b, c));
 }
 
@@ -1659,5 +1661,919 @@ fn settings_are_checked() {
         b().allowed_origin("https://ops.example.com:8443")
             .build()
             .is_ok()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nobody can take the live view away, and nothing leaks.
+
+/// A stream request from `address` (as a server started with connect info sees it).
+fn stream_from(token: Option<&str>, address: [u8; 4]) -> Request<Body> {
+    let mut req = get("/api/events", token);
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            address, 40000,
+        ))));
+    req
+}
+
+#[tokio::test]
+async fn anonymous_streams_cannot_lock_the_operator_out_of_live_events() {
+    let f = fixture();
+    // Callers without credentials open streams from many addresses until refused.
+    let mut held = Vec::new();
+    let mut refused = None;
+    for i in 0..64u8 {
+        let resp = f
+            .router
+            .clone()
+            .oneshot(stream_from(None, [10, 0, 0, i]))
+            .await
+            .unwrap();
+        if resp.status() == StatusCode::OK {
+            held.push(resp.into_body());
+        } else {
+            refused = Some(resp.status());
+            break;
+        }
+    }
+    assert_eq!(refused, Some(StatusCode::SERVICE_UNAVAILABLE));
+    assert!(
+        held.len() <= 16,
+        "{} anonymous streams admitted",
+        held.len()
+    );
+    // The operator, and a reader, still follow the events.
+    let operator = open_stream(&f, Some(OPERATOR)).await;
+    let reader = open_stream(&f, Some(READER)).await;
+    drop((operator, reader, held));
+}
+
+#[tokio::test]
+async fn streams_are_capped_per_address_and_per_principal_and_the_last_are_for_control() {
+    let f = fixture();
+    let mut same_address = Vec::new();
+    loop {
+        let resp = f
+            .router
+            .clone()
+            .oneshot(stream_from(None, [10, 9, 9, 9]))
+            .await
+            .unwrap();
+        if resp.status() != StatusCode::OK {
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert!(
+                body["error"].as_str().unwrap().contains("for this address"),
+                "{body}"
+            );
+            break;
+        }
+        same_address.push(resp.into_body());
+        assert!(
+            same_address.len() <= 4,
+            "more than 4 streams from one address"
+        );
+    }
+    let mut readers = Vec::new();
+    loop {
+        let resp = f
+            .router
+            .clone()
+            .oneshot(get("/api/events", Some(READER)))
+            .await
+            .unwrap();
+        if resp.status() != StatusCode::OK {
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+            break;
+        }
+        readers.push(resp.into_body());
+        assert!(readers.len() <= 8, "more than 8 streams for one principal");
+    }
+    // Fill the rest with principals that may not control: the last eighth stays free for
+    // those that may.
+    let f = fixture_with(|b| b.max_streams(16).max_streams_per_principal(16));
+    let mut readers = Vec::new();
+    loop {
+        let resp = f
+            .router
+            .clone()
+            .oneshot(get("/api/events", Some(AUDITOR)))
+            .await
+            .unwrap();
+        if resp.status() != StatusCode::OK {
+            break;
+        }
+        readers.push(resp.into_body());
+    }
+    assert_eq!(readers.len(), 14, "16 less the 2 kept for control");
+    let operator = open_stream(&f, Some(OPERATOR)).await;
+    let robot = open_stream(&f, Some(CONTROLLER)).await;
+    let (status, _, _) = send(&f.router, get("/api/events", Some(OPERATOR))).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "16 in all");
+    drop((operator, robot, readers, same_address));
+}
+
+/// Every text a principal gets from the API, for `walk`'s requests.
+async fn everything_seen(f: &Fixture, token: &str) -> String {
+    let mut seen = String::new();
+    let l = list(f, "?limit=1000", Some(token)).await;
+    seen.push_str(&l.to_string());
+    for b in l["breakers"].as_array().unwrap() {
+        let id = b["id"].as_str().unwrap();
+        for path in [
+            format!("/api/breakers/{id}"),
+            format!("/api/breakers/{id}/history"),
+        ] {
+            let (_, headers, body) = send(&f.router, get(&path, Some(token))).await;
+            seen.push_str(&format!("{headers:?}{body}"));
+        }
+    }
+    for path in ["/api/audit", "/api/incidents", "/api/session"] {
+        let (_, headers, body) = send(&f.router, get(path, Some(token))).await;
+        seen.push_str(&format!("{headers:?}{body}"));
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_refusal_never_names_a_key_the_principal_may_not_see() {
+    let f = fixture();
+    let (status, _, _) = send(
+        &f.router,
+        control(
+            json!({"action": "force-open", "key": "payments/tenant=acme"}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    trip(&f.registry, "payments/tenant=globex");
+    // The robot may control but not see tenants: it presses the row's button (by id).
+    let l = list(&f, "?dependency=payments", Some(CONTROLLER)).await;
+    let held = l["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["override"] == "forced-open")
+        .expect("the forced row");
+    let id = held["id"].as_str().unwrap().to_string();
+    let mut answers = String::new();
+    for action in ["reset", "force-open", "clear", "reset", "disable"] {
+        let (status, headers, body) = send(
+            &f.router,
+            control(json!({"action": action, "id": id}), Some(CONTROLLER)),
+        )
+        .await;
+        answers.push_str(&format!("{status} {headers:?} {body}\n"));
+    }
+    assert!(answers.starts_with("409"), "{answers}");
+    for (status, headers, body) in [
+        send(
+            &f.router,
+            control(
+                json!({"action": "reset", "dependency": "payments"}),
+                Some(CONTROLLER),
+            ),
+        )
+        .await,
+        send(
+            &f.router,
+            control(
+                json!({"action": "clear", "key": "payments/tenant=acme"}),
+                Some(CONTROLLER),
+            ),
+        )
+        .await,
+    ] {
+        answers.push_str(&format!("{status} {headers:?} {body}\n"));
+    }
+    answers.push_str(&everything_seen(&f, CONTROLLER).await);
+    answers.push_str(&everything_seen(&f, READER).await);
+    for secret in ["acme", "globex"] {
+        assert!(!answers.contains(secret), "{secret} leaked: {answers}");
+    }
+    // The auditor may see them: the same walk names them.
+    assert!(everything_seen(&f, AUDITOR).await.contains("acme"));
+}
+
+/// The audit records an `on_audit` hook saw.
+type Audits = Arc<Mutex<Vec<AuditRecord>>>;
+
+/// A dashboard of hand-registered breakers only, no registry.
+fn manual_only(clock: &ManualClock) -> (Vec<CircuitBreaker<ManualClock>>, Router, Audits) {
+    let breakers: Vec<CircuitBreaker<ManualClock>> = (1..=2)
+        .map(|i| CircuitBreaker::with_clock(format!("legacy-{i}"), small(), clock.clone()))
+        .collect();
+    let audits = Arc::new(Mutex::new(Vec::new()));
+    let seen = audits.clone();
+    let dashboard = DashboardBuilder::new(clock.clone())
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .breaker(key("legacy/shard=1"), breakers[0].clone())
+        .breaker(key("legacy/shard=2"), breakers[1].clone())
+        .on_audit(move |a| seen.lock().unwrap().push(a.clone()))
+        .build()
+        .unwrap();
+    (
+        breakers,
+        Router::new().nest("/ops", dashboard.router()),
+        audits,
+    )
+}
+
+#[tokio::test]
+async fn force_open_all_on_hand_registered_breakers_says_the_override_is_in_force() {
+    let clock = ManualClock::new();
+    let (breakers, router, audits) = manual_only(&clock);
+    let (status, _, r) = send(
+        &router,
+        control(
+            json!({"action": "force-open", "dependency": "legacy"}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert!(breakers.iter().all(|b| b.state() == State::ForcedOpen));
+    assert_eq!(
+        (r["changed"].as_u64(), r["in_force"].as_str()),
+        (Some(2), Some("forced-open"))
+    );
+    assert_eq!(
+        audits.lock().unwrap()[0].in_force,
+        OperatorState::ForcedOpen
+    );
+    let (_, _, l) = send(&router, get("/api/breakers", Some(OPERATOR))).await;
+    assert_eq!(l["dependencies"][0]["override"], "forced-open", "{l}");
+    for b in l["breakers"].as_array().unwrap() {
+        assert_eq!(b["override"], "forced-open");
+    }
+    // A key's own override decides for it; clearing the dependency lifts both.
+    let (status, _, r) = send(
+        &router,
+        control(
+            json!({"action": "disable", "key": "legacy/shard=1"}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, r["in_force"].as_str()),
+        (StatusCode::OK, Some("disabled"))
+    );
+    assert_eq!(
+        (breakers[0].state(), breakers[1].state()),
+        (State::Disabled, State::ForcedOpen)
+    );
+    let (status, _, r) = send(
+        &router,
+        control(
+            json!({"action": "clear", "dependency": "legacy"}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, r["in_force"].clone()),
+        (StatusCode::OK, Value::Null),
+        "{r}"
+    );
+    assert!(breakers.iter().all(|b| b.state() == State::Closed));
+}
+
+#[tokio::test]
+async fn an_override_from_the_configuration_says_which_layer_holds_it_and_what_lifts_it() {
+    let f = fixture();
+    let config = RegistryConfig::default()
+        .with_config("default", small())
+        .with_operator("prices", OperatorState::ForcedOpen);
+    f.registry.reload(config).unwrap();
+    let prices = f.registry.get(&key("prices")).unwrap();
+    assert_eq!(prices.state(), State::ForcedOpen);
+    let row = &list(&f, "?key=prices", Some(OPERATOR)).await["breakers"][0];
+    assert_eq!(
+        (row["override"].as_str(), row["override_by"].as_str()),
+        (Some("forced-open"), Some("configuration"))
+    );
+    for action in ["reset", "clear"] {
+        let (status, _, r) = send(
+            &f.router,
+            control(json!({"action": action, "key": "prices"}), Some(OPERATOR)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{action}: {r}");
+        let why = r["error"].as_str().unwrap();
+        assert!(
+            why.contains("registry's configuration")
+                && why.contains("reload")
+                && why.contains("auto"),
+            "{action}: {why}"
+        );
+        assert_eq!(prices.state(), State::ForcedOpen);
+    }
+    // The way out: let the rules decide at run time, over the configuration.
+    let (status, _, r) = send(
+        &f.router,
+        control(json!({"action": "auto", "key": "prices"}), Some(OPERATOR)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{r}");
+    assert_eq!(prices.state(), State::Closed);
+    let row = &list(&f, "?key=prices", Some(OPERATOR)).await["breakers"][0];
+    assert_eq!(
+        (row["override"].as_str(), row["override_by"].as_str()),
+        (Some("auto"), Some("run-time-key"))
+    );
+    // Clearing it gives the configuration its say again.
+    let (status, _, _) = send(
+        &f.router,
+        control(json!({"action": "clear", "key": "prices"}), Some(OPERATOR)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        f.registry.get(&key("prices")).unwrap().state(),
+        State::ForcedOpen
+    );
+}
+
+#[tokio::test]
+async fn a_control_by_id_reaches_only_that_row_where_two_share_a_key() {
+    let clock = ManualClock::new();
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
+    let in_registry = registry.get(&key("legacy-api")).unwrap();
+    let by_hand = CircuitBreaker::with_clock("legacy", small(), clock.clone());
+    let audits = Arc::new(Mutex::new(Vec::new()));
+    let seen = audits.clone();
+    let dashboard = DashboardBuilder::new(clock.clone())
+        .registry(registry.clone())
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .breaker(key("legacy-api"), by_hand.clone())
+        .on_audit(move |a| seen.lock().unwrap().push(a.clone()))
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", dashboard.router());
+    let (_, _, l) = send(&router, get("/api/breakers?key=legacy-api", Some(OPERATOR))).await;
+    let id_of = |source: &str| {
+        l["breakers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["source"] == source)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (status, _, r) = send(
+        &router,
+        control(
+            json!({"action": "force-open", "id": id_of("manual")}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, r["changed"].as_u64()),
+        (StatusCode::OK, Some(1)),
+        "{r}"
+    );
+    assert_eq!(
+        (by_hand.state(), in_registry.state()),
+        (State::ForcedOpen, State::Closed)
+    );
+    let (status, _, _) = send(
+        &router,
+        control(
+            json!({"action": "disable", "id": id_of("registry")}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (by_hand.state(), in_registry.state()),
+        (State::ForcedOpen, State::Disabled)
+    );
+    // By key, both.
+    let (status, _, r) = send(
+        &router,
+        control(
+            json!({"action": "clear", "key": "legacy-api"}),
+            Some(OPERATOR),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, r["changed"].as_u64()),
+        (StatusCode::OK, Some(2)),
+        "{r}"
+    );
+    assert_eq!(
+        (by_hand.state(), in_registry.state()),
+        (State::Closed, State::Closed)
+    );
+    let audits = audits.lock().unwrap();
+    assert_eq!(
+        audits.iter().map(|a| a.source).collect::<Vec<_>>(),
+        [
+            Some(tripline_dashboard::Source::Manual),
+            Some(tripline_dashboard::Source::Registry),
+            None
+        ]
+    );
+}
+
+#[tokio::test]
+async fn with_tokens_anonymous_may_not_read_unless_allowed() {
+    let clock = ManualClock::new();
+    let registry =
+        Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap());
+    registry.get(&key("payments/tenant=acme")).unwrap();
+    let tokens = |b: DashboardBuilder<ManualClock>| {
+        b.registry(registry.clone())
+            .bearer_token(READER, "viewer", Permissions::READ)
+    };
+    let router = Router::new().nest(
+        "/ops",
+        tokens(DashboardBuilder::new(clock.clone()))
+            .build()
+            .unwrap()
+            .router(),
+    );
+    for path in [
+        "/api/breakers",
+        "/api/audit",
+        "/api/events",
+        "/api/incidents",
+    ] {
+        let (status, _, body) = send(&router, get(path, None)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+    }
+    let (status, _, _) = send(&router, get("/api/breakers", Some(READER))).await;
+    assert_eq!(status, StatusCode::OK);
+    // Said explicitly, anonymous callers read.
+    let open = tokens(DashboardBuilder::new(clock.clone()))
+        .anonymous(Permissions::READ)
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", open.router());
+    let (status, _, _) = send(&router, get("/api/breakers", None)).await;
+    assert_eq!(status, StatusCode::OK);
+    // Without any check configured, the page is readable (and has no controls).
+    let bare = DashboardBuilder::new(clock)
+        .registry(registry.clone())
+        .build()
+        .unwrap();
+    let (status, _, _) = send(
+        &Router::new().nest("/ops", bare.router()),
+        get("/api/breakers", None),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_mount_point_with_a_slash_is_the_page() {
+    let f = fixture();
+    let router = f.dashboard.mount(Router::new(), "/ops");
+    for path in ["/ops/", "/ops/index.html"] {
+        let (status, headers, body) =
+            send(&router, Request::get(path).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        assert_eq!(
+            headers[header::CONTENT_TYPE],
+            "text/html; charset=utf-8",
+            "{path}"
+        );
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY");
+    }
+    let (status, headers, _) =
+        send(&router, Request::get("/ops").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::FOUND);
+    assert_eq!(headers[header::LOCATION], "./ops/index.html");
+    let (status, _, _) = send(
+        &router,
+        Request::get("/ops/nothing/").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, _, l) = send(&router, get("/api/breakers", Some(READER))).await;
+    assert_eq!(l["total"], 7, "the API under the same mount point");
+}
+
+// ---------------------------------------------------------------------------------------------
+// User code never runs under a lock of the dashboard.
+
+/// A request answered on a thread of its own (its own runtime), as another client would
+/// send it while the caller waits: `None` if no answer comes within a generous bound.
+fn from_another_thread(router: &Router, req: Request<Body>) -> Option<StatusCode> {
+    let router = router.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let status = rt.block_on(async move { router.oneshot(req).await.unwrap().status() });
+        let _ = tx.send(status);
+    });
+    rx.recv_timeout(Duration::from_secs(20)).ok()
+}
+
+/// Runs `f` on a thread; fails if it does not return within a generous bound (a deadlock).
+fn within_bound<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}: no answer within 60 s (deadlock)"))
+}
+
+type Slot = Arc<std::sync::OnceLock<Router>>;
+
+/// What a re-entering callback saw: the status of each request it sent.
+type Answers = Arc<Mutex<Vec<Option<StatusCode>>>>;
+
+/// A callback body: reads the page and sends a control of its own, from another thread,
+/// waiting for the answers; once per `armed`.
+fn reenter(
+    router: &Slot,
+    armed: &std::sync::atomic::AtomicBool,
+    answers: &Answers,
+    id: &str,
+    dependency: &str,
+) {
+    if !armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let Some(router) = router.get() else { return };
+    let mut seen = Vec::new();
+    for req in [
+        get("/api/breakers", Some(OPERATOR)),
+        get(&format!("/api/breakers/{id}"), Some(OPERATOR)),
+        get(&format!("/api/breakers/{id}/history"), Some(OPERATOR)),
+        get("/api/incidents", Some(OPERATOR)),
+        control(
+            json!({"action": "metrics-only", "dependency": dependency}),
+            Some(OPERATOR),
+        ),
+    ] {
+        seen.push(from_another_thread(router, req));
+    }
+    answers.lock().unwrap().extend(seen);
+}
+
+#[test]
+fn a_listener_of_a_hand_registered_breaker_may_use_the_dashboard_during_a_control() {
+    let clock = ManualClock::new();
+    let manual = CircuitBreaker::with_clock("legacy", small(), clock.clone());
+    let slot: Slot = Arc::default();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answers: Answers = Arc::default();
+    let id = Arc::new(Mutex::new(String::new()));
+    {
+        let (slot, armed, answers, id) = (slot.clone(), armed.clone(), answers.clone(), id.clone());
+        manual.subscribe(move |e: &tripline::Event| {
+            if matches!(e.kind, tripline::EventKind::Transition { .. }) {
+                let id = id.lock().unwrap().clone();
+                // The control reaches the very breaker whose listener runs.
+                reenter(&slot, &armed, &answers, &id, "legacy-api");
+            }
+        });
+    }
+    let dashboard = DashboardBuilder::new(clock)
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .breaker(key("legacy-api"), manual.clone())
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", dashboard.router());
+    slot.set(router.clone()).ok();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let l = rt.block_on(list_with(&router, OPERATOR));
+    *id.lock().unwrap() = l["breakers"][0]["id"].as_str().unwrap().to_string();
+    for action in [
+        "force-open",
+        "disable",
+        "reset",
+        "clear",
+        "metrics-only",
+        "clear",
+    ] {
+        armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let router = router.clone();
+        let status = within_bound(action, move || {
+            from_another_thread(
+                &router,
+                control(
+                    json!({"action": action, "key": "legacy-api"}),
+                    Some(OPERATOR),
+                ),
+            )
+        });
+        assert!(status.is_some(), "{action}: the control never answered");
+    }
+    let answers = answers.lock().unwrap();
+    assert!(!answers.is_empty(), "the listener ran");
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from the listener hung: {answers:?}"
+    );
+}
+
+async fn list_with(router: &Router, token: &str) -> Value {
+    send(router, get("/api/breakers", Some(token))).await.2
+}
+
+#[test]
+fn a_registry_listener_and_the_application_callbacks_may_use_the_dashboard() {
+    let clock = ManualClock::new();
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
+    registry.get(&key("legacy-api/shard=1")).unwrap();
+    registry.get(&key("elsewhere")).unwrap();
+    let slot: Slot = Arc::default();
+    let answers: Answers = Arc::default();
+    let arm = || Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (on_event, on_audit, on_sensitive, on_auth) = (arm(), arm(), arm(), arm());
+    let id = Arc::new(Mutex::new(String::new()));
+    let callback = |armed: &Arc<std::sync::atomic::AtomicBool>| {
+        let (slot, armed, answers, id) = (slot.clone(), armed.clone(), answers.clone(), id.clone());
+        move || {
+            let id = id.lock().unwrap().clone();
+            // The control reaches another dependency of the registry (one whose override
+            // re-sync is not the one running this callback).
+            reenter(&slot, &armed, &answers, &id, "elsewhere");
+        }
+    };
+    let event = callback(&on_event);
+    registry.subscribe(move |e: &tripline::Event| {
+        if matches!(e.kind, tripline::EventKind::Transition { .. }) {
+            event();
+        }
+    });
+    let audit = callback(&on_audit);
+    let sensitive = callback(&on_sensitive);
+    let auth = callback(&on_auth);
+    let dashboard = DashboardBuilder::new(clock)
+        .registry(registry.clone())
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .on_audit(move |_| audit())
+        .sensitive(move |_| {
+            sensitive();
+            false
+        })
+        .authenticate(
+            move |_: &axum::http::request::Parts| -> Result<Option<Principal>, Unauthenticated> {
+                auth();
+                Ok(None)
+            },
+        )
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", dashboard.router());
+    slot.set(router.clone()).ok();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let l = rt.block_on(list_with(&router, OPERATOR));
+    *id.lock().unwrap() = l["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["key"] == "legacy-api/shard=1")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (armed, what) in [
+        (&on_event, "listener"),
+        (&on_audit, "on_audit"),
+        (&on_sensitive, "sensitive"),
+        (&on_auth, "authenticate"),
+    ] {
+        for action in ["force-open", "clear"] {
+            armed.store(true, std::sync::atomic::Ordering::SeqCst);
+            let router = router.clone();
+            let status = within_bound(what, move || {
+                from_another_thread(
+                    &router,
+                    control(
+                        json!({"action": action, "key": "legacy-api/shard=1"}),
+                        Some(OPERATOR),
+                    ),
+                )
+            });
+            assert!(
+                status.is_some(),
+                "{what}, {action}: the control never answered"
+            );
+        }
+    }
+    let answers = answers.lock().unwrap();
+    assert!(answers.len() >= 4 * 5, "every callback ran: {answers:?}");
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from a callback hung: {answers:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_naming_another_host_is_refused_once_hosts_are_allowed() {
+    let f = fixture_with(|b| {
+        b.allowed_host("127.0.0.1:8080")
+            .allowed_host("ops.example.com")
+    });
+    for (host, allowed) in [
+        (Some("127.0.0.1:8080"), true),
+        (Some("OPS.example.com:443"), true),
+        (Some("evil.test"), false),
+        (Some("127.0.0.1:8081"), false),
+        (Some("rebound.attacker.test:8080"), false),
+        (None, false),
+    ] {
+        for path in [
+            "/index.html",
+            "/assets/app.js",
+            "/api/session",
+            "/api/breakers",
+            "/api/events",
+        ] {
+            let mut req = Request::get(format!("/ops{path}"))
+                .header(header::AUTHORIZATION, format!("Bearer {READER}"));
+            if let Some(h) = host {
+                req = req.header(header::HOST, h);
+            }
+            let resp = f
+                .router
+                .clone()
+                .oneshot(req.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            if allowed {
+                assert_eq!(resp.status(), StatusCode::OK, "{host:?} {path}");
+            } else {
+                assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{host:?} {path}");
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(body["field"], "host", "{body}");
+            }
+        }
+    }
+    // A control from a rebinding page: refused before anything is read or done.
+    let (status, _, _) = send(
+        &f.router,
+        control_raw(
+            json!({"action": "force-open", "key": "prices"}).to_string(),
+            Some(OPERATOR),
+            &[("host", "rebound.attacker.test:8080")],
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        f.registry.peek(&key("prices")).unwrap().state(),
+        State::Closed
+    );
+}
+
+#[test]
+fn the_new_settings_are_checked() {
+    let b = || Dashboard::builder();
+    let field = |r: Result<Dashboard, tripline::ConfigError>| r.unwrap_err().field().to_string();
+    assert_eq!(
+        field(b().allowed_host("http://ops.example.com").build()),
+        "allowed_host"
+    );
+    assert_eq!(
+        field(b().allowed_host("ops.example.com/ops").build()),
+        "allowed_host"
+    );
+    assert_eq!(
+        field(b().max_streams_per_principal(0).build()),
+        "max_streams_per_principal"
+    );
+    assert_eq!(
+        field(b().max_streams(4).max_streams_per_principal(5).build()),
+        "max_streams_per_principal"
+    );
+    assert_eq!(
+        field(b().max_streams(4).max_anonymous_streams(5).build()),
+        "max_anonymous_streams"
+    );
+    assert_eq!(
+        field(b().max_streams_per_client(0).build()),
+        "max_streams_per_client"
+    );
+    assert_eq!(
+        field(b().history_slots(100_000_001).build()),
+        "history_slots"
+    );
+    assert!(
+        b().allowed_host("[::1]:8080")
+            .max_anonymous_streams(0)
+            .history_slots(0)
+            .build()
+            .is_ok()
+    );
+}
+
+/// A clock that, once armed, uses the dashboard from another thread inside a reading, as a
+/// clock that reads a shared time source through a service might.
+#[derive(Clone)]
+struct ReenteringClock {
+    inner: ManualClock,
+    hook: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl tripline::Clock for ReenteringClock {
+    fn now(&self) -> u64 {
+        if let Some(hook) = &self.hook {
+            hook();
+        }
+        self.inner.now()
+    }
+}
+
+#[test]
+fn the_dashboards_clock_may_use_the_dashboard() {
+    let manual = ManualClock::new();
+    let plain = ReenteringClock {
+        inner: manual.clone(),
+        hook: None,
+    };
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", small()),
+            plain.clone(),
+        )
+        .unwrap(),
+    );
+    registry.get(&key("legacy-api")).unwrap();
+    registry.get(&key("elsewhere")).unwrap();
+    let by_hand = CircuitBreaker::with_clock("by-hand", small(), plain);
+    let slot: Slot = Arc::default();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answers: Answers = Arc::default();
+    let hook = {
+        let (slot, armed, answers) = (slot.clone(), armed.clone(), answers.clone());
+        move || reenter(&slot, &armed, &answers, "0000000000000000", "elsewhere")
+    };
+    let clock = ReenteringClock {
+        inner: manual.clone(),
+        hook: Some(Arc::new(hook)),
+    };
+    let dashboard = DashboardBuilder::new(clock)
+        .registry(registry.clone())
+        .breaker(key("by-hand"), by_hand)
+        .bearer_token(OPERATOR, "on-call", Permissions::ALL)
+        .build()
+        .unwrap();
+    let router = Router::new().nest("/ops", dashboard.router());
+    slot.set(router.clone()).ok();
+    for (what, req) in [
+        ("a listing due a history sample", None),
+        (
+            "a control",
+            Some(json!({"action": "force-open", "key": "legacy-api"})),
+        ),
+        (
+            "a control of a hand-registered breaker",
+            Some(json!({"action": "disable", "key": "by-hand"})),
+        ),
+    ] {
+        manual.advance(Duration::from_secs(10));
+        armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let router = router.clone();
+        let status = within_bound(what, move || match req {
+            None => from_another_thread(&router, get("/api/breakers", Some(OPERATOR))),
+            Some(body) => from_another_thread(&router, control(body, Some(OPERATOR))),
+        });
+        assert!(status.is_some(), "{what}: never answered");
+        assert!(
+            !armed.load(std::sync::atomic::Ordering::SeqCst),
+            "{what}: the clock was read"
+        );
+    }
+    let answers = answers.lock().unwrap();
+    assert!(
+        answers.iter().all(Option::is_some),
+        "a request from the clock hung: {answers:?}"
     );
 }

@@ -183,63 +183,117 @@ fn tier_panels(report: &Report, k: usize) -> Vec<(String, Vec<Line>)> {
     out
 }
 
-/// The legend's rows: `(label, color index)` per row, wrapped to the width.
-fn legend_rows(report: &Report, width: i32) -> Vec<Vec<(String, usize)>> {
-    let mut rows: Vec<Vec<(String, usize)>> = vec![Vec::new()];
+/// One entry of a panel's legend: a run with a line in the panel, its colour, and the
+/// earlier run whose line it repeats point for point (drawn dashed over it, so both show).
+#[derive(Clone, Debug, PartialEq)]
+struct LegendItem {
+    label: String,
+    color: usize,
+    same_as: Option<String>,
+}
+
+impl LegendItem {
+    fn text(&self) -> String {
+        match &self.same_as {
+            Some(other) => format!("{} (same as {other})", self.label),
+            None => self.label.clone(),
+        }
+    }
+
+    fn width(&self) -> i32 {
+        60 + 8 * self.text().chars().count() as i32
+    }
+}
+
+/// A panel's legend: the runs that have a line in it, each marked with the earlier run whose
+/// line it repeats, in rows wrapped to the width.
+fn legend_rows(report: &Report, lines: &[Line], width: i32) -> Vec<Vec<LegendItem>> {
+    let mut rows: Vec<Vec<LegendItem>> = vec![Vec::new()];
     let mut x = 10;
     for (i, r) in report.runs.iter().enumerate() {
-        let w = 60 + 9 * r.label.chars().count() as i32;
+        let Some(line) = lines.get(i).filter(|l| !l.is_empty()) else {
+            continue;
+        };
+        let same_as = (0..i)
+            .find(|&j| lines.get(j) == Some(line))
+            .map(|j| report.runs[j].label.clone());
+        let item = LegendItem {
+            label: r.label.clone(),
+            color: i,
+            same_as,
+        };
+        let w = item.width();
         if x + w > width && !rows.last().is_some_and(Vec::is_empty) {
             rows.push(Vec::new());
             x = 10;
         }
         if let Some(row) = rows.last_mut() {
-            row.push((r.label.clone(), i));
+            row.push(item);
         }
         x += w;
     }
     rows
 }
 
-/// Draws panels sharing the time axis, one line per run, as one SVG document.
+const PANEL_H: u32 = 230;
+const LEGEND_ROW_H: u32 = 22;
+
+/// Draws panels sharing the time axis, one line per run, as one SVG document. Each panel has
+/// its own legend above it, naming the runs drawn in it; a run whose line is the same as an
+/// earlier run's is drawn dashed over it, and its legend entry says which.
 fn draw_panels(report: &Report, panels: Vec<(String, Vec<Line>)>) -> Result<String, String> {
     let w = 960u32;
-    let legend = legend_rows(report, w as i32 - 20);
-    let legend_h = 16 + 24 * legend.len() as u32;
-    let h = 230 * panels.len().max(1) as u32 + legend_h;
+    let legends: Vec<Vec<Vec<LegendItem>>> = panels
+        .iter()
+        .map(|(_, lines)| legend_rows(report, lines, w as i32 - 20))
+        .collect();
+    let heights: Vec<u32> = legends
+        .iter()
+        .map(|l| PANEL_H + 8 + LEGEND_ROW_H * l.len() as u32)
+        .collect();
+    let h = heights.iter().sum::<u32>().max(PANEL_H);
+    let x_max = report
+        .runs
+        .iter()
+        .map(|r| r.series.bins.len())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     let mut buf = String::new();
     {
         let root = SVGBackend::with_string(&mut buf, (w, h)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let (top, body) = root.split_vertically(legend_h);
-        for (row, items) in legend.iter().enumerate() {
-            let y = 20 + 24 * row as i32;
-            let mut x = 10;
-            for (label, i) in items {
-                let c = COLORS[i % COLORS.len()];
-                top.draw(&PathElement::new(
-                    vec![(x, y), (x + 30, y)],
-                    c.stroke_width(3),
-                ))
-                .map_err(err)?;
-                top.draw(&Text::new(
-                    label.clone(),
-                    (x + 36, y - 8),
-                    ("sans-serif", 15),
-                ))
-                .map_err(err)?;
-                x += 60 + 9 * label.chars().count() as i32;
+        let mut rest = root.clone();
+        for (((title, lines), legend), height) in panels.into_iter().zip(&legends).zip(&heights) {
+            let (area, below) = rest.split_vertically(*height);
+            rest = below;
+            let legend_h = 8 + LEGEND_ROW_H * legend.len() as u32;
+            let (top, body) = area.split_vertically(legend_h);
+            for (row, items) in legend.iter().enumerate() {
+                let y = 16 + LEGEND_ROW_H as i32 * row as i32;
+                let mut x = 10;
+                for item in items {
+                    let c = COLORS[item.color % COLORS.len()];
+                    if item.same_as.is_some() {
+                        top.draw(&plotters::element::DashedPathElement::new(
+                            vec![(x, y), (x + 30, y)],
+                            6,
+                            5,
+                            c.stroke_width(3),
+                        ))
+                        .map_err(err)?;
+                    } else {
+                        top.draw(&PathElement::new(
+                            vec![(x, y), (x + 30, y)],
+                            c.stroke_width(3),
+                        ))
+                        .map_err(err)?;
+                    }
+                    top.draw(&Text::new(item.text(), (x + 36, y - 8), ("sans-serif", 14)))
+                        .map_err(err)?;
+                    x += item.width();
+                }
             }
-        }
-        let x_max = report
-            .runs
-            .iter()
-            .map(|r| r.series.bins.len())
-            .max()
-            .unwrap_or(1)
-            .max(1) as f64;
-        let areas = body.split_evenly((panels.len().max(1), 1));
-        for ((title, lines), area) in panels.into_iter().zip(areas.iter()) {
             let y_max = lines
                 .iter()
                 .flatten()
@@ -247,7 +301,7 @@ fn draw_panels(report: &Report, panels: Vec<(String, Vec<Line>)>) -> Result<Stri
                 .fold(0.0f64, f64::max)
                 .max(1e-3)
                 * 1.08;
-            let mut chart = ChartBuilder::on(area)
+            let mut chart = ChartBuilder::on(&body)
                 .caption(title, ("sans-serif", 15))
                 .margin(8)
                 .x_label_area_size(22)
@@ -278,11 +332,25 @@ fn draw_panels(report: &Report, panels: Vec<(String, Vec<Line>)>) -> Result<Stri
                     )))
                     .map_err(err)?;
             }
+            let dashed: Vec<bool> = (0..lines.len())
+                .map(|i| {
+                    legend
+                        .iter()
+                        .flatten()
+                        .any(|l| l.color == i && l.same_as.is_some())
+                })
+                .collect();
             for (i, pts) in lines.into_iter().enumerate() {
                 let c = COLORS[i % COLORS.len()];
-                chart
-                    .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-                    .map_err(err)?;
+                if dashed[i] {
+                    chart
+                        .draw_series(DashedLineSeries::new(pts, 7, 7, c.stroke_width(2)))
+                        .map_err(err)?;
+                } else {
+                    chart
+                        .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                        .map_err(err)?;
+                }
             }
         }
         root.present().map_err(err)?;
@@ -418,7 +486,7 @@ pub(crate) fn esc(s: &str) -> String {
 fn table(h: &mut String, corner: &str, heads: &[String], rows: &[(String, Vec<String>)]) {
     let _ = write!(
         h,
-        "<table class=\"cmp\"><thead><tr><th>{}</th>",
+        "<div class=\"wide\"><table class=\"cmp\"><thead><tr><th>{}</th>",
         esc(corner)
     );
     for (i, head) in heads.iter().enumerate() {
@@ -438,7 +506,7 @@ fn table(h: &mut String, corner: &str, heads: &[String], rows: &[(String, Vec<St
         }
         h.push_str("</tr>\n");
     }
-    h.push_str("</tbody></table>\n");
+    h.push_str("</tbody></table></div>\n");
 }
 
 fn figure(h: &mut String, id: &str, svg: &str, caption: &str) {
@@ -504,7 +572,16 @@ window.addEventListener("load", function () {
     if (marks < 3) { recordError("chart " + name + ": empty"); return; }
     drawn += 1;
   });
+  // Every table must be seen whole: inside the window, or inside a box that scrolls it.
+  var cut = 0;
+  document.querySelectorAll("table.cmp").forEach(function (t) {
+    var box = t.parentElement.getBoundingClientRect();
+    var inner = t.getBoundingClientRect();
+    var width = document.documentElement.clientWidth;
+    if (box.left < 0 || box.right > width + 1 || inner.width > box.width + 1) { cut += 1; }
+  });
   var status = document.getElementById("report-status");
+  status.setAttribute("data-tables-cut", String(cut));
   status.setAttribute("data-charts", String(drawn));
   status.setAttribute("data-expected", status.getAttribute("data-expected") || String(figures.length));
   var ok = window.reportErrors.length === 0 && drawn === figures.length &&
@@ -516,12 +593,19 @@ window.addEventListener("load", function () {
 });
 </script>"#;
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1000px;color:#222;line-height:1.4}\
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1000px;padding:0 16px;color:#222;line-height:1.4}\
 h1{margin-bottom:4px}h2{margin-top:36px;border-bottom:1px solid #ddd}\
 .meta{color:#555}nav a{margin-right:14px}\
-table.cmp{border-collapse:collapse;font-size:14px;margin:8px 0 16px}\
-table.cmp th,table.cmp td{border-bottom:1px solid #eee;padding:3px 10px;text-align:right;white-space:nowrap}\
-table.cmp th[scope=row]{text-align:left;font-weight:normal}\
+#headline{background:#f4f8fb;border-left:4px solid #1f77b4;padding:8px 16px;margin:16px 0}\
+#headline p{margin:6px 0}#headline ul.numbers{display:flex;flex-wrap:wrap;gap:12px;list-style:none;padding:0;margin:10px 0 4px}\
+#headline ul.numbers li{background:#fff;border:1px solid #dde6ee;padding:6px 12px;min-width:180px}\
+#headline .figure{display:block;font-size:22px;font-weight:600}#headline .what{color:#555;font-size:13px}\
+#headline ul.runs{margin:6px 0;padding-left:18px;font-size:13px;color:#444}\
+div.wide{width:max-content;max-width:calc(100vw - 32px);overflow-x:auto;position:relative;left:50%;transform:translateX(-50%)}\
+table.cmp{border-collapse:collapse;font-size:13px;margin:8px 0 16px}\
+table.cmp th,table.cmp td{border-bottom:1px solid #eee;padding:3px 8px;text-align:right;white-space:nowrap}\
+table.cmp thead th{white-space:normal;max-width:9em;vertical-align:bottom}\
+table.cmp th[scope=row]{text-align:left;font-weight:normal;white-space:normal;min-width:14em}\
 table.cmp tr.sub th[scope=row]{padding-left:28px;color:#555}\
 table.cmp thead th{cursor:pointer;background:#f6f6f6}\
 .picked{background:#fff3c4!important}\
@@ -530,6 +614,39 @@ figcaption{color:#555;font-size:13px}\
 .legend span{display:inline-block;width:14px;height:10px;margin:0 4px 0 12px}\
 #report-errors{color:#b00}\
 pre{background:#f6f6f6;padding:12px;overflow:auto;font-size:13px}";
+
+/// The page's headline: what happened and what the main protection saved, in two sentences
+/// and three numbers, then a line per protected run.
+fn headline_section(h: &mut String, report: &Report) {
+    let hl = crate::headline::headline(report);
+    h.push_str("<section id=\"headline\">\n");
+    let _ = writeln!(h, "<p class=\"happened\">{}</p>", esc(&hl.happened));
+    if let Some(saved) = &hl.saved {
+        let _ = writeln!(h, "<p class=\"saved\">{}</p>", esc(saved));
+    }
+    if !hl.numbers.is_empty() {
+        h.push_str("<ul class=\"numbers\">");
+        for n in &hl.numbers {
+            let _ = write!(
+                h,
+                "<li><span class=\"figure\">{} → {}</span><span class=\"what\">{}, without → {}</span></li>",
+                esc(&n.without),
+                esc(&n.with),
+                esc(&n.what),
+                esc(hl.main.as_deref().unwrap_or("with"))
+            );
+        }
+        h.push_str("</ul>\n");
+    }
+    if hl.runs.len() > 1 {
+        h.push_str("<ul class=\"runs\">");
+        for (label, line) in &hl.runs {
+            let _ = write!(h, "<li><b>{}</b>: {}</li>", esc(label), esc(line));
+        }
+        h.push_str("</ul>\n");
+    }
+    h.push_str("</section>\n");
+}
 
 /// The number of charts [`html`] draws for a report: the time series, each tier's panels, and
 /// one timeline per run and tier with breakers.
@@ -586,6 +703,7 @@ pub fn html(report: &Report) -> Result<String, String> {
         esc(&report.tiers.join(" → ")),
         report.seed
     );
+    headline_section(&mut h, report);
     let expected = chart_count(report);
     let _ = write!(
         h,
@@ -682,11 +800,7 @@ pub fn html(report: &Report) -> Result<String, String> {
             "<h2 id=\"sweep\">Sweep over <code>{}</code></h2>\n<p>The scenario again at each \
              value{}: {}.</p>\n",
             esc(&sw.field),
-            if sw.repeat > 1 {
-                format!(", {} times with consecutive seeds (means)", sw.repeat)
-            } else {
-                String::new()
-            },
+            crate::sweep::repeat_note(sw),
             esc(&sw.metrics.join(" / "))
         );
         table(&mut h, &sw.field, &heads, &rows);

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use clap::Args;
 use tripline::BreakerConfig;
-use tripline::trace::{Format, ReadOptions, Trace, read_path};
+use tripline::trace::{Format, ReadOptions, Trace, TraceError, read_path};
 use tripline_sim::replay::{
     Candidate, ConfigReplay, Detect, ReplayOptions, prepare, replay, replay_all,
 };
 use tripline_sim::replay_chart;
-use tripline_sim::tune::{Space, TuneOptions, resilience4j_defaults, tune};
+use tripline_sim::tune::{Holdout, Space, TuneOptions, resilience4j_defaults, tune};
 
 /// How the trace is read and its incidents found (shared by replay and tune).
 #[derive(Debug, Args)]
@@ -65,8 +65,8 @@ impl TraceArgs {
             reorder_window: duration("--reorder-window", &self.reorder_window)?,
             ..ReadOptions::default()
         };
-        let trace =
-            read_path(path, &opts).map_err(|e| format!("invalid trace {}: {e}", path.display()))?;
+        let trace = read_path(path, &opts)
+            .map_err(|e| format!("invalid trace {}: {}", path.display(), explain(&e, path)))?;
         let incidents = if self.incident.is_empty() {
             None
         } else {
@@ -100,6 +100,66 @@ impl TraceArgs {
         };
         Ok((trace, ropts))
     }
+}
+
+/// A reading error as the command says it. A line out of end order is named by the two
+/// lines, quoted as written (their times in the file's own terms), and the gap: the reader's
+/// own figure for the line's end counts from the earliest start read so far, an origin that
+/// moves as earlier starts turn up, so it is left out.
+fn explain(e: &TraceError, path: &Path) -> String {
+    match e {
+        TraceError::Backwards {
+            line,
+            back_ms,
+            latest_line,
+            window_ms,
+            ..
+        } => {
+            let quoted = quote_lines(path, &[*line, *latest_line]);
+            let q = |n: u64| {
+                quoted
+                    .iter()
+                    .find(|(l, _)| *l == n)
+                    .map(|(_, t)| format!(" ({t})"))
+                    .unwrap_or_default()
+            };
+            format!(
+                "line {line}{}: the call ends (start + duration_ms) {back_ms} ms before the call \
+                 of line {latest_line}{} ends; lines must come in the order calls ended, at most \
+                 {window_ms} ms out of order (--reorder-window): sort the trace by end time, \
+                 widen the window, or skip such lines (--skip-bad-lines)",
+                q(*line),
+                q(*latest_line)
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The lines `wanted` (1-based) of a text file, each in backquotes and cut to 80 characters.
+fn quote_lines(path: &Path, wanted: &[u64]) -> Vec<(u64, String)> {
+    use std::io::BufRead as _;
+    let Some(&last) = wanted.iter().max() else {
+        return Vec::new();
+    };
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, text) in std::io::BufReader::new(file).lines().enumerate() {
+        let n = i as u64 + 1;
+        if n > last {
+            break;
+        }
+        let Ok(text) = text else { break };
+        if wanted.contains(&n) {
+            let text = text.trim_end_matches('\r');
+            let cut: String = text.chars().take(80).collect();
+            let more = if text.chars().count() > 80 { "…" } else { "" };
+            out.push((n, format!("`{cut}{more}`")));
+        }
+    }
+    out
 }
 
 /// Configurations given by name instead of a file.
@@ -224,9 +284,19 @@ pub(crate) struct TuneArgs {
     /// What a healthy call refused costs, counted in bad calls admitted.
     #[arg(long, default_value_t = 1.0)]
     healthy_weight: f64,
-    /// Choose only among candidates that trip within this in every incident.
+    /// Choose only among candidates that trip within this in every incident; when none
+    /// does, the command names the nearest and fails.
     #[arg(long, value_name = "DURATION")]
     max_time_to_trip: Option<String>,
+    /// The later part of the trace to check the choice on, after choosing on the rest: a
+    /// share of its span (30%), a time from its origin (600s), or 0 for none.
+    #[arg(long, value_name = "SHARE|TIME", default_value = "30%")]
+    holdout: String,
+    /// The configuration in force (a file or a built-in name, as for --config): the choice
+    /// keeps its values for the settings the trace does not constrain, and it is compared
+    /// with the choice (default: tripline's defaults are kept).
+    #[arg(long, value_name = "FILE")]
+    current: Option<String>,
     /// Configurations to compare the choice with (files or built-in names, as for replay;
     /// default: resilience4j).
     #[arg(long, value_name = "FILE")]
@@ -239,6 +309,44 @@ pub(crate) struct TuneArgs {
     json: bool,
     #[command(flatten)]
     trace_args: TraceArgs,
+}
+
+/// The incidents of a prepared trace, one line: "3 (bad: failed, or at least 250 ms): ...".
+fn incidents_line(p: &tripline_sim::replay::Prepared, split: Option<f64>) -> String {
+    let all = p.incidents();
+    let keys: Vec<&str> = p.keys().collect();
+    let shown: Vec<String> = all
+        .iter()
+        .take(12)
+        .map(|i| {
+            let key = if keys.len() > 1 {
+                format!("{}: ", keys[i.key])
+            } else {
+                String::new()
+            };
+            let part = match split {
+                Some(at) if i.start_s >= at => " (held out)",
+                Some(at) if i.end_s > at => " (cut by the split)",
+                _ => "",
+            };
+            format!("{key}{:.1} s – {:.1} s{part}", i.start_s, i.end_s)
+        })
+        .collect();
+    let more = if all.len() > shown.len() {
+        format!(
+            ", … {} more (--json lists them all)",
+            all.len() - shown.len()
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "incidents found: {} (bad: failed, or at least {:.0} ms){}{}{more}",
+        all.len(),
+        p.bad_latency.as_secs_f64() * 1000.0,
+        if shown.is_empty() { "" } else { ": " },
+        shown.join(", ")
+    )
 }
 
 pub(crate) fn run_tune(a: TuneArgs) -> Result<(), String> {
@@ -257,11 +365,17 @@ pub(crate) fn run_tune(a: TuneArgs) -> Result<(), String> {
     let Some(path) = a.trace.as_ref() else {
         return Err("a trace is needed".into());
     };
-    let baselines = if a.config.is_empty() {
-        vec![Candidate::new("resilience4j", resilience4j_defaults())]
-    } else {
-        load_configs(&a.config)?
+    let holdout = Holdout::from_arg(&a.holdout)?;
+    let current = match &a.current {
+        None => None,
+        Some(c) => load_configs(std::slice::from_ref(c))?.into_iter().next(),
     };
+    let mut baselines = current.iter().cloned().collect::<Vec<_>>();
+    if a.config.is_empty() {
+        baselines.push(Candidate::new("resilience4j", resilience4j_defaults()));
+    } else {
+        baselines.extend(load_configs(&a.config)?);
+    }
     let (trace, ropts) = a.trace_args.read(path)?;
     let prepared = prepare(&trace, &ropts)?;
     let opts = TuneOptions {
@@ -273,51 +387,128 @@ pub(crate) fn run_tune(a: TuneArgs) -> Result<(), String> {
             .as_deref()
             .map(|s| duration("--max-time-to-trip", s))
             .transpose()?,
+        holdout,
+        keep: current.as_ref().map(|c| c.config.clone()),
     };
+    let split = tripline_sim::tune::split_point(
+        &prepared,
+        opts.holdout,
+        tripline_sim::tune::holdout_tail(&space),
+    );
+    if !a.json {
+        println!(
+            "{}",
+            incidents_line(&prepared, split.map(|d| d.as_secs_f64()))
+        );
+    }
     let started = std::time::Instant::now();
     let bar = crate::progress_bar(opts.budget as u64, "replaying candidates", "candidates");
     let result = tune(&prepared, &space, &opts, &ropts, &|n| bar.tick(n));
     bar.finish();
-    let result = result?;
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if prepared.incidents().is_empty() || e.contains("holds no incident") {
+                eprintln!(
+                    "warning: NOTHING WAS LEARNED from {}: no configuration written",
+                    path.display()
+                );
+            }
+            return Err(e);
+        }
+    };
     let elapsed = started.elapsed();
-    let base: Vec<ConfigReplay> = baselines
-        .iter()
-        .map(|c| replay(&prepared, c, &ropts))
-        .collect();
+    let (fit, later) = match split {
+        Some(at) => (
+            Some(prepared.part(Duration::ZERO, at)),
+            Some(prepared.part(at, Duration::MAX)),
+        ),
+        None => (None, None),
+    };
+    let fit_p = fit.as_ref().unwrap_or(&prepared);
+    let base: Vec<ConfigReplay> = baselines.iter().map(|c| replay(fit_p, c, &ropts)).collect();
+    let base_later: Vec<ConfigReplay> = later
+        .as_ref()
+        .map(|l| baselines.iter().map(|c| replay(l, c, &ropts)).collect())
+        .unwrap_or_default();
     let toml_text = format!(
-        "# Chosen by `tripline tune` from {} ({} calls, {} candidates).\n\
+        "# Chosen by `tripline tune` from {} ({} calls, {} candidates{}).\n\
          # In a registry, these lines go under a [configs.NAME] header as they are.\n{}",
         path.display(),
         prepared.calls,
         result.evaluated,
+        result
+            .held_out_from_s
+            .map(|t| format!(", chosen on the calls before {t:.1} s"))
+            .unwrap_or_default(),
         result.chosen.replay.config
     );
+    let unmet = result.nearest.as_ref().map(|n| {
+        let t = &n.replay.totals;
+        format!(
+            "no candidate trips within {} in every incident ({} candidates); the nearest is #{} \
+             ({}), which trips in {} of {} incidents{}: widen --max-time-to-trip, the space or \
+             the budget; no configuration written",
+            a.max_time_to_trip.as_deref().unwrap_or_default(),
+            result.evaluated,
+            n.index,
+            tripline_sim::tune::summary(&n.config),
+            t.incidents_tripped,
+            t.incidents,
+            t.max_time_to_trip_s
+                .map(|x| format!(", the slowest after {x:.2} s"))
+                .unwrap_or_default()
+        )
+    });
     if a.json {
+        let keys: Vec<&str> = prepared.keys().collect();
+        let incidents: Vec<serde_json::Value> = prepared
+            .incidents()
+            .iter()
+            .map(|i| {
+                serde_json::json!({
+                    "key": keys.get(i.key).copied().unwrap_or_default(),
+                    "start_s": i.start_s,
+                    "end_s": i.end_s,
+                })
+            })
+            .collect();
         let doc = serde_json::json!({
             "schema_version": tripline_sim::replay::REPLAY_SCHEMA_VERSION,
             "trace": path.display().to_string(),
             "calls": prepared.calls,
+            "bad_latency_ms": prepared.bad_latency.as_secs_f64() * 1000.0,
+            "incidents": incidents,
             "evaluated": result.evaluated,
             "front": result.front,
             "chosen": result.chosen,
+            "eligible": result.eligible,
+            "nearest": result.nearest,
+            "unconstrained": result.unconstrained,
+            "held_out_from_s": result.held_out_from_s,
+            "held_out": result.held_out,
             "baselines": base,
+            "baselines_held_out": base_later,
         });
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         );
     } else {
-        print!("{}", result.table(&base));
+        print!("{}", result.table_with(&base, &base_later));
         println!(
-            "{} calls, {} keys, {} candidates in {:.2} s\n",
+            "\n{} calls, {} keys, {} candidates in {:.2} s\n",
             prepared.calls,
             prepared.keys().count(),
             result.evaluated,
             elapsed.as_secs_f64()
         );
-        if a.out.is_none() {
+        if a.out.is_none() && unmet.is_none() {
             print!("{toml_text}");
         }
+    }
+    if let Some(e) = unmet {
+        return Err(e);
     }
     if let Some(out) = &a.out {
         std::fs::write(out, &toml_text)

@@ -24,15 +24,17 @@ pub const MAX_LATENCY: Duration = Duration::from_secs(3600);
 /// use std::time::Duration;
 ///
 /// #[derive(serde::Deserialize)]
-/// struct T { a: Dist, b: Dist, c: Dist, d: Dist }
+/// struct T { a: Dist, b: Dist, c: Dist, d: Dist, e: Dist }
 /// let t: T = toml::from_str(r#"
 ///     a = "300ms"
 ///     b = { kind = "fixed", value = "0ms" }
 ///     c = { kind = "uniform", min = "8s", max = "12s" }
 ///     d = { kind = "lognormal", median = "300ms", p99 = "900ms" }
+///     e = { kind = "normal", mean = "10ms", sd = "2ms" }
 /// "#).unwrap();
 /// assert_eq!(t.a, Dist::Fixed(Duration::from_millis(300)));
 /// assert_eq!(t.c.mean(), Duration::from_secs(10));
+/// assert_eq!(t.e, Dist::Normal { mean: Duration::from_millis(10), sd: Duration::from_millis(2) });
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Dist {
@@ -51,6 +53,15 @@ pub enum Dist {
         median: Duration,
         /// The 99th percentile, at least the median.
         p99: Duration,
+    },
+    /// Normal with this mean and standard deviation, folded at zero (a negative draw counts
+    /// as its absolute value): the network delay of the AWS backoff simulator
+    /// (aws-samples/aws-arch-backoff-simulator, `abs(random.normalvariate(mean, sd))`).
+    Normal {
+        /// The mean of the normal before folding.
+        mean: Duration,
+        /// Its standard deviation.
+        sd: Duration,
     },
 }
 
@@ -87,6 +98,15 @@ impl Dist {
                     cap
                 }
             }
+            Dist::Normal { mean, sd } => {
+                let z: f64 = rng.sample(rand_distr::StandardNormal);
+                let v = (nanos(mean) as f64 + nanos(sd) as f64 * z).abs();
+                if v.is_finite() && v < cap as f64 {
+                    v as u64
+                } else {
+                    cap
+                }
+            }
         }
     }
 
@@ -110,6 +130,8 @@ impl Dist {
             Dist::Uniform { min, max } => max.max(min).min(MAX_LATENCY),
             Dist::LogNormal { median, .. } if self.sigma() == 0.0 => median.min(MAX_LATENCY),
             Dist::LogNormal { .. } => MAX_LATENCY,
+            Dist::Normal { mean, sd } if sd.is_zero() => mean.min(MAX_LATENCY),
+            Dist::Normal { .. } => MAX_LATENCY,
         }
     }
 
@@ -133,6 +155,17 @@ impl Dist {
                     (median.as_secs_f64() * (s * s / 2.0).exp()).min(MAX_LATENCY.as_secs_f64()),
                 )
             }
+            Dist::Normal { mean, sd } => {
+                // The folded normal's mean: σ √(2/π) e^(−μ²/2σ²) + μ (1 − 2 Φ(−μ/σ)).
+                let (m, s) = (mean.as_secs_f64(), sd.as_secs_f64());
+                if s == 0.0 {
+                    return mean;
+                }
+                let r = m / s;
+                let folded = s * (2.0 / std::f64::consts::PI).sqrt() * (-r * r / 2.0).exp()
+                    + m * erf(r / std::f64::consts::SQRT_2);
+                Duration::from_secs_f64(folded.clamp(0.0, MAX_LATENCY.as_secs_f64()))
+            }
         }
     }
 
@@ -154,9 +187,25 @@ impl Dist {
                     fmt_d(p99)
                 ))
             }
+            Dist::Normal { mean, sd } if over(mean) || over(sd) => Err(format!(
+                "a normal latency needs a mean and a standard deviation of at most 1h, got mean = {}, sd = {}",
+                fmt_d(mean),
+                fmt_d(sd)
+            )),
             ok => Ok(ok),
         }
     }
+}
+
+/// The error function, to 1.5e-7 (Abramowitz and Stegun, 7.1.26).
+fn erf(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let y = 1.0 - poly * (-x * x).exp();
+    if x < 0.0 { -y } else { y }
 }
 
 /// `d` in nanoseconds, saturating.
@@ -187,6 +236,12 @@ enum DistTable {
         #[serde(with = "humantime_serde")]
         p99: Duration,
     },
+    Normal {
+        #[serde(with = "humantime_serde")]
+        mean: Duration,
+        #[serde(with = "humantime_serde")]
+        sd: Duration,
+    },
 }
 
 impl<'de> Deserialize<'de> for Dist {
@@ -196,7 +251,7 @@ impl<'de> Deserialize<'de> for Dist {
             type Value = Dist;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a duration such as \"300ms\", or a table with kind = \"fixed\", \"uniform\" or \"lognormal\"",
+                    "a duration such as \"300ms\", or a table with kind = \"fixed\", \"uniform\", \"lognormal\" or \"normal\"",
                 )
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Dist, E> {
@@ -213,6 +268,7 @@ impl<'de> Deserialize<'de> for Dist {
                     DistTable::Fixed { value } => Dist::Fixed(value),
                     DistTable::Uniform { min, max } => Dist::Uniform { min, max },
                     DistTable::Lognormal { median, p99 } => Dist::LogNormal { median, p99 },
+                    DistTable::Normal { mean, sd } => Dist::Normal { mean, sd },
                 };
                 d.check().map_err(de::Error::custom)
             }
@@ -239,6 +295,11 @@ impl Serialize for Dist {
                 m.serialize_entry("kind", "lognormal")?;
                 m.serialize_entry("median", &fmt_d(median))?;
                 m.serialize_entry("p99", &fmt_d(p99))?;
+            }
+            Dist::Normal { mean, sd } => {
+                m.serialize_entry("kind", "normal")?;
+                m.serialize_entry("mean", &fmt_d(mean))?;
+                m.serialize_entry("sd", &fmt_d(sd))?;
             }
         }
         m.end()
@@ -333,6 +394,35 @@ mod tests {
         let p99 = v[99_000] as f64 / 1e6;
         assert!((med - 300.0).abs() < 6.0, "median {med}");
         assert!((p99 - 900.0).abs() < 40.0, "p99 {p99}");
+    }
+
+    #[test]
+    fn normal_is_folded_at_zero_and_matches_its_moments() {
+        let d = Dist::Normal {
+            mean: Duration::from_millis(10),
+            sd: Duration::from_millis(2),
+        };
+        let mut rng = Pcg64Mcg::seed_from_u64(3);
+        let v: Vec<f64> = (0..100_000)
+            .map(|_| d.sample(&mut rng) as f64 / 1e6)
+            .collect();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+        assert!(
+            (mean - 10.0).abs() < 0.05 && (sd - 2.0).abs() < 0.05,
+            "{mean} {sd}"
+        );
+        assert!((d.mean().as_secs_f64() * 1e3 - 10.0).abs() < 1e-6);
+        // Around zero, draws fold: none is negative, and the mean is the folded one.
+        let z = Dist::Normal {
+            mean: Duration::ZERO,
+            sd: Duration::from_millis(10),
+        };
+        let m = (0..100_000).map(|_| z.sample(&mut rng) as f64).sum::<f64>() / 1e5 / 1e6;
+        let expected = 10.0 * (2.0 / std::f64::consts::PI).sqrt();
+        assert!((m - expected).abs() < 0.1, "{m} {expected}");
+        assert!((z.mean().as_secs_f64() * 1e3 - expected).abs() < 1e-3);
+        assert_eq!(z.max(), MAX_LATENCY);
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! * [`hosts`]: the dependency's hosts behind the caller's balancer, and outlier detection.
 //! * [`sweep`]: the scenario again over the values of one field.
 //! * [`report`]: the figures, the table and the JSON schema.
+//! * [`headline`]: what a report says in words, at the top of the screen and of the page.
+//! * [`screen`]: the first screen of `tripline simulate`, laid out for the terminal.
 //! * [`chart`]: the time series as SVG, and the HTML report page.
 //! * [`trace`]: a simulated run's calls as a trace (`tripline simulate --trace`).
 //! * [`replay`]: a trace replayed against configurations (`tripline replay`).
@@ -22,6 +24,7 @@ pub mod adaptive;
 pub mod chart;
 mod dist;
 pub mod engine;
+pub mod headline;
 pub mod hosts;
 pub mod layers;
 pub mod protection;
@@ -29,6 +32,7 @@ pub mod replay;
 pub mod replay_chart;
 pub mod report;
 pub mod scenario;
+pub mod screen;
 pub mod sweep;
 pub mod trace;
 pub mod tune;
@@ -143,6 +147,7 @@ pub fn simulate_with_progress(
         field: sw.field.clone(),
         metrics: sw.metrics.clone(),
         repeat: sw.repeat,
+        summary: sw.summary,
         points: sw
             .points(scenario)
             .into_iter()
@@ -152,6 +157,14 @@ pub fn simulate_with_progress(
                     .map(|i| run_all(&point, seed.wrapping_add(i), progress))
                     .collect();
                 let runs = reps.first().map_or(0, Vec::len);
+                let faults = point
+                    .incident()
+                    .map(|(a, b)| (a.as_secs_f64(), b.as_secs_f64()));
+                let values = |r: usize, m: &str| -> Vec<Option<f64>> {
+                    reps.iter()
+                        .map(|rep| sweep::metric_in(&rep[r], m, faults))
+                        .collect()
+                };
                 sweep::SweepPoint {
                     value,
                     runs: (0..runs)
@@ -160,11 +173,12 @@ pub fn simulate_with_progress(
                             figures: sw
                                 .metrics
                                 .iter()
-                                .map(|m| {
-                                    let v: Vec<Option<f64>> =
-                                        reps.iter().map(|rep| sweep::metric(&rep[r], m)).collect();
-                                    sweep::mean(&v)
-                                })
+                                .map(|m| sweep::mean(&values(r, m)))
+                                .collect(),
+                            spread: sw
+                                .metrics
+                                .iter()
+                                .map(|m| sweep::spread(m, &values(r, m)))
                                 .collect(),
                         })
                         .collect(),

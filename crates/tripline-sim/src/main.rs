@@ -129,7 +129,10 @@ fn run(command: Command) -> Result<(), String> {
             if json {
                 println!("{}", r.to_json());
             } else {
-                print!("{}", r.table());
+                print!(
+                    "{}",
+                    tripline_sim::screen::screen(&r, tripline_sim::screen::width())
+                );
             }
             if let Some(path) = report {
                 let is_svg = path
@@ -162,15 +165,33 @@ fn write_trace(
 ) -> Result<(), String> {
     use tripline_sim::trace::{TraceOptions, record};
     let format = tripline::trace::Format::from_path(path).unwrap_or_default();
-    let file =
-        std::fs::File::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // Written beside the file and moved onto it once complete: a run that cannot be recorded
+    // (no breaker in it, an unknown label) leaves no file behind, and an old file at that
+    // path stays as it was.
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let file = std::fs::File::create(&partial)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let opts = TraceOptions {
         run,
         shadow,
         format,
     };
-    record(s, seed, &opts, std::io::BufWriter::new(file))?;
-    Ok(())
+    let done = record(s, seed, &opts, std::io::BufWriter::new(file))
+        .and_then(|(_, mut w)| {
+            use std::io::Write as _;
+            w.flush()
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        })
+        .and_then(|()| {
+            std::fs::rename(&partial, path)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        });
+    if done.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    done
 }
 
 /// A progress bar on stderr, drawn only on a terminal and only once the run has taken more

@@ -19,10 +19,18 @@
 //! # Figures
 //! For each configuration, summed over the keys: trips (Closed → Open) and reopens
 //! (HalfOpen → Open), time spent Open and HalfOpen, calls refused and, by the trace's
-//! outcome, how many of those would have failed anyway, succeeded (healthy calls refused:
-//! the cost of the protection), been ignored, or are unknown; failures admitted, and bad
-//! calls (failed, or slower than the bad latency) admitted while the dependency was bad (the
-//! cost of reacting slowly); and, for each incident, the time to trip after its start.
+//! outcome, how many of those would have failed anyway, succeeded slowly (at least the bad
+//! latency: bad calls, whose refusal spared the caller the wait), succeeded in time (healthy
+//! calls refused: the cost of the protection), been ignored, or are unknown; failures
+//! admitted, and bad calls (failed, or at least the bad latency) admitted while the
+//! dependency was bad (the cost of reacting slowly); and, for each incident, the time to trip
+//! after its start.
+//!
+//! A call is bad by what it did, not by what the configuration did with it: a success that
+//! took at least the bad latency is bad when admitted (it counts among the bad calls admitted
+//! during an incident) and bad when refused (it is not a healthy call refused). So in an
+//! incident where every call succeeds slowly, refusing the calls costs nothing and admitting
+//! them costs each one, as in an incident of failures.
 //!
 //! # Incidents
 //! Given (`--incident 60s..420s`, from the trace's origin, for every key), or found per key:
@@ -241,6 +249,86 @@ impl Prepared {
             })
             .collect()
     }
+
+    /// Bad calls (failed, or at least the bad latency) that started during an incident: the
+    /// most a configuration can admit of them, and what
+    /// [`Figures::bad_admitted`] is a share of.
+    pub fn bad_in_incidents(&self) -> u64 {
+        self.keys
+            .iter()
+            .flat_map(|k| &k.calls)
+            .filter(|c| c.flags & (IN_INCIDENT | BAD) == IN_INCIDENT | BAD)
+            .count() as u64
+    }
+
+    /// The calls that start in `[from, until)` (from the trace's origin), made ready as a
+    /// trace of their own: the same keys, the same bad latency, and the incidents found on
+    /// the whole trace, cut to the span. A replay of the part starts with fresh breakers at
+    /// its first call. This is how [`crate::tune`] holds out a later span of the trace.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline_sim::replay::{prepare, ReplayOptions};
+    /// use tripline::trace::{read, ReadOptions};
+    ///
+    /// let mut text = String::from("start,duration_ms,outcome\n");
+    /// for i in 0..600u64 {
+    ///     let outcome = if (100..200).contains(&i) || (400..500).contains(&i) { "failure" } else { "success" };
+    ///     text.push_str(&format!("{},5,{outcome}\n", i * 100));
+    /// }
+    /// let trace = read(text.as_bytes(), &ReadOptions::default()).unwrap();
+    /// let p = prepare(&trace, &ReplayOptions::default()).unwrap();
+    /// assert_eq!(p.incidents().len(), 2);
+    /// let later = p.part(Duration::from_secs(30), Duration::MAX);
+    /// assert_eq!((later.calls, later.incidents().len()), (300, 1));
+    /// assert_eq!(later.incidents()[0].start_s, 40.0);
+    /// ```
+    pub fn part(&self, from: Duration, until: Duration) -> Prepared {
+        let (a, b) = (nanos(from), nanos(until));
+        let keys: Vec<KeyData> = self
+            .keys
+            .iter()
+            .map(|k| {
+                let lo = k.calls.partition_point(|c| c.start < a);
+                let hi = k.calls.partition_point(|c| c.start < b);
+                let calls: Vec<Call> = k.calls[lo..hi].to_vec();
+                let mut ends: Vec<u32> = (0..calls.len() as u32).collect();
+                ends.sort_by_key(|&i| (calls[i as usize].end, i));
+                KeyData {
+                    name: k.name.clone(),
+                    incidents: k
+                        .incidents
+                        .iter()
+                        .map(|&(s, e)| (s.max(a), e.min(b)))
+                        .filter(|(s, e)| s < e)
+                        .collect(),
+                    calls,
+                    ends,
+                }
+            })
+            .collect();
+        let calls = keys.iter().map(|k| k.calls.len() as u64).sum();
+        let unknown = keys
+            .iter()
+            .flat_map(|k| &k.calls)
+            .filter(|c| c.outcome == TraceOutcome::Rejected)
+            .count() as u64;
+        let last_end = keys
+            .iter()
+            .flat_map(|k| k.calls.iter().map(|c| c.end))
+            .max()
+            .unwrap_or(a);
+        Prepared {
+            keys,
+            calls,
+            unknown,
+            span: Duration::from_nanos(last_end),
+            bad_latency: self.bad_latency,
+            sample_rate: self.sample_rate,
+            origin_unix_nanos: self.origin_unix_nanos,
+            series: self.series.clone(),
+        }
+    }
 }
 
 fn secs(ns: u64) -> f64 {
@@ -453,8 +541,15 @@ pub struct Figures {
     pub rejected: u64,
     /// Refused calls that failed in the trace (the protection saved their wait).
     pub rejected_would_fail: u64,
-    /// Refused calls that succeeded in the trace: healthy calls refused, the protection's cost.
+    /// Refused calls that succeeded in the trace, however slowly (the sum of
+    /// [`rejected_slow`](Self::rejected_slow) and [`rejected_healthy`](Self::rejected_healthy)).
     pub rejected_would_succeed: u64,
+    /// Of those, the calls that took at least the bad latency: bad calls, whose refusal spared
+    /// the caller the wait, as a refused failure does.
+    pub rejected_slow: u64,
+    /// Of those, the calls faster than the bad latency: healthy calls refused, the
+    /// protection's cost.
+    pub rejected_healthy: u64,
     /// Refused calls whose outcome said nothing (ignored).
     pub rejected_ignored: u64,
     /// Refused calls the trace has no outcome for (`rejected` lines).
@@ -483,6 +578,8 @@ impl Figures {
         self.rejected += o.rejected;
         self.rejected_would_fail += o.rejected_would_fail;
         self.rejected_would_succeed += o.rejected_would_succeed;
+        self.rejected_slow += o.rejected_slow;
+        self.rejected_healthy += o.rejected_healthy;
         self.rejected_ignored += o.rejected_ignored;
         self.rejected_unknown += o.rejected_unknown;
         self.failures_admitted += o.failures_admitted;
@@ -523,6 +620,9 @@ pub struct Totals {
     pub mean_time_to_trip_s: Option<f64>,
     /// The longest time to trip; `None` when it tripped in no incident.
     pub max_time_to_trip_s: Option<f64>,
+    /// Bad calls that started during an incident, admitted or not: what
+    /// `bad_admitted` is a share of.
+    pub bad_in_incidents: u64,
 }
 
 /// A configuration's replay.
@@ -546,7 +646,10 @@ pub fn replay(p: &Prepared, c: &Candidate, opts: &ReplayOptions) -> ConfigReplay
         .enumerate()
         .map(|(i, k)| replay_key(k, &c.config, opts.seed, i as u64))
         .collect();
-    let mut totals = Totals::default();
+    let mut totals = Totals {
+        bad_in_incidents: p.bad_in_incidents(),
+        ..Totals::default()
+    };
     let mut ttt = Vec::new();
     for k in &keys {
         totals.figures.add(&k.figures);
@@ -660,7 +763,14 @@ fn replay_key(k: &KeyData, config: &BreakerConfig, seed: u64, index: u64) -> Key
                 f.rejected += 1;
                 match call.outcome {
                     TraceOutcome::Failure => f.rejected_would_fail += 1,
-                    TraceOutcome::Success => f.rejected_would_succeed += 1,
+                    TraceOutcome::Success => {
+                        f.rejected_would_succeed += 1;
+                        if call.flags & BAD != 0 {
+                            f.rejected_slow += 1;
+                        } else {
+                            f.rejected_healthy += 1;
+                        }
+                    }
                     TraceOutcome::Ignored => f.rejected_ignored += 1,
                     TraceOutcome::Rejected => f.rejected_unknown += 1,
                 }
@@ -816,12 +926,13 @@ impl ReplayReport {
     ///   "incidents": [ { "key", "start_s", "end_s" } ],
     ///   "configs": [ { "label", "config": "<TOML>",
     ///     "totals": { <figures>, "incidents", "incidents_tripped", "mean_time_to_trip_s",
-    ///                 "max_time_to_trip_s" },
+    ///                 "max_time_to_trip_s", "bad_in_incidents" },
     ///     "keys": [ { "key", <figures>, "incidents": [ { "start_s", "end_s",
     ///                 "time_to_trip_s", "bad_admitted" } ],
     ///                 "transitions": [ { "at_s", "from", "to", "reason" } ] } ] } ] }
     /// <figures>: "calls", "admitted", "rejected", "rejected_would_fail",
-    ///   "rejected_would_succeed", "rejected_ignored", "rejected_unknown", "failures_admitted",
+    ///   "rejected_would_succeed" (= "rejected_slow" + "rejected_healthy"), "rejected_slow",
+    ///   "rejected_healthy", "rejected_ignored", "rejected_unknown", "failures_admitted",
     ///   "failures_admitted_bad", "bad_admitted", "trips", "reopens", "time_open_s",
     ///   "time_half_open_s"
     /// ```
@@ -924,8 +1035,12 @@ impl ReplayReport {
                 Box::new(|t| t.figures.rejected_would_fail.to_string()),
             ),
             (
+                "  would have succeeded, slowly (bad)",
+                Box::new(|t| t.figures.rejected_slow.to_string()),
+            ),
+            (
                 "  would have succeeded (healthy)",
-                Box::new(|t| t.figures.rejected_would_succeed.to_string()),
+                Box::new(|t| t.figures.rejected_healthy.to_string()),
             ),
             (
                 "  ignored",

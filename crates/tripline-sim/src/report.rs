@@ -791,7 +791,7 @@ fn all_closed_after(transitions: &[crate::engine::Tr], n: usize, end: u64) -> Op
 }
 
 /// A latency for the table: "0.4 ms", "40 ms", "1.25 s".
-fn fmt_ms(v: Option<f64>) -> String {
+pub(crate) fn fmt_ms(v: Option<f64>) -> String {
     match v {
         None => "—".into(),
         Some(x) if x < 1.0 => format!("{x:.1} ms"),
@@ -864,8 +864,17 @@ pub(crate) fn sweep_rows(
                     .map(|r| {
                         sw.metrics
                             .iter()
-                            .zip(&r.figures)
-                            .map(|(m, v)| crate::sweep::fmt_metric(m, *v))
+                            .enumerate()
+                            .map(|(i, m)| match sw.summary {
+                                crate::sweep::Summary::Median => crate::sweep::fmt_spread(
+                                    m,
+                                    &r.spread.get(i).copied().unwrap_or_default(),
+                                    sw.repeat,
+                                ),
+                                crate::sweep::Summary::Mean => {
+                                    crate::sweep::fmt_metric(m, r.figures.get(i).copied().flatten())
+                                }
+                            })
                             .collect::<Vec<_>>()
                             .join(" / ")
                     })
@@ -1264,6 +1273,19 @@ impl Report {
     /// The side-by-side table (runs as columns), with the transitions of small runs, each
     /// tier's figures, and a sweep's table.
     pub fn table(&self) -> String {
+        self.table_at(None)
+    }
+
+    /// [`table`](Self::table), its tables laid out for `width` characters (the runs in
+    /// groups of columns that fit, see [`crate::screen`]), or in full for `None`.
+    pub fn table_at(&self, width: Option<usize>) -> String {
+        let put =
+            |out: &mut String, corner: &str, heads: &[String], rows: &[(String, Vec<String>)]| {
+                match width {
+                    Some(w) => crate::screen::fit_table(out, w, corner, heads, rows),
+                    None => write_table(out, corner, heads, rows),
+                }
+            };
         let mut out = String::new();
         let _ = writeln!(out, "{} — {}", self.scenario, self.description);
         let incident = self.incident.map_or_else(
@@ -1276,15 +1298,21 @@ impl Report {
             self.seed, self.duration_s, self.replicas, self.workers_per_replica, incident
         );
         let labels: Vec<String> = self.runs.iter().map(|r| r.label.clone()).collect();
-        write_table(&mut out, "", &labels, &self.rows());
+        put(&mut out, "", &labels, &self.rows());
         for (tier, rows) in self.tier_rows() {
             let _ = writeln!(out, "\n{tier}");
-            write_table(&mut out, "", &labels, &rows);
+            put(&mut out, "", &labels, &rows);
         }
         if let Some(sw) = &self.sweep {
             let (head, rows) = sweep_rows(sw);
-            let _ = writeln!(out, "\nsweep over {}: {}", sw.field, sw.metrics.join(" / "));
-            write_table(&mut out, &sw.field, &head, &rows);
+            let _ = writeln!(
+                out,
+                "\nsweep over {}: {}{}",
+                sw.field,
+                sw.metrics.join(" / "),
+                crate::sweep::repeat_note(sw)
+            );
+            put(&mut out, &sw.field, &head, &rows);
         }
         for r in self.runs.iter() {
             if r.transitions.is_empty() {

@@ -1421,6 +1421,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "backoff-contention",
         include_str!("../scenarios/backoff-contention.toml"),
     ),
+    (
+        "backoff-contention-aws",
+        include_str!("../scenarios/backoff-contention-aws.toml"),
+    ),
     ("metastable", include_str!("../scenarios/metastable.toml")),
     (
         "sustained-errors",
@@ -1430,6 +1434,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "slow-recovery",
         include_str!("../scenarios/slow-recovery.toml"),
     ),
+    ("semian", include_str!("../scenarios/semian.toml")),
 ];
 
 /// The TOML source of a built-in scenario.

@@ -57,6 +57,10 @@ pub const METRICS: &[(&str, &str)] = &[
         "seconds in which some replica's pool was full",
     ),
     ("retries", "retries made"),
+    (
+        "refused_in_faults",
+        "of the requests answered while the faults lasted (refusals included, shed ones not), the percentage a local policy refused",
+    ),
 ];
 
 const UNKNOWN: &str = "must be one of the fields that can be swept:";
@@ -81,6 +85,22 @@ pub struct Sweep {
     /// repetition is "never".
     #[serde(default = "one")]
     pub repeat: u32,
+    /// What the table shows of the repetitions: `"mean"` (default), or `"median"`: the
+    /// median with the lowest and highest value, and how many repetitions never recovered.
+    /// The JSON has all of them either way.
+    #[serde(default)]
+    pub summary: Summary,
+}
+
+/// How a sweep's table sums up its repetitions.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Summary {
+    /// The mean (a recovery that never came in some repetition makes it "never").
+    #[default]
+    Mean,
+    /// The median and the range, a recovery that never came counting as the longest.
+    Median,
 }
 
 fn one() -> u32 {
@@ -237,6 +257,54 @@ impl Sweep {
     }
 }
 
+/// The median, lowest and highest of one figure over repetitions, and how many had none.
+/// For `recovery_s` a repetition with none never recovered and counts as the longest (the
+/// median is `None` when more than half never did, the highest when any never did); for the
+/// other figures one with none is left out.
+///
+/// ```
+/// use tripline_sim::sweep::spread;
+/// let s = spread("recovery_s", &[Some(4.0), None, Some(1.0), Some(9.0), None]);
+/// assert_eq!((s.median, s.low, s.high, s.missing), (Some(9.0), Some(1.0), None, 2));
+/// let s = spread("succeeded", &[Some(4.0), None, Some(2.0)]);
+/// assert_eq!((s.median, s.low, s.high, s.missing), (Some(3.0), Some(2.0), Some(4.0), 1));
+/// ```
+pub fn spread(name: &str, v: &[Option<f64>]) -> Spread {
+    let missing = v.iter().filter(|x| x.is_none()).count() as u32;
+    let never_is_longest = name == "recovery_s";
+    let mut xs: Vec<f64> = if never_is_longest {
+        v.iter().map(|x| x.unwrap_or(f64::INFINITY)).collect()
+    } else {
+        v.iter().flatten().copied().collect()
+    };
+    xs.sort_by(f64::total_cmp);
+    let finite = |x: f64| x.is_finite().then_some(x);
+    let median = match xs.len() {
+        0 => None,
+        n if n % 2 == 1 => finite(xs[n / 2]),
+        n => finite((xs[n / 2 - 1] + xs[n / 2]) / 2.0),
+    };
+    Spread {
+        median,
+        low: xs.first().copied().and_then(finite),
+        high: xs.last().copied().and_then(finite),
+        missing,
+    }
+}
+
+/// One figure's median and range over a sweep's repetitions ([`spread`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Spread {
+    /// The median (`None`: "never" for a recovery, else no repetition had the figure).
+    pub median: Option<f64>,
+    /// The lowest.
+    pub low: Option<f64>,
+    /// The highest (`None` for a recovery: some repetition never recovered).
+    pub high: Option<f64>,
+    /// Repetitions without the figure (for a recovery: that never recovered).
+    pub missing: u32,
+}
+
 /// The mean of one figure over repetitions: `None` if any repetition has none.
 pub fn mean(v: &[Option<f64>]) -> Option<f64> {
     let mut sum = 0.0;
@@ -247,8 +315,38 @@ pub fn mean(v: &[Option<f64>]) -> Option<f64> {
 }
 
 /// One figure of one run, for the sweep table: `None` where it does not apply ("never" for
-/// a recovery that did not come).
+/// a recovery that did not come). `refused_in_faults` needs the faults' span: see
+/// [`metric_in`].
 pub fn metric(run: &RunReport, name: &str) -> Option<f64> {
+    metric_in(run, name, None)
+}
+
+/// The percentage of the requests answered from `from_s` to `until_s` (by the second they
+/// were answered in; refusals included, shed requests not) that a local policy refused.
+///
+/// ```
+/// let s = tripline_sim::Scenario::load("fowler")?;
+/// let r = tripline_sim::simulate(&s, None);
+/// // One request a second; the breaker refuses 20 of the 25 during the faults.
+/// let share = tripline_sim::sweep::refused_share(r.run("with").unwrap(), 5.0, 30.0).unwrap();
+/// assert_eq!(share, 80.0);
+/// # Ok::<(), tripline_sim::ScenarioError>(())
+/// ```
+pub fn refused_share(run: &RunReport, from_s: f64, until_s: f64) -> Option<f64> {
+    let (mut refused, mut answered) = (0u64, 0u64);
+    for (i, b) in run.series.bins.iter().enumerate() {
+        let t = i as f64;
+        if t >= from_s && t < until_s {
+            refused += u64::from(b.rejected);
+            answered += u64::from(b.succeeded) + u64::from(b.failed) + u64::from(b.rejected);
+        }
+    }
+    (answered > 0).then(|| refused as f64 * 100.0 / answered as f64)
+}
+
+/// [`metric`], with the span of the scenario's faults (from the first fault's start to the
+/// last one's end, in seconds) for `refused_in_faults`.
+pub fn metric_in(run: &RunReport, name: &str, faults: Option<(f64, f64)>) -> Option<f64> {
     Some(match name {
         "requests" => run.requests as f64,
         "succeeded" => run.succeeded as f64,
@@ -263,6 +361,10 @@ pub fn metric(run: &RunReport, name: &str) -> Option<f64> {
         "recovery_s" => return run.recovery_s,
         "pool_full_s" => f64::from(run.pool_full_s),
         "retries" => run.policies.retry.as_ref().map_or(0, |r| r.retries) as f64,
+        "refused_in_faults" => {
+            let (a, b) = faults?;
+            return refused_share(run, a, b);
+        }
         _ => return None,
     })
 }
@@ -276,6 +378,8 @@ pub struct SweepReport {
     pub metrics: Vec<String>,
     /// Runs per value (the figures are their means).
     pub repeat: u32,
+    /// What the table shows of the repetitions.
+    pub summary: Summary,
     /// One point per value, in order.
     pub points: Vec<SweepPoint>,
 }
@@ -295,8 +399,40 @@ pub struct SweepRun {
     /// The run's label.
     pub label: String,
     /// The figures, in the order of the sweep's `metrics` (`null`: does not apply, or a
-    /// recovery that never came).
+    /// recovery that never came): their means over the repetitions.
     pub figures: Vec<Option<f64>>,
+    /// Each figure's median and range over the repetitions, in the same order.
+    pub spread: Vec<Spread>,
+}
+
+/// How a sweep's table sums up its repetitions, in words: "" for one run per value, else
+/// " (30 seeds each: means)" or " (11 seeds each: median [lowest – highest])".
+pub fn repeat_note(sw: &SweepReport) -> String {
+    match (sw.repeat, sw.summary) {
+        (1, _) => String::new(),
+        (n, Summary::Mean) => format!(" ({n} seeds each: means)"),
+        (n, Summary::Median) => format!(" ({n} seeds each: median [lowest – highest])"),
+    }
+}
+
+/// Formats a figure's spread over `repeat` repetitions for a sweep table: "13 s [6 s – never,
+/// 3 of 11 never]".
+pub fn fmt_spread(name: &str, s: &Spread, repeat: u32) -> String {
+    let never = name == "recovery_s";
+    let mut out = fmt_metric(name, s.median);
+    if repeat > 1 {
+        let hi = if never && s.missing > 0 {
+            "never".to_string()
+        } else {
+            fmt_metric(name, s.high)
+        };
+        out.push_str(&format!(" [{} – {hi}", fmt_metric(name, s.low)));
+        if never && s.missing > 0 && s.missing < repeat {
+            out.push_str(&format!(", {} of {repeat} never", s.missing));
+        }
+        out.push(']');
+    }
+    out
 }
 
 /// Formats a figure for the sweep table.
@@ -307,6 +443,7 @@ pub fn fmt_metric(name: &str, v: Option<f64>) -> String {
         ("completion_s" | "recovery_s", Some(x)) if x < 10.0 => format!("{x:.2} s"),
         ("completion_s" | "recovery_s", Some(x)) => format!("{x:.1} s"),
         ("load_amplification", Some(x)) => format!("{x:.2}×"),
+        ("refused_in_faults", Some(x)) => format!("{x:.1} %"),
         (_, Some(x)) if x.fract() == 0.0 || x >= 100.0 => format!("{x:.0}"),
         (_, Some(x)) => format!("{x:.1}"),
     }

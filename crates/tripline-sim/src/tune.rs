@@ -11,11 +11,24 @@
 //! before it, a search is reproducible for a given trace, space and seed.
 //!
 //! Each candidate is scored on two costs, both counted in calls: **bad calls admitted** while
-//! the dependency was bad (failed, or slower than the bad latency: the cost of reacting
-//! slowly) and **healthy calls refused** (refused calls that succeeded in the trace: the cost
-//! of the protection). The Pareto front holds the candidates no other beats on both; the
-//! chosen one minimises `bad + weight × healthy` (weight 1 by default), then the mean time to
-//! trip, among those that trip within `max_time_to_trip` in every incident, when that is set.
+//! the dependency was bad (failed, or at least the bad latency: the cost of reacting slowly)
+//! and **healthy calls refused** (refused calls that succeeded faster than the bad latency:
+//! the cost of the protection). A call is bad by what the trace says it did: a success that
+//! took at least the bad latency is a bad call when it is admitted and a bad call spared when
+//! it is refused, never a healthy call refused, so an incident in which every call succeeds
+//! slowly weighs as much as one in which they fail. The Pareto front holds the candidates no
+//! other beats on both; the chosen one minimises `bad + weight × healthy` (weight 1 by
+//! default), then the mean time to trip, among those that trip within `max_time_to_trip` in
+//! every incident, when that is set ([`TuneReport::nearest`] names the nearest when none
+//! does).
+//!
+//! **Validation.** With a [`Holdout`] the search sees only the calls before a split, and the
+//! choice is replayed on the calls after it ([`TuneReport::held_out`]): figures it was not
+//! chosen on, to set beside the fit. **Settings the trace does not constrain** (every value
+//! tried gives the same figures: the slow-call settings on a trace of fast errors) keep the
+//! value in force ([`TuneOptions::keep`], else tripline's default) and are named
+//! ([`TuneReport::unconstrained`]), instead of whatever the search happened to draw. A trace
+//! (or fitted part) with no incident is refused: nothing can be learned from it.
 //!
 //! The chosen configuration is written as TOML that
 //! [`BreakerConfig`] reads as is, one `key = value` line per field,
@@ -38,7 +51,9 @@
 //! let r = tune(&prepared, &Space::default(), &opts, &ReplayOptions::default(), &|_| {}).unwrap();
 //! let chosen = &r.chosen.replay.totals;
 //! assert!(chosen.max_time_to_trip_s.unwrap() < 1.0);
-//! assert!(chosen.figures.rejected_would_succeed < 500);
+//! assert!(chosen.figures.rejected_healthy < 500);
+//! // The calls are all fast: the slow-call settings keep tripline's defaults.
+//! assert!(r.unconstrained.iter().any(|u| u.setting == "slow_call_duration"));
 //! let config: tripline::BreakerConfig = toml::from_str(&r.chosen.replay.config).unwrap();
 //! assert_eq!(config, r.chosen.config);
 //! ```
@@ -421,6 +436,102 @@ struct Ladders {
 const DIMS: usize = 8;
 type Genome = [u16; DIMS];
 
+/// The settings the search chooses, by their names in a breaker's TOML, in the order of a
+/// genome's dimensions.
+pub const SETTINGS: [&str; DIMS] = [
+    "window",
+    "minimum_calls",
+    "failure_rate_threshold",
+    "slow_call_rate_threshold",
+    "slow_call_duration",
+    "open.duration",
+    "half_open.permitted_calls",
+    "half_open.policy",
+];
+
+/// The eight values the search chooses; the rest of a configuration keeps the builder's
+/// defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Settings {
+    window: WindowConfig,
+    minimum_calls: u32,
+    failure_rate: f64,
+    slow_call_rate: f64,
+    slow_call_duration: Duration,
+    open_duration: Duration,
+    probes: u32,
+    policy: HalfOpenPolicy,
+}
+
+impl Settings {
+    fn of(c: &BreakerConfig) -> Self {
+        Self {
+            window: c.window(),
+            minimum_calls: c.minimum_calls(),
+            failure_rate: c.failure_rate_threshold(),
+            slow_call_rate: c.slow_call_rate_threshold(),
+            slow_call_duration: c.slow_call_duration(),
+            open_duration: c.open_duration(),
+            probes: c.half_open_calls(),
+            policy: c.half_open_policy(),
+        }
+    }
+
+    fn build(&self) -> Option<BreakerConfig> {
+        let mut min = self.minimum_calls;
+        if let WindowConfig::Count { size } = self.window {
+            min = min.min(size);
+        }
+        BreakerConfig::builder()
+            .window(self.window)
+            .minimum_calls(min)
+            .failure_rate_threshold(self.failure_rate)
+            .slow_call_rate_threshold(self.slow_call_rate)
+            .slow_call_duration(self.slow_call_duration)
+            .open_duration(self.open_duration)
+            .half_open_calls(self.probes)
+            .half_open_policy(self.policy)
+            .build()
+            .ok()
+    }
+
+    /// These settings with dimension `d` taken from `other`.
+    fn with(&self, d: usize, other: &Settings) -> Settings {
+        let mut s = *self;
+        match d {
+            0 => s.window = other.window,
+            1 => s.minimum_calls = other.minimum_calls,
+            2 => s.failure_rate = other.failure_rate,
+            3 => s.slow_call_rate = other.slow_call_rate,
+            4 => s.slow_call_duration = other.slow_call_duration,
+            5 => s.open_duration = other.open_duration,
+            6 => s.probes = other.probes,
+            _ => s.policy = other.policy,
+        }
+        s
+    }
+
+    /// Dimension `d`'s value, as a breaker's TOML writes it.
+    fn show(&self, d: usize) -> String {
+        match d {
+            0 => match self.window {
+                WindowConfig::Count { size } => format!("count {size}"),
+                WindowConfig::Time { length, .. } => format!("time {}", fmt_d(length)),
+            },
+            1 => self.minimum_calls.to_string(),
+            2 => format!("{}", self.failure_rate),
+            3 => format!("{}", self.slow_call_rate),
+            4 => format!("{:?}", fmt_d(self.slow_call_duration)),
+            5 => format!("{:?}", fmt_d(self.open_duration)),
+            6 => self.probes.to_string(),
+            _ => match self.policy {
+                HalfOpenPolicy::AllProbes => "\"all-probes\"".into(),
+                _ => "\"consecutive\"".into(),
+            },
+        }
+    }
+}
+
 impl Ladders {
     fn lens(&self) -> [usize; DIMS] {
         [
@@ -435,23 +546,21 @@ impl Ladders {
         ]
     }
 
-    fn config(&self, g: &Genome) -> Option<BreakerConfig> {
-        let window = self.windows[g[0] as usize];
-        let mut min = self.minimum_calls[g[1] as usize];
-        if let WindowConfig::Count { size } = window {
-            min = min.min(size);
+    fn settings(&self, g: &Genome) -> Settings {
+        Settings {
+            window: self.windows[g[0] as usize],
+            minimum_calls: self.minimum_calls[g[1] as usize],
+            failure_rate: self.failure_rate[g[2] as usize],
+            slow_call_rate: self.slow_call_rate[g[3] as usize],
+            slow_call_duration: self.slow_call_duration[g[4] as usize],
+            open_duration: self.open_duration[g[5] as usize],
+            probes: self.probes[g[6] as usize],
+            policy: self.policies[g[7] as usize],
         }
-        BreakerConfig::builder()
-            .window(window)
-            .minimum_calls(min)
-            .failure_rate_threshold(self.failure_rate[g[2] as usize])
-            .slow_call_rate_threshold(self.slow_call_rate[g[3] as usize])
-            .slow_call_duration(self.slow_call_duration[g[4] as usize])
-            .open_duration(self.open_duration[g[5] as usize])
-            .half_open_calls(self.probes[g[6] as usize])
-            .half_open_policy(self.policies[g[7] as usize])
-            .build()
-            .ok()
+    }
+
+    fn config(&self, g: &Genome) -> Option<BreakerConfig> {
+        self.settings(g).build()
     }
 
     /// How many genomes the space holds (saturating).
@@ -499,11 +608,124 @@ impl Ladders {
 /// and the candidates' results held in memory for the Pareto front.
 pub const MAX_BUDGET: usize = 1_000_000;
 
+/// Which part of the trace the choice is checked on, after it was made on the rest.
+///
+/// ```
+/// use tripline_sim::tune::Holdout;
+/// assert_eq!(Holdout::from_arg("30%").unwrap(), Holdout::Share(0.3));
+/// assert_eq!(Holdout::from_arg("0").unwrap(), Holdout::None);
+/// assert_eq!(Holdout::from_arg("600s").unwrap(), Holdout::From(std::time::Duration::from_secs(600)));
+/// assert!(Holdout::from_arg("100%").is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Holdout {
+    /// Choose on the whole trace; nothing is checked.
+    None,
+    /// Hold out the last share of the trace's span, in (0, 1). The split keeps clear of the
+    /// incidents and of the longest open duration after each ([`split_point`]), so that no
+    /// incident is cut in two and what staying open after one costs counts with it.
+    Share(f64),
+    /// Hold out every call that starts from this time on (from the trace's origin), as given.
+    From(Duration),
+}
+
+impl Holdout {
+    /// Reads `--holdout`: `0` (none), a share (`30%`, `0.3`), or a time (`600s`).
+    pub fn from_arg(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let bad = || {
+            format!(
+                "--holdout must be 0 (none), a share of the trace in (0, 1) such as 30% or 0.3, \
+                 or a time from the trace's origin such as 600s, got {s:?}"
+            )
+        };
+        let share = if let Some(p) = s.strip_suffix('%') {
+            p.trim().parse::<f64>().map(|p| p / 100.0).ok()
+        } else {
+            s.parse::<f64>().ok()
+        };
+        match share {
+            Some(0.0) => Ok(Holdout::None),
+            Some(x) if x > 0.0 && x < 1.0 => Ok(Holdout::Share(x)),
+            Some(_) => Err(bad()),
+            None => humantime::parse_duration(s)
+                .map(Holdout::From)
+                .map_err(|_| bad()),
+        }
+    }
+}
+
+/// Where the held-out part of `p` starts, if anything is held out (see [`Holdout`]).
+///
+/// For a [`Holdout::Share`] the split keeps clear of every incident and of the `tail` after
+/// it (the longest open duration the search may choose, and a little more), so that what a
+/// configuration costs by staying open after an incident counts in the part that holds the
+/// incident: a split that falls in an incident or its tail moves back to the incident's
+/// start when an incident (with its tail) is left before it, else forward past the tail. A
+/// [`Holdout::From`] is taken as given.
+///
+/// ```
+/// use std::time::Duration;
+/// use tripline_sim::replay::{prepare, ReplayOptions};
+/// use tripline_sim::tune::{split_point, Holdout};
+/// use tripline::trace::{read, ReadOptions};
+///
+/// // 100 s; failing from 60 s to 80 s.
+/// let mut text = String::from("start,duration_ms,outcome\n");
+/// for i in 0..1000u64 {
+///     let outcome = if (600..800).contains(&i) { "failure" } else { "success" };
+///     text.push_str(&format!("{},5,{outcome}\n", i * 100));
+/// }
+/// let trace = read(text.as_bytes(), &ReadOptions::default()).unwrap();
+/// let p = prepare(&trace, &ReplayOptions::default()).unwrap();
+/// // 30 % held out would split at 70 s, inside the incident, which has nothing before it:
+/// // the split moves past the incident and a tail of 5 s.
+/// let tail = Duration::from_secs(5);
+/// assert_eq!(split_point(&p, Holdout::Share(0.3), tail), Some(Duration::from_secs(85)));
+/// assert_eq!(split_point(&p, Holdout::None, tail), None);
+/// ```
+pub fn split_point(p: &Prepared, holdout: Holdout, tail: Duration) -> Option<Duration> {
+    match holdout {
+        Holdout::None => None,
+        Holdout::From(at) => Some(at),
+        Holdout::Share(share) => {
+            let tail = tail.as_secs_f64();
+            let mut busy: Vec<(f64, f64)> = p
+                .incidents()
+                .iter()
+                .map(|i| (i.start_s, i.end_s + tail))
+                .collect();
+            busy.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut merged: Vec<(f64, f64)> = Vec::new();
+            for (a, b) in busy {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            let at = p.span.as_secs_f64() * (1.0 - share);
+            let at = match merged.iter().position(|&(a, b)| a < at && at < b) {
+                None => at,
+                Some(k) if k > 0 => merged[k].0,
+                Some(k) => merged[k].1,
+            };
+            Some(Duration::from_secs_f64(at.max(0.0)))
+        }
+    }
+}
+
+/// The tail a share's split keeps clear after each incident: the longest open duration the
+/// space allows, and 5 s.
+pub fn holdout_tail(space: &Space) -> Duration {
+    space.open_duration[1] + Duration::from_secs(5)
+}
+
 /// How a search runs.
 ///
 /// ```
 /// let o = tripline_sim::tune::TuneOptions::default();
 /// assert_eq!((o.budget, o.healthy_weight), (256, 1.0));
+/// assert_eq!(o.holdout, tripline_sim::tune::Holdout::None);
 /// ```
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
@@ -515,6 +737,12 @@ pub struct TuneOptions {
     pub healthy_weight: f64,
     /// Only candidates that trip within this in every incident may be chosen.
     pub max_time_to_trip: Option<Duration>,
+    /// The part of the trace held out to check the choice on (default: none; `tripline
+    /// tune` holds out 30 %).
+    pub holdout: Holdout,
+    /// The configuration in force, whose values the choice keeps for the settings the trace
+    /// does not constrain (default: tripline's defaults, [`BreakerConfig::default`]).
+    pub keep: Option<BreakerConfig>,
 }
 
 impl Default for TuneOptions {
@@ -524,6 +752,8 @@ impl Default for TuneOptions {
             seed: 0,
             healthy_weight: 1.0,
             max_time_to_trip: None,
+            holdout: Holdout::None,
+            keep: None,
         }
     }
 }
@@ -544,15 +774,44 @@ pub struct Evaluated {
     pub eligible: bool,
 }
 
+/// A setting the trace does not constrain: every value tried gave the same figures, so the
+/// choice keeps the value in force there.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Unconstrained {
+    /// The setting, by its name in a breaker's TOML ([`SETTINGS`]).
+    pub setting: &'static str,
+    /// The value the search had picked.
+    pub searched: String,
+    /// The value kept (the configuration in force's, or tripline's default).
+    pub kept: String,
+}
+
 /// What a search found.
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneReport {
     /// Candidates replayed.
     pub evaluated: usize,
-    /// The Pareto front of bad calls admitted against healthy calls refused, by bad calls.
+    /// The Pareto front of bad calls admitted against healthy calls refused, by bad calls,
+    /// on the part of the trace the choice was made on.
     pub front: Vec<Evaluated>,
-    /// The chosen candidate.
+    /// The chosen candidate (with the values kept where the trace says nothing: see
+    /// `unconstrained`), and its figures on the part the choice was made on.
     pub chosen: Evaluated,
+    /// Incidents in the part the choice was made on.
+    pub incidents: u64,
+    /// Where the held-out part starts, in seconds from the trace's origin (`None`: nothing
+    /// was held out).
+    pub held_out_from_s: Option<f64>,
+    /// The chosen configuration replayed on the held-out part: figures it was not chosen on.
+    pub held_out: Option<ConfigReplay>,
+    /// The settings the trace does not constrain, kept at the values in force.
+    pub unconstrained: Vec<Unconstrained>,
+    /// Candidates that met `max_time_to_trip` (all of them when it is not set).
+    pub eligible: usize,
+    /// When `max_time_to_trip` is set and no candidate met it: the nearest one (the most
+    /// incidents tripped, then the shortest longest time to trip, then the lowest cost). The
+    /// choice is then the cheapest candidate, which did not meet it either.
+    pub nearest: Option<Evaluated>,
 }
 
 fn bad(e: &ConfigReplay) -> u64 {
@@ -560,11 +819,24 @@ fn bad(e: &ConfigReplay) -> u64 {
 }
 
 fn healthy(e: &ConfigReplay) -> u64 {
-    e.totals.figures.rejected_would_succeed
+    e.totals.figures.rejected_healthy
 }
 
 fn ttt(e: &ConfigReplay) -> f64 {
     e.totals.mean_time_to_trip_s.unwrap_or(f64::INFINITY)
+}
+
+fn cost(r: &ConfigReplay, opts: &TuneOptions) -> f64 {
+    bad(r) as f64 + opts.healthy_weight * healthy(r) as f64
+}
+
+fn eligible(r: &ConfigReplay, opts: &TuneOptions) -> bool {
+    opts.max_time_to_trip.is_none_or(|m| {
+        r.totals.incidents_tripped == r.totals.incidents
+            && r.totals
+                .max_time_to_trip_s
+                .is_none_or(|t| t <= m.as_secs_f64())
+    })
 }
 
 /// The candidates that no other beats on both costs, by bad calls admitted (ties: the first
@@ -592,6 +864,24 @@ fn pareto(all: &[Evaluated]) -> Vec<usize> {
 }
 
 /// Searches the space; `progress` is called with the candidates replayed, batch by batch.
+///
+/// The cost of a candidate is `bad + weight × healthy`: the bad calls (failed, or at least
+/// the bad latency) it admitted during incidents, and the healthy calls (succeeded faster
+/// than the bad latency) it refused. A slow success is bad whether it was admitted or
+/// refused, so an incident of slow calls costs the candidates that do not trip as an
+/// incident of failures does.
+///
+/// With a [`Holdout`], the search and the choice see only the part before the split, and the
+/// choice is then replayed on the part after it (`held_out`). After the choice, each setting
+/// is tried at the value in force ([`TuneOptions::keep`]) and at the space's lowest and
+/// highest: a setting for which all of them give the same incidents tripped and a cost
+/// within 1 % (or one call) of the choice's is not constrained by the trace, and the choice
+/// keeps the value in force there (`unconstrained`) rather than the one the search happened
+/// to draw.
+///
+/// Errors: a budget or weight out of range, a space with an empty dimension, and a trace
+/// (or the part the choice is made on) with no incident: there is nothing to learn from it,
+/// and every configuration that never trips would look perfect.
 pub fn tune(
     p: &Prepared,
     space: &Space,
@@ -615,6 +905,27 @@ pub fn tune(
     let ladders = space.ladders();
     if ladders.lens().contains(&0) {
         return Err("the space leaves a dimension without a value".into());
+    }
+    let split = split_point(p, opts.holdout, holdout_tail(space));
+    let parts = split.map(|at| (p.part(Duration::ZERO, at), p.part(at, Duration::MAX)));
+    let fit = parts.as_ref().map_or(p, |(f, _)| f);
+    let incidents = fit.incidents().len() as u64;
+    if incidents == 0 {
+        return Err(if split.is_some() && !p.incidents().is_empty() {
+            format!(
+                "the part of the trace the choice is made on (before {}) holds no incident \
+                 (the trace's are all after it): hold out less (--holdout), or nothing \
+                 (--holdout 0)",
+                fmt_d(split.unwrap_or_default())
+            )
+        } else {
+            "the trace holds no incident (no second in which at least the incident share of \
+             the calls failed or took at least the bad latency): there is nothing to tune \
+             from, since every configuration that never trips would refuse nothing and look \
+             perfect; give the incidents (--incident FROM..UNTIL), lower --incident-share or \
+             --bad-latency, or tune on a trace that holds one"
+                .to_string()
+        });
     }
     let mut rng = Pcg64Mcg::seed_from_u64(opts.seed ^ 0x7A5E_7A5E);
     let mut seen: HashSet<Genome> = HashSet::new();
@@ -668,24 +979,17 @@ pub fn tune(
             .enumerate()
             .map(|(i, (_, c))| {
                 let r = replay(
-                    p,
+                    fit,
                     &Candidate::new(format!("#{}", base + i), c.clone()),
                     replay_opts,
                 );
                 progress(1);
-                let cost = bad(&r) as f64 + opts.healthy_weight * healthy(&r) as f64;
-                let eligible = opts.max_time_to_trip.is_none_or(|m| {
-                    r.totals.incidents_tripped == r.totals.incidents
-                        && r.totals
-                            .max_time_to_trip_s
-                            .is_none_or(|t| t <= m.as_secs_f64())
-                });
                 Evaluated {
                     index: base + i,
                     config: c.clone(),
+                    cost: cost(&r, opts),
+                    eligible: eligible(&r, opts),
                     replay: r,
-                    cost,
-                    eligible,
                 }
             })
             .collect();
@@ -701,14 +1005,142 @@ pub fn tune(
         })
         .cloned()
     };
-    let chosen = pick(&mut all.iter().filter(|e| e.eligible))
+    let picked = pick(&mut all.iter().filter(|e| e.eligible))
         .or_else(|| pick(&mut all.iter()))
         .ok_or("no candidate could be built from the space")?;
+    let n_eligible = all.iter().filter(|e| e.eligible).count();
+    let nearest = (opts.max_time_to_trip.is_some() && n_eligible == 0)
+        .then(|| {
+            all.iter()
+                .min_by(|a, b| {
+                    let (x, y) = (&a.replay.totals, &b.replay.totals);
+                    y.incidents_tripped
+                        .cmp(&x.incidents_tripped)
+                        .then(
+                            x.max_time_to_trip_s
+                                .unwrap_or(f64::INFINITY)
+                                .total_cmp(&y.max_time_to_trip_s.unwrap_or(f64::INFINITY)),
+                        )
+                        .then(a.cost.total_cmp(&b.cost))
+                        .then(a.index.cmp(&b.index))
+                })
+                .cloned()
+        })
+        .flatten();
+    let keep = opts.keep.clone().unwrap_or_default();
+    let (chosen, unconstrained) =
+        keep_unconstrained(fit, &ladders, picked, &keep, opts, replay_opts);
+    let held_out = parts.as_ref().map(|(_, later)| {
+        replay(
+            later,
+            &Candidate::new(format!("#{}", chosen.index), chosen.config.clone()),
+            replay_opts,
+        )
+    });
     Ok(TuneReport {
         evaluated: all.len(),
         front,
         chosen,
+        incidents,
+        held_out_from_s: split.map(|d| d.as_secs_f64()),
+        held_out,
+        unconstrained,
+        eligible: n_eligible,
+        nearest,
     })
+}
+
+/// The choice with the value in force kept for every setting the trace does not constrain
+/// (see [`tune`]), replayed.
+fn keep_unconstrained(
+    fit: &Prepared,
+    ladders: &Ladders,
+    picked: Evaluated,
+    keep: &BreakerConfig,
+    opts: &TuneOptions,
+    replay_opts: &ReplayOptions,
+) -> (Evaluated, Vec<Unconstrained>) {
+    use rayon::prelude::*;
+    let base = Settings::of(&picked.config);
+    let kept = Settings::of(keep);
+    let lowest = ladders.settings(&[0; DIMS]);
+    let lens = ladders.lens();
+    let mut top = [0u16; DIMS];
+    for (t, n) in top.iter_mut().zip(lens) {
+        *t = (n - 1) as u16;
+    }
+    let highest = ladders.settings(&top);
+    let same = |r: &ConfigReplay| {
+        let c = cost(r, opts);
+        r.totals.incidents_tripped == picked.replay.totals.incidents_tripped
+            && eligible(r, opts) == picked.eligible
+            && (c - picked.cost).abs() <= (0.01 * picked.cost).max(1.0)
+    };
+    let run = |s: &Settings| -> Option<ConfigReplay> {
+        let c = s.build()?;
+        Some(replay(
+            fit,
+            &Candidate::new(format!("#{}", picked.index), c),
+            replay_opts,
+        ))
+    };
+    // Every dimension at the kept value and at both ends of its ladder.
+    let tries: Vec<(usize, Settings)> = (0..DIMS)
+        .flat_map(|d| {
+            [&kept, &lowest, &highest]
+                .into_iter()
+                .map(move |o| (d, base.with(d, o)))
+        })
+        .filter(|(_, s)| *s != base)
+        .collect();
+    let verdicts: Vec<(usize, bool)> = tries
+        .par_iter()
+        .map(|(d, s)| (*d, run(s).is_some_and(|r| same(&r))))
+        .collect();
+    let free: Vec<usize> = (0..DIMS)
+        .filter(|d| verdicts.iter().filter(|(x, _)| x == d).all(|(_, ok)| *ok))
+        .collect();
+    // All at once if that still gives the same figures, else one by one.
+    let mut settings = free.iter().fold(base, |s, &d| s.with(d, &kept));
+    let mut kept_dims = free.clone();
+    if settings != base && !run(&settings).is_some_and(|r| same(&r)) {
+        settings = base;
+        kept_dims.clear();
+        for &d in &free {
+            let next = settings.with(d, &kept);
+            if next == settings || run(&next).is_some_and(|r| same(&r)) {
+                settings = next;
+                kept_dims.push(d);
+            }
+        }
+    }
+    let unconstrained = kept_dims
+        .iter()
+        .map(|&d| Unconstrained {
+            setting: SETTINGS[d],
+            searched: base.show(d),
+            kept: kept.show(d),
+        })
+        .collect();
+    if settings == base {
+        return (picked, unconstrained);
+    }
+    let Some(config) = settings.build() else {
+        return (picked, Vec::new());
+    };
+    let r = replay(
+        fit,
+        &Candidate::new(format!("#{}", picked.index), config.clone()),
+        replay_opts,
+    );
+    let chosen = Evaluated {
+        index: picked.index,
+        config,
+        cost: cost(&r, opts),
+        eligible: eligible(&r, opts),
+        replay: r,
+    };
+    (chosen, unconstrained)
 }
 
 /// The genome of a configuration built from `ladders` (its nearest rungs).
@@ -763,16 +1195,45 @@ pub fn resilience4j_defaults() -> BreakerConfig {
         .unwrap_or_default()
 }
 
+/// One figure of a replay, as the held-out table shows it.
+type Figure = dyn Fn(&ConfigReplay) -> String;
+
+/// A share of bad calls admitted: "195 (0.4 %)".
+fn bad_of(r: &ConfigReplay) -> String {
+    let t = &r.totals;
+    if t.bad_in_incidents == 0 {
+        return t.figures.bad_admitted.to_string();
+    }
+    format!(
+        "{} ({:.1} %)",
+        t.figures.bad_admitted,
+        t.figures.bad_admitted as f64 * 100.0 / t.bad_in_incidents as f64
+    )
+}
+
 impl TuneReport {
-    /// The front and the choice, as a table.
+    /// The front and the choice, as a table, with the settings kept, the nearest candidate
+    /// when none met `max_time_to_trip`, and the choice's figures on the held-out part.
+    /// `baselines` are replays of the configurations to compare with on the part the choice
+    /// was made on.
     pub fn table(&self, baselines: &[ConfigReplay]) -> String {
+        self.table_with(baselines, &[])
+    }
+
+    /// [`table`](Self::table), with the baselines' figures on the held-out part (`held_out`:
+    /// their replays there, matched by label; empty when nothing was held out) beside the
+    /// choice's.
+    pub fn table_with(&self, baselines: &[ConfigReplay], held_out: &[ConfigReplay]) -> String {
         use std::fmt::Write as _;
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} candidates replayed; Pareto front of bad calls admitted in incidents against \
+            "{} candidates replayed{}; Pareto front of bad calls admitted in incidents against \
              healthy calls refused ({} configurations):\n",
             self.evaluated,
+            self.held_out_from_s
+                .map(|t| format!(" on the calls before {t:.1} s"))
+                .unwrap_or_default(),
             self.front.len()
         );
         let _ = writeln!(
@@ -834,9 +1295,88 @@ impl TuneReport {
         }
         let _ = writeln!(
             s,
-            "\nchosen: #{} (cost {} = bad + weight × healthy)",
-            self.chosen.index, self.chosen.cost
+            "\nchosen: #{} ({}), cost {} = bad + weight × healthy",
+            self.chosen.index,
+            summary(&self.chosen.config),
+            self.chosen.cost
         );
+        if !self.unconstrained.is_empty() {
+            let _ = writeln!(
+                s,
+                "not constrained by the trace (every value tried gave the same figures), kept at \
+                 the values in force: {}",
+                self.unconstrained
+                    .iter()
+                    .map(|u| format!(
+                        "{} = {} (the search drew {})",
+                        u.setting, u.kept, u.searched
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if let Some(n) = &self.nearest {
+            let t = &n.replay.totals;
+            let _ = writeln!(
+                s,
+                "no candidate trips within the time to trip asked for in every incident; the \
+                 nearest: #{} ({}) trips in {} of {} incidents{}",
+                n.index,
+                summary(&n.config),
+                t.incidents_tripped,
+                t.incidents,
+                t.max_time_to_trip_s
+                    .map(|x| format!(", within {x:.2} s"))
+                    .unwrap_or_default()
+            );
+        }
+        if let (Some(from), Some(h)) = (self.held_out_from_s, &self.held_out) {
+            let _ = writeln!(
+                s,
+                "\nthe choice on the part it was chosen on (before {from:.1} s) and on the \
+                 held-out part (from {from:.1} s), which it was not chosen on:"
+            );
+            let w = 18usize;
+            let _ = writeln!(s, "  {:34}  {:>w$}  {:>w$}", "", "chosen on", "held out");
+            let lines: [(&str, &Figure); 5] = [
+                ("incidents tripped", &|r| {
+                    format!("{} of {}", r.totals.incidents_tripped, r.totals.incidents)
+                }),
+                ("bad calls admitted in incidents", &bad_of),
+                ("healthy calls refused", &|r| healthy(r).to_string()),
+                ("time to trip (mean)", &|r| {
+                    r.totals
+                        .mean_time_to_trip_s
+                        .map_or("—".into(), |t| format!("{t:.2} s"))
+                }),
+                ("time to trip (longest)", &|r| {
+                    r.totals
+                        .max_time_to_trip_s
+                        .map_or("—".into(), |t| format!("{t:.2} s"))
+                }),
+            ];
+            let held = |label: &str| held_out.iter().find(|b| b.label == label);
+            for (name, f) in lines {
+                let _ = writeln!(
+                    s,
+                    "  {name:34}  {:>w$}  {:>w$}",
+                    f(&self.chosen.replay),
+                    f(h)
+                );
+                for b in baselines {
+                    if let Some(hb) = held(&b.label) {
+                        let _ = writeln!(s, "    {:32}  {:>w$}  {:>w$}", b.label, f(b), f(hb));
+                    }
+                }
+            }
+            if h.totals.incidents == 0 {
+                let _ = writeln!(
+                    s,
+                    "the held-out part holds no incident: it checks only the healthy calls \
+                     refused (trips on noise)"
+                );
+            }
+        }
         s
     }
 }

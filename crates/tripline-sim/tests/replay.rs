@@ -120,7 +120,7 @@ fn check_tune(s: &Scenario, shadow: bool) {
     assert_eq!(chosen.incidents_tripped, chosen.incidents);
     assert!(chosen.max_time_to_trip_s.unwrap() <= team_ttt, "{chosen:?}");
     assert!(
-        chosen.figures.rejected_would_succeed < r4j.totals.figures.rejected_would_succeed,
+        chosen.figures.rejected_healthy < r4j.totals.figures.rejected_healthy,
         "{chosen:?} vs {:?}",
         r4j.totals
     );
@@ -129,7 +129,7 @@ fn check_tune(s: &Scenario, shadow: bool) {
     for w in t.front.windows(2) {
         let (a, b) = (&w[0].replay.totals.figures, &w[1].replay.totals.figures);
         assert!(a.bad_admitted <= b.bad_admitted);
-        assert!(a.rejected_would_succeed > b.rejected_would_succeed);
+        assert!(a.rejected_healthy > b.rejected_healthy);
     }
     // The TOML written reads back as the same configuration.
     let back: tripline::BreakerConfig = toml::from_str(&t.chosen.replay.config).unwrap();

@@ -48,6 +48,11 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Loads `page` in headless Chromium and returns the DOM after its scripts ran.
 fn render(name: &str, page: &str) -> String {
+    render_at(name, page, 1100)
+}
+
+/// [`render`] in a window `width` pixels wide.
+fn render_at(name: &str, page: &str, width: u32) -> String {
     let dir = scratch(name);
     let file = dir.join("report.html");
     std::fs::write(&file, page).unwrap();
@@ -62,7 +67,7 @@ fn render(name: &str, page: &str) -> String {
             "--disable-sync",
             "--no-first-run",
             "--disable-extensions",
-            "--window-size=1100,2000",
+            &format!("--window-size={width},2000"),
             "--virtual-time-budget=10000",
             "--timeout=60000",
         ])
@@ -82,21 +87,24 @@ fn render(name: &str, page: &str) -> String {
     dom
 }
 
-/// The page's verdict: `data-status`, and how many charts it found drawn.
-fn verdict(dom: &str) -> (String, usize, String) {
+/// An attribute of the status line, as the page's script left it.
+fn status_attr(dom: &str, name: &str) -> Option<String> {
     let at = dom
         .find("id=\"report-status\"")
         .expect("the page has its status line");
     let tag_start = dom[..at].rfind('<').unwrap();
     let tag_end = at + dom[at..].find('>').unwrap();
     let tag = &dom[tag_start..tag_end];
-    let attr = |name: &str| {
-        let key = format!("{name}=\"");
-        tag.find(&key).map(|i| {
-            let rest = &tag[i + key.len()..];
-            rest[..rest.find('"').unwrap()].to_string()
-        })
-    };
+    let key = format!("{name}=\"");
+    tag.find(&key).map(|i| {
+        let rest = &tag[i + key.len()..];
+        rest[..rest.find('"').unwrap()].to_string()
+    })
+}
+
+/// The page's verdict: `data-status`, and how many charts it found drawn.
+fn verdict(dom: &str) -> (String, usize, String) {
+    let attr = |name: &str| status_attr(dom, name);
     let errors = dom
         .find("id=\"report-errors\"")
         .map(|i| {
@@ -199,4 +207,71 @@ fn a_missing_chart_is_caught() {
     assert_eq!(status, "failed");
     assert_eq!(charts, chart::chart_count(&report) - 1);
     assert!(errors.contains("no SVG"), "{errors}");
+}
+
+/// The page an SRE reads first: a headline at the top (what happened and what the breaker
+/// saved, two sentences and three numbers), a comparison of eight runs seen whole in a
+/// window 1 400 px wide, a legend over every panel, and runs whose lines are the same drawn
+/// so that both show.
+#[test]
+fn the_gymfolks_page_opens_with_its_headline_and_shows_its_table_whole() {
+    let mut s = shortened("gymfolks", 150);
+    for f in &mut s.dependency.faults {
+        f.until = Duration::from_secs(110);
+    }
+    s.arrivals.rate = Some(300.0);
+    let report = simulate(&s, None);
+    assert_eq!(report.runs.len(), 8);
+    let page = chart::html(&report).unwrap();
+    let dom = render_at("gymfolks-1400", &page, 1400);
+    let (status, _, errors) = verdict(&dom);
+    assert_eq!(status, "ok", "{errors}");
+    assert_eq!(status_attr(&dom, "data-tables-cut").as_deref(), Some("0"));
+    // The headline comes first, before the comparison: two sentences, three numbers.
+    let headline = dom.find("id=\"headline\"").expect("a headline");
+    assert!(headline < dom.find("id=\"comparison\"").unwrap());
+    let section = &dom[headline..headline + dom[headline..].find("</section>").unwrap()];
+    assert!(
+        section.contains("class=\"happened\">From 60&nbsp;s to 110&nbsp;s"),
+        "{section}"
+    );
+    assert!(
+        section.contains("class=\"saved\">With the breaker (“with”)"),
+        "{section}"
+    );
+    assert_eq!(section.matches("class=\"figure\"").count(), 3, "{section}");
+    assert!(
+        section.contains("requests answered with an error"),
+        "{section}"
+    );
+    // Each panel has its legend: "without" is named once per panel of the series chart.
+    let series = &page[page.find("data-chart=\"series\"").unwrap()..];
+    let series = &series[..series.find("</figure>").unwrap()];
+    let panels = [
+        "worker pool in use",
+        "p99 latency, endpoints using the dependency",
+        "p99 latency, other endpoints",
+        "breakers open",
+        "calls reaching the dependency",
+        "retries granted",
+        "requests refused by a local policy",
+    ]
+    .iter()
+    .filter(|t| series.contains(*t))
+    .count();
+    assert_eq!(panels, 7);
+    assert_eq!(series.matches(">\nwithout\n</text>").count(), panels);
+    // "breaker + budget" makes exactly the calls "shared" makes: its line is dashed over
+    // the other, and its legend says so.
+    assert!(
+        series.contains("breaker + budget (same as shared)"),
+        "same-as legend"
+    );
+    // In a narrow window the table scrolls in its box, and the page says it is not whole.
+    let narrow = render_at("gymfolks-700", &page, 700);
+    assert_eq!(verdict(&narrow).0, "ok");
+    assert_ne!(
+        status_attr(&narrow, "data-tables-cut").as_deref(),
+        Some("0")
+    );
 }

@@ -473,7 +473,12 @@ fn sustained_errors_partial_opening_refuses_a_share_and_still_closes_on_an_outag
     let sw = r.sweep.as_ref().unwrap();
     assert_eq!(
         sw.metrics,
-        ["rejected_would_succeed", "dependency_calls", "failed"]
+        [
+            "rejected_would_succeed",
+            "dependency_calls",
+            "failed",
+            "refused_in_faults"
+        ]
     );
     let at = |value: &str, label: &str, m: usize| {
         let p = sw.points.iter().find(|p| p.value == value).unwrap();
@@ -486,159 +491,171 @@ fn sustained_errors_partial_opening_refuses_a_share_and_still_closes_on_an_outag
     assert!(at("100%", "SRE throttle", 2) > 5.0 * at("100%", "partial", 2));
     assert!(at("10%", "partial", 0) * 5.0 < at("10%", "classic 10%", 0));
     assert_eq!(at("10%", "classic 50%", 0), 0.0);
+    // The throttle refuses nothing while more than half is accepted (10 %, 50 %), and more
+    // and more once less is (75 %, 100 %: see the next test).
+    assert_eq!(at("10%", "SRE throttle", 3), 0.0);
+    assert!(at("50%", "SRE throttle", 3) < 0.5);
+    assert!(at("75%", "SRE throttle", 3) > 25.0);
 }
 
-#[test]
-fn slow_recovery_a_ramp_after_closing_spares_the_barely_recovered_dependency() {
-    let r = &run("slow-recovery");
-    let breaker = get(r, "breaker");
-    let ramp = get(r, "breaker + ramp");
-    // The restart ends at 120 s; both breakers close at the first probe after it.
-    let first_close = |run: &RunReport| {
-        run.transitions
-            .iter()
-            .find(|t| t.at_s >= 120.0 && t.to == State::Closed)
-            .map(|t| t.at_s)
-            .expect("closes after the restart")
-    };
-    assert_eq!(first_close(breaker), first_close(ramp));
-    let close = first_close(breaker);
-    assert!((120.0..121.0).contains(&close), "{close}");
-    // Without the ramp the full load floods the index at a tenth of its capacity: the
-    // breaker re-trips within a second, and again at every probe until the capacity is half
-    // back (160 s). With it, the index sees a growing share and the breaker stays closed.
-    let retrips = |run: &RunReport| {
-        run.transitions
-            .iter()
-            .filter(|t| t.at_s > close && t.to == State::Open)
-            .count()
-    };
-    assert!(retrips(breaker) >= 3, "{}", retrips(breaker));
-    assert_eq!(retrips(ramp), 0);
-    // Fewer calls at once on the recovering index right after closing, and far fewer of them
-    // time out.
-    let peak = |run: &RunReport| {
-        run.series.bins[120..140]
-            .iter()
-            .map(|b| b.dependency_in_flight_peak)
-            .max()
-            .unwrap()
-    };
-    assert!(
-        peak(ramp) * 4 < peak(breaker),
-        "{} vs {}",
-        peak(ramp),
-        peak(breaker)
-    );
-    assert!(
-        ramp.failed * 5 < breaker.failed,
-        "{} vs {}",
-        ramp.failed,
-        breaker.failed
-    );
-    let refused = ramp.policies.breaker.as_ref().unwrap().ramping_up;
-    assert!(refused > 0 && refused < ramp.rejected_fast);
-    assert_eq!(breaker.policies.breaker.as_ref().unwrap().ramping_up, 0);
-    // Neither is worse off for the users: the refused calls got the cached answer.
-    assert!(ramp.succeeded >= breaker.succeeded);
-    assert_eq!(ramp.recovery_s, Some(0.0));
+/// The percentage refused of the requests answered in each `step` seconds from `from` to
+/// `until`.
+fn refused_per(run: &RunReport, from: f64, until: f64, step: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut a = from;
+    while a + step <= until {
+        out.push(tripline_sim::sweep::refused_share(run, a, a + step).unwrap_or(0.0));
+        a += step;
+    }
+    out
 }
 
+fn fmt_shares(v: &[f64]) -> String {
+    v.iter()
+        .map(|x| format!("{x:.1}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The SRE throttle against a dependency that accepts a fixed quarter of what reaches it
+/// (`sustained-errors` at 75 % errors, the incident held for 12 minutes). Read with
+/// `requests` as what reached the dependency, the formula `(requests − K × accepts) /
+/// (requests + 1)` gives 1 − 2 × 0.25 = 50 % refused; but `requests` counts the throttle's own
+/// refusals, which earn no accepts. With a share `x(t)` sent, the odds of sending are
+/// `K × 0.25 × ` the mean of `x` over the window: `x = ½ × mean(x)`, whose only steady state
+/// is zero. Over a sliding window of length W it decays as `e^(−u t / W)` with `(e^u − 1) / u
+/// = 2`, u ≈ 1.26: the share sent falls to about 0.28 of itself every 2 minutes.
+/// `cargo test -p tripline-sim --test scenarios throttle -- --nocapture` prints the shares
+/// per 2 minutes.
 #[test]
-fn gymfolks_cascade_stays_down_after_the_vendor_recovers_without_the_second_attempt() {
-    let r = &run("gymfolks-cascade");
-    assert_eq!(r.tiers, ["gateway", "workout-service"]);
-    let without = get(r, "without");
-    let second = get(r, "second attempt");
-    let budgets = get(r, "budgets only");
-    // Retries multiply across tiers: the gateway's retries reach workout-service, whose own
-    // reach the vendor.
-    let (gw, ws) = (&without.tiers[0], &without.tiers[1]);
-    assert!(gw.policies.retry.as_ref().unwrap().retries > 100_000);
-    assert!(ws.policies.retry.as_ref().unwrap().retries > 50_000);
-    assert!(ws.requests > without.requests / 2);
-    // Without: the product stays down minutes after the vendor's fix at 19:06.
-    let down = without.recovery_s.expect("recovers within the run");
-    assert!((120.0..=400.0).contains(&down), "{down}");
-    assert!(gw.recovery_s.is_some_and(|s| s >= 120.0));
-    assert!(ws.pool_full_after_recovery_s.unwrap() > 120.0);
-    assert!(gw.pool_peak == gw.workers, "the gateway's pool fills too");
-    // The second attempt at workout-service keeps the product up, the gateway unchanged.
-    assert_eq!(second.recovery_s, Some(0.0));
-    assert_eq!(second.failed + second.shed, 0);
-    assert!(second.tiers[0].pool_peak < second.tiers[0].workers / 10);
-    assert_eq!(second.tiers[1].pool_full_s, 0);
-    // Budgets alone cut the retries but not the 10 s waits: the pools still fill.
-    let b = &budgets.tiers[1].policies.retry.as_ref().unwrap();
-    assert!(b.budget_refused > 10_000);
-    assert!(
-        budgets.recovery_s.is_some_and(|s| s > 60.0),
-        "{:?}",
-        budgets.recovery_s
+fn the_throttle_refuses_nearly_everything_from_a_dependency_that_accepts_a_fixed_quarter() {
+    let mut s = Scenario::load("sustained-errors").unwrap();
+    s.sweep = None;
+    s.dependency.faults[0].error_rate = tripline_sim::Rate::new(0.75);
+    s.dependency.faults[0].until = Duration::from_secs(780);
+    s.duration = Duration::from_secs(840);
+    let i = s
+        .protection
+        .iter()
+        .position(|p| p.label == "SRE throttle")
+        .unwrap();
+    let throttle = &tripline_sim::simulate_variant(&s, Some(i), None).unwrap();
+    let per_2m = refused_per(throttle, 60.0, 780.0, 120.0);
+    eprintln!(
+        "SRE throttle at 75 % errors, refused per 2 minutes from 60 s: {}",
+        fmt_shares(&per_2m)
     );
-    // How long depends on the vendor's capacity: the sweep.
-    let sw = r.sweep.as_ref().unwrap();
-    let at = |value: &str, label: &str| {
-        let p = sw.points.iter().find(|p| p.value == value).unwrap();
-        p.runs.iter().find(|x| x.label == label).unwrap().figures[0]
-    };
-    assert_eq!(at("600", "without"), None, "never recovers");
-    assert!(at("2000", "without").is_some_and(|s| s < 30.0));
-    for v in ["600", "2000"] {
-        assert_eq!(at(v, "second attempt"), Some(0.0), "{v}");
+    // Climbing every window, past the formula's naive 50 % in the second and near all of it
+    // by the last: once the window holds only the incident, the share sent falls to about
+    // e^−1.26 = 0.28 of itself per window.
+    assert!(per_2m.windows(2).all(|w| w[1] > w[0]), "{per_2m:?}");
+    assert!(per_2m[1] > 50.0 && per_2m[5] > 99.0, "{per_2m:?}");
+    let sent = |i: usize| 100.0 - per_2m[i];
+    for i in 2..per_2m.len() {
+        let ratio = sent(i) / sent(i - 1);
+        assert!(
+            (0.2..0.4).contains(&ratio),
+            "window {i}: {ratio} {per_2m:?}"
+        );
     }
 }
 
+/// `backoff-contention-aws` keeps the article's ordering too, and with the AWS simulator's
+/// own network delay lands within 5 % of that simulator's means at 100 clients (run 30
+/// times: 2425 calls / 2.0 s without backoff, 1867 / 63.6 s exponential, 797 / 4.95 s full
+/// jitter, 812 / 6.7 s equal jitter, 1008 / 4.7 s decorrelated).
 #[test]
-fn backoff_contention_keeps_the_published_ordering() {
-    let r = &run("backoff-contention");
+fn backoff_contention_with_the_aws_latency_matches_the_aws_simulator() {
+    let r = &run("backoff-contention-aws");
     let sw = r.sweep.as_ref().unwrap();
-    assert_eq!(sw.repeat, 30);
-    assert_eq!(sw.metrics, ["dependency_calls", "completion_s"]);
-    for point in &sw.points {
-        let fig = |label: &str| {
-            let run = point.runs.iter().find(|x| x.label == label).unwrap();
-            (run.figures[0].unwrap(), run.figures[1].unwrap())
-        };
-        let n = &point.value;
-        let (none_calls, none_time) = fig("without");
-        let (exp_calls, exp_time) = fig("exponential");
-        // Un-jittered exponential backoff does about as much work as none, and takes far
-        // longer.
-        assert!(
-            exp_calls >= 0.7 * none_calls,
-            "{n}: {exp_calls} vs {none_calls}"
-        );
-        assert!(
-            exp_time >= 5.0 * none_time,
-            "{n}: {exp_time} vs {none_time}"
-        );
-        // Every jitter does far less work, and finishes far sooner than un-jittered.
-        let jitters = ["full jitter", "equal jitter", "decorrelated jitter"];
-        for j in jitters {
-            let (calls, time) = fig(j);
-            assert!(calls < 0.7 * none_calls, "{n} {j}: {calls}");
-            assert!(time < exp_time / 3.0, "{n} {j}: {time}");
-        }
-        // Full jitter does the least work (at 20 clients the article's own means tie: 100
-        // calls for full jitter, 101 for decorrelated).
-        let (full, _) = fig("full jitter");
-        let least = jitters.iter().map(|j| fig(j).0).fold(f64::MAX, f64::min);
-        if n == "20" {
-            assert!(full <= 1.02 * least, "{n}: {full} vs {least}");
-        } else {
-            assert!(full <= least, "{n}: {full} vs {least}");
-        }
+    let p = sw.points.iter().find(|p| p.value == "100").unwrap();
+    for (label, calls, time) in [
+        ("without", 2425.0, 2.0),
+        ("exponential", 1867.0, 63.6),
+        ("full jitter", 797.0, 4.95),
+        ("equal jitter", 812.0, 6.7),
+        ("decorrelated jitter", 1008.0, 4.7),
+    ] {
+        let f = &p.runs.iter().find(|x| x.label == label).unwrap().figures;
+        let (c, t) = (f[0].unwrap(), f[1].unwrap());
+        assert!((c / calls - 1.0).abs() < 0.05, "{label}: {c} vs {calls}");
+        assert!((t / time - 1.0).abs() < 0.05, "{label}: {t} vs {time}");
     }
-    // Every client finished: no attempt budget ran out.
     for run in &r.runs {
         assert_eq!((run.succeeded, run.failed), (100, 0), "{}", run.label);
     }
 }
 
+/// Shopify Semian's experiment against Semian's published figures
+/// (experiments/results/csv/*_time_analysis.csv at Semian v0.28.2): at a sustained 20 %, the
+/// classic breaker refused 79.3 to 88.2 % of each 30 s and the adaptive one 21.9 to 26.9 %
+/// (about 26 % once settled); over a 20 s spike at 20 %, 78.9 % and 17.5 %. The classic column
+/// is the nearest rule the core has to Semian's "12 errors within 20 s" (see the scenario
+/// file); when the core counts failures in time, this test pins the exact rule instead.
+/// `cargo test -p tripline-sim --test scenarios semian -- --nocapture` prints the shares.
+#[test]
+fn semian_classic_refuses_most_and_adaptive_a_quarter() {
+    let r = &run("semian");
+    let classic = get(r, "classic");
+    let adaptive = get(r, "adaptive");
+    let c = refused_per(classic, 120.0, 420.0, 30.0);
+    let a = refused_per(adaptive, 120.0, 420.0, 30.0);
+    eprintln!(
+        "semian, refused per 30 s from 120 s: classic {}",
+        fmt_shares(&c)
+    );
+    eprintln!(
+        "semian, refused per 30 s from 120 s: adaptive {}",
+        fmt_shares(&a)
+    );
+    let answered = |run: &RunReport| -> Vec<u64> {
+        run.series.bins[120..420]
+            .chunks(30)
+            .map(|c| {
+                c.iter()
+                    .map(|b| u64::from(b.succeeded + b.failed + b.rejected))
+                    .sum()
+            })
+            .collect()
+    };
+    eprintln!(
+        "semian, requests answered per 30 s from 120 s: classic {:?}, adaptive {:?}",
+        answered(classic),
+        answered(adaptive)
+    );
+    let sw = r.sweep.as_ref().unwrap();
+    let at = |value: &str, label: &str| {
+        let p = sw.points.iter().find(|p| p.value == value).unwrap();
+        p.runs.iter().find(|x| x.label == label).unwrap().figures[0].unwrap()
+    };
+    let whole = |run: &RunReport| tripline_sim::sweep::refused_share(run, 120.0, 420.0).unwrap();
+    eprintln!(
+        "semian, refused over the faults: 20 s spike classic {:.1} % adaptive {:.1} %; 300 s classic {:.1} % adaptive {:.1} %",
+        at("140s", "classic"),
+        at("140s", "adaptive"),
+        whole(classic),
+        whole(adaptive)
+    );
+    // Semian's classic breaker: 79 to 88 % of each 30 s; here within 75 to 92 %.
+    assert!(c.iter().all(|x| (75.0..92.0).contains(x)), "{c:?}");
+    // The adaptive one settles near a quarter: 22 to 27 % in Semian's; here 15 to 35 %.
+    assert!(a.iter().all(|x| (15.0..35.0).contains(x)), "{a:?}");
+    // The spike: 78.9 % and 17.5 % in Semian's.
+    assert!((70.0..90.0).contains(&at("140s", "classic")));
+    assert!((10.0..30.0).contains(&at("140s", "adaptive")));
+    // Nothing is refused without protection; both breakers close again after the faults.
+    assert_eq!(get(r, "without").rejected_fast, 0);
+    let after = refused_per(classic, 480.0, 540.0, 30.0);
+    assert!(after.iter().all(|x| *x < 5.0), "{after:?}");
+}
+
+/// The metastable sweep, one seed per value in every build (the scenario's own: 8 seeds per
+/// value, `metastable_claims_hold_over_the_seeds` checks them all).
 #[test]
 fn metastable_recovers_below_the_trigger_size_and_a_budget_or_breaker_restores_it() {
-    let r = &run("metastable");
+    let mut s = Scenario::load("metastable").unwrap();
+    s.sweep.as_mut().unwrap().repeat = 1;
+    let r = &simulate(&s, None);
     let without = get(r, "without");
     assert_eq!(without.recovery_s, None, "a 10 s trigger: never");
     assert!(without.load_amplification > 2.0);
@@ -650,19 +667,56 @@ fn metastable_recovers_below_the_trigger_size_and_a_budget_or_breaker_restores_i
         let p = sw.points.iter().find(|p| p.value == value).unwrap();
         p.runs.iter().find(|x| x.label == label).unwrap().figures[0]
     };
-    // Below the trigger size the service recovers by itself; above it, never.
+    // On this seed: below the trigger size the service recovers by itself; above it, never.
     for small in ["62s", "64s"] {
         assert!(at(small, "without").is_some_and(|s| s <= 5.0), "{small}");
     }
-    for big in ["65s", "70s", "90s"] {
+    for big in ["65s", "70s", "90s", "120s"] {
         assert_eq!(at(big, "without"), None, "{big}");
     }
     // Without retries, or with a budget or a breaker, it recovers from every trigger.
-    for v in ["62s", "64s", "65s", "70s", "90s"] {
+    for v in ["62s", "64s", "65s", "70s", "90s", "120s"] {
         assert!(at(v, "no retries").is_some_and(|s| s <= 15.0), "{v}");
         assert!(at(v, "retry budget").is_some(), "{v}");
         assert!(at(v, "breaker").is_some_and(|s| s <= 15.0), "{v}");
     }
+}
+
+/// The README's metastable claims, over the scenario's 8 seeds per trigger (the sweep's
+/// median and range): a 2 s trigger never latches, a 30 s one always does, and between them
+/// it depends on the seed; without retries and with the breaker the service recovers from
+/// every trigger on every seed within 10 s; with the retry budget it recovers on every seed,
+/// but more slowly the longer the trigger.
+#[test]
+#[ignore = "8 seeds × 6 triggers × 4 runs: run with --release -- --ignored"]
+fn metastable_claims_hold_over_the_seeds() {
+    let r = &run("metastable");
+    let sw = r.sweep.as_ref().unwrap();
+    assert_eq!((sw.repeat, sw.points.len()), (8, 6));
+    let at = |value: &str, label: &str| {
+        let p = sw.points.iter().find(|p| p.value == value).unwrap();
+        p.runs.iter().find(|x| x.label == label).unwrap().spread[0]
+    };
+    assert_eq!(at("62s", "without").missing, 0);
+    for v in ["64s", "65s", "70s"] {
+        let s = at(v, "without");
+        assert!(s.missing > 0 && s.missing < 8, "{v}: {s:?}");
+    }
+    for v in ["90s", "120s"] {
+        assert_eq!(at(v, "without").missing, 8, "{v}");
+    }
+    for v in ["62s", "64s", "65s", "70s", "90s", "120s"] {
+        for label in ["no retries", "breaker"] {
+            let s = at(v, label);
+            assert!(
+                s.missing == 0 && s.high.unwrap() <= 10.0,
+                "{v} {label}: {s:?}"
+            );
+        }
+        assert_eq!(at(v, "retry budget").missing, 0, "{v}");
+    }
+    let budget = |v: &str| at(v, "retry budget").median.unwrap();
+    assert!(budget("70s") < budget("90s") && budget("90s") < budget("120s"));
 }
 
 /// Every built-in scenario has its figures checked in this file, `fowler.rs` or
@@ -678,9 +732,11 @@ fn every_builtin_scenario_is_checked() {
         "hot-shard",
         "mercari",
         "backoff-contention",
+        "backoff-contention-aws",
         "metastable",
         "sustained-errors",
         "slow-recovery",
+        "semian",
     ];
     let builtin: Vec<&str> = tripline_sim::scenario::BUILTIN
         .iter()

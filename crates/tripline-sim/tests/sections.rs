@@ -685,6 +685,22 @@ const PARSE_CASES: &[(&str, &str, &[&str])] = &[
         "ramp_up = { start = 10,",
         &["unknown field `start`", "`from`"],
     ),
+    // The sweep's summary and the normal latency.
+    (
+        "metrics = [\"recovery_s\"]",
+        "metrics = [\"recovery_s\"]\nsummary = \"average\"",
+        &["unknown variant `average`", "`median`", "summary"],
+    ),
+    (
+        "latency = \"10ms\"",
+        "latency = { kind = \"normal\", mean = \"2h\", sd = \"1ms\" }",
+        &["a normal latency needs", "got mean = 2h"],
+    ),
+    (
+        "latency = \"10ms\"",
+        "latency = { kind = \"normal\", mean = \"10ms\", sigma = \"1ms\" }",
+        &["unknown field `sigma`", "`sd`"],
+    ),
 ];
 
 #[test]

@@ -173,17 +173,59 @@ fn check_name(field: &str, v: &str, max: usize) -> Result<(), ConfigError> {
         && v.len() <= max
         && v.chars()
             .all(|c| !c.is_control() && !c.is_whitespace() && !"/={}".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
+    if !ok {
+        return Err(ConfigError::new(
             field,
             format!("{v:?}"),
             format!(
                 "1 to {max} bytes without whitespace, control characters, '/', '=', '{{' or '}}'"
             ),
-        ))
+        ));
     }
+    // Two names that differ only by a character nobody sees (U+200B) or by a bidirectional
+    // override (`shard=\u{202E}71` shows as `shard=17`) would look like one key in a log, a
+    // metric label or an operator's page: such characters are refused.
+    if let Some(c) = v.chars().find(|&c| invisible(c)) {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "{:?} (U+{:04X} at byte {})",
+                v,
+                u32::from(c),
+                v.find(c).unwrap_or(0)
+            ),
+            "a name without invisible or bidirectional-control characters (Unicode's \
+             Default_Ignorable_Code_Point: zero-width spaces and joiners, bidi embeddings, \
+             overrides, isolates and marks, the byte-order mark, variation selectors, tags)",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `c` is a Unicode `Default_Ignorable_Code_Point` (DerivedCoreProperties.txt,
+/// Unicode 15.1): characters a renderer shows as nothing, the bidirectional controls among
+/// them.
+fn invisible(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x00AD
+            | 0x034F
+            | 0x061C
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180B..=0x180F
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x206F
+            | 0x3164
+            | 0xFE00..=0xFE0F
+            | 0xFEFF
+            | 0xFFA0
+            | 0xFFF0..=0xFFF8
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0000..=0xE0FFF
+    )
 }
 
 impl Key {

@@ -82,6 +82,8 @@ pub(crate) struct App<C: Clock + Clone> {
     /// Where it listens.
     pub(crate) addr: SocketAddr,
     pub(crate) registry: Arc<Registry<C>>,
+    /// The operator's page (its history is closed by `run_history`, or by requests).
+    pub(crate) dashboard: Dashboard<C>,
     pub(crate) switch: Switch,
     http: reqwest::Client,
     pipeline: Pipeline<C, RetryOnError, ReqwestClassifier>,
@@ -123,7 +125,7 @@ impl<C: Clock + Clone> App<C> {
 }
 
 /// The registry's configurations: `prices` opens on 50 % failures over the last 4 calls and
-/// waits 1 s (or the server's Retry-After) before 2 probes; the catalog's shards and the
+/// waits 1 s (or the server's Retry-After) before 2 probes, and keeps its calls' durations; the catalog's shards and the
 /// tenants use a 20-call window.
 fn registry_config() -> Result<RegistryConfig, tripline::ConfigError> {
     Ok(RegistryConfig::default()
@@ -135,6 +137,8 @@ fn registry_config() -> Result<RegistryConfig, tripline::ConfigError> {
                 .failure_rate_threshold(50.0)
                 .open_duration(Duration::from_secs(1))
                 .half_open_calls(2)
+                // The page shows the calls' median and 99th percentile.
+                .call_durations(true)
                 .build()?,
         )
         .with_config(
@@ -174,23 +178,33 @@ pub(crate) async fn start<C: Clock + Clone>(
         registry.get(&Key::scoped("payments", ScopeKind::Tenant, tenant)?)?;
     }
 
-    let dashboard: Dashboard<C> = DashboardBuilder::new(options.clock.clone())
+    let listener = tokio::net::TcpListener::bind(options.addr).await?;
+    let addr = listener.local_addr()?;
+    // Tokens set: nobody reads without one. Only this address answers (a hostile page that
+    // rebinds its own name to it reads nothing), and `localhost` on the same port.
+    let mut builder = DashboardBuilder::new(options.clock.clone())
         .registry(registry.clone())
         .bearer_token(options.operator_token.as_str(), "on-call", Permissions::ALL)
         .bearer_token(options.reader_token.as_str(), "viewer", Permissions::READ)
         .sensitive(|key| matches!(key.scope(), Some((ScopeKind::Tenant, _))))
-        .build()?;
+        .allowed_host(&addr.to_string())
+        .allowed_host(&format!("localhost:{}", addr.port()));
+    if addr.ip().is_unspecified() {
+        // Listening on every interface: the operator reaches it by some name of this host.
+        builder = builder.allowed_host("127.0.0.1").allowed_host("localhost");
+    }
+    let dashboard: Dashboard<C> = builder.build()?;
 
     let switch = Switch::default();
     let app = Router::new()
         .route("/price", get(price))
         .route("/switch/{mode}", post(flip))
-        .with_state(switch.clone())
-        .nest("/ops", dashboard.router());
-    let listener = tokio::net::TcpListener::bind(options.addr).await?;
-    let addr = listener.local_addr()?;
+        .with_state(switch.clone());
+    let app = dashboard.mount(app, "/ops");
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        // With the peer's address, so the dashboard can cap streams per client.
+        let service = app.into_make_service_with_connect_info::<SocketAddr>();
+        if let Err(e) = axum::serve(listener, service).await {
             eprintln!("server stopped: {e}");
         }
     });
@@ -203,6 +217,7 @@ pub(crate) async fn start<C: Clock + Clone>(
     Ok(App {
         addr,
         registry,
+        dashboard,
         switch,
         http: reqwest::Client::builder().no_proxy().build()?,
         pipeline,

@@ -111,6 +111,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  switch: curl -X POST http://{}/switch/failing", app.addr);
 
     tokio::spawn(keyed_traffic(app.registry.clone(), args.shards, tenants));
+    // The last hour is kept while nobody looks at the page.
+    let history = app.dashboard.clone();
+    tokio::spawn(async move { history.run_history().await });
 
     let app = Arc::new(app);
     if !args.manual {

@@ -10,10 +10,17 @@ const LABEL = {
 };
 const ACTIONS = {
   'force-open': 'Force open', disable: 'Disable', 'metrics-only': 'Metrics only',
-  reset: 'Reset', clear: 'Clear override',
+  reset: 'Reset', clear: 'Clear override', auto: 'Let the rules decide',
 };
-const SAMPLES = 40;          // sparkline points per breaker
+const HELD_BY = {
+  'run-time-key': 'set at run time on this key: Clear override lifts it',
+  'run-time-dependency': 'set at run time on the whole dependency: clear it on the dependency',
+  configuration: "held by the registry's configuration ([operator]): a reload without it lifts it, " +
+    'or Let the rules decide overrides it at run time until cleared',
+};
+const SAMPLES = 30;          // sparkline points per breaker (slots of 10 s, from the server)
 const REFRESH_MS = 2000;     // figures are polled; transitions arrive on the stream at once
+const HISTORY_MS = 10000;    // the server closes a slot every 10 s
 
 const ui = {
   token: sessionStorage.getItem('tripline.token') || '',
@@ -23,7 +30,7 @@ const ui = {
   limit: 60,
   total: 0,
   cards: new Map(),          // id -> card element
-  samples: new Map(),        // id -> [[failure%, slow%], ...]
+  history: null,             // { id, at, body } of the breaker shown in the detail panel
   selected: null,            // id of the breaker shown in the detail panel
   stream: null,              // AbortController of the event stream
   armed: null,               // dependency-wide button waiting for its confirming click
@@ -31,6 +38,15 @@ const ui = {
 };
 
 const $ = (id) => document.getElementById(id);
+
+// Characters nobody sees (zero-width, bidirectional controls, ...), shown as \u{...} so two
+// names that differ by one never look the same. The server refuses them in keys; principal
+// names come from the application and may still hold them.
+const INVISIBLE = /[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8]|\ud82f[\udca0-\udca3]|\ud834[\udd73-\udd7a]|\udb40[\udc00-\udfff]|[\u0000-\u001f\u007f-\u009f]/g;
+function visible(text) {
+  if (text === null || text === undefined) return text;
+  return String(text).replace(INVISIBLE, (c) => '\\u{' + c.codePointAt(0).toString(16) + '}');
+}
 
 function el(tag, className, text) {
   const e = document.createElement(tag);
@@ -91,11 +107,21 @@ let noticeTimer = null;
 function notice(text, kind, status) {
   const n = $('notice');
   n.hidden = false;
-  n.textContent = text;
+  n.textContent = visible(text);
   n.className = 'notice ' + (kind || 'info');
   n.dataset.status = status === undefined ? '' : String(status);
+  n.dataset.kind = kind || 'info';
   clearTimeout(noticeTimer);
   if (kind !== 'error') noticeTimer = setTimeout(() => { n.hidden = true; }, 6000);
+}
+
+// A refusal that credentials explain (401, 403) goes once credentials that work arrive.
+function clearRefusal() {
+  const n = $('notice');
+  if (!n.hidden && n.dataset.kind === 'error' && (n.dataset.status === '401' || n.dataset.status === '403')) {
+    n.hidden = true;
+    n.dataset.status = '';
+  }
 }
 
 function refusal(r, what) {
@@ -122,9 +148,10 @@ async function loadSession() {
     who.textContent = 'anonymous';
     who.className = 'who';
   } else {
-    who.textContent = r.body.principal + ' · ' + r.body.permissions.join(', ');
+    who.textContent = visible(r.body.principal) + ' · ' + r.body.permissions.join(', ');
     who.className = 'who ok';
   }
+  if (!r.body.anonymous || r.body.permissions.includes('read')) clearRefusal();
   document.body.dataset.controls = r.body.controls ? 'on' : 'off';
 }
 
@@ -163,11 +190,13 @@ async function refresh() {
     ui.offset = Math.max(0, Math.floor((list.total - 1) / ui.limit) * ui.limit);
     return refresh();
   }
+  clearRefusal();
   renderTotals(list.states, list.all);
   renderDependencies(list.dependencies);
   renderGrid(list.breakers);
   renderPager(list);
   if (ui.selected) loadDetail(ui.selected);
+  loadIncidents();
 }
 
 function soon() {
@@ -197,9 +226,10 @@ function renderDependencies(deps) {
   for (const d of shown) {
     const tr = el('tr');
     tr.dataset.dependency = d.name;
-    const name = el('td');
-    const b = el('button', 'link', d.name);
+    const name = el('td', 'name');
+    const b = el('button', 'link', visible(d.name));
     b.type = 'button';
+    b.title = visible(d.name);
     b.addEventListener('click', () => setFilter({ dependency: d.name }));
     name.append(b);
     const bad = el('td');
@@ -207,9 +237,10 @@ function renderDependencies(deps) {
       if (s === 'closed' || !d.states[s]) continue;
       bad.append(el('span', 'mini s-' + s, d.states[s] + ' ' + LABEL[s].toLowerCase()));
     }
+    const rates = el('td', 'num rates', fmtRates(d.rates));
     const ov = el('td');
     if (d.override) ov.append(el('span', 'tag', d.override));
-    tr.append(name, el('td', 'num', fmtCount(d.breakers)), bad, ov);
+    tr.append(name, el('td', 'num', fmtCount(d.breakers)), bad, rates, ov);
     body.append(tr);
   }
   const more = $('deps-more');
@@ -224,7 +255,7 @@ function renderDependencies(deps) {
     sel.replaceChildren(el('option', null, 'all dependencies'));
     sel.options[0].value = '';
     for (const d of deps) {
-      const o = el('option', null, d.name + ' (' + fmtCount(d.breakers) + ')');
+      const o = el('option', null, visible(d.name) + ' (' + fmtCount(d.breakers) + ')');
       o.value = d.name;
       sel.append(o);
     }
@@ -233,9 +264,32 @@ function renderDependencies(deps) {
 }
 
 function keyLabel(b) {
-  if (b.redacted) return { dep: b.dependency, scope: 'sensitive scope', hidden: true };
-  if (!b.scope) return { dep: b.dependency, scope: '', hidden: false };
-  return { dep: b.dependency, scope: b.scope.kind + '=' + b.scope.value, hidden: false };
+  const dep = visible(b.dependency);
+  if (b.redacted) return { dep, scope: 'sensitive scope', hidden: true };
+  if (!b.scope) return { dep, scope: '', hidden: false };
+  return { dep, scope: b.scope.kind + '=' + visible(b.scope.value), hidden: false };
+}
+
+function fmtRate(n) {
+  if (n === null || n === undefined) return '–';
+  return n >= 100 ? String(Math.round(n)) : String(Math.round(n * 10) / 10);
+}
+
+function fmtMs(ms) {
+  if (ms === null || ms === undefined) return null;
+  if (ms >= 1000) return (Math.round(ms / 100) / 10) + 's';
+  if (ms >= 10) return Math.round(ms) + 'ms';
+  return (Math.round(ms * 10) / 10) + 'ms';
+}
+
+// calls/s, rejections/s and p99 of the last 10 s.
+function fmtRates(r) {
+  if (!r) return '–';
+  let t = fmtRate(r.calls_per_s) + '/s';
+  if (r.rejected_per_s) t += ' · ' + fmtRate(r.rejected_per_s) + ' rej/s';
+  const p99 = fmtMs(r.p99_ms);
+  if (p99) t += ' · p99 ' + p99;
+  return t;
 }
 
 function makeCard(b) {
@@ -253,7 +307,7 @@ function makeCard(b) {
     svg('polyline', { class: 'fail', points: '' }),
   );
   const figs = el('div', 'figs');
-  figs.append(el('span', 'f-fail'), el('span', 'f-slow'), el('span', 'f-calls'), el('span', 'f-rej'));
+  figs.append(el('span', 'f-fail'), el('span', 'f-slow'), el('span', 'f-calls'), el('span', 'f-rej'), el('span', 'f-p99'));
   const foot = el('div', 'card-foot');
   foot.append(el('span', 'tag override'), el('span', 'source'));
   card.append(head, st, spark, figs, foot);
@@ -263,11 +317,16 @@ function makeCard(b) {
   return card;
 }
 
-function points(values) {
-  if (values.length === 0) return '';
+// The sparkline of one rate (`which`: 0 failures, 1 slow calls); slots without data are left out.
+function points(series, which) {
   const step = 120 / (SAMPLES - 1);
-  const start = 120 - step * (values.length - 1);
-  return values.map((v, i) => (start + i * step).toFixed(1) + ',' + (30 - Math.min(100, v) * 0.28).toFixed(1)).join(' ');
+  const start = 120 - step * (series.length - 1);
+  const out = [];
+  series.forEach((s, i) => {
+    if (s === null) return;
+    out.push((start + i * step).toFixed(1) + ',' + (30 - Math.min(100, s[which]) * 0.28).toFixed(1));
+  });
+  return out.join(' ');
 }
 
 function setCardState(card, state, sinceMs) {
@@ -281,6 +340,7 @@ function setCardState(card, state, sinceMs) {
 function updateCard(card, b) {
   const k = keyLabel(b);
   card.querySelector('.dep').textContent = k.dep;
+  card.querySelector('.dep').title = k.dep;
   const scope = card.querySelector('.scope');
   scope.textContent = k.scope;
   scope.classList.toggle('hidden-scope', k.hidden);
@@ -288,25 +348,30 @@ function updateCard(card, b) {
   card.dataset.dependency = b.dependency;
   setCardState(card, b.state, b.time_in_state_ms);
   const w = b.window;
-  const series = ui.samples.get(b.id) || [];
-  series.push([w.failure_rate, w.slow_rate]);
-  while (series.length > SAMPLES) series.shift();
-  ui.samples.set(b.id, series);
-  card.querySelector('polyline.fail').setAttribute('points', points(series.map((s) => s[0])));
-  card.querySelector('polyline.slow').setAttribute('points', points(series.map((s) => s[1])));
+  // The last five minutes from the server's history: the same after a reload.
+  const series = (b.spark || []).slice(-SAMPLES);
+  const known = series.filter((s) => s !== null);
+  card.querySelector('polyline.fail').setAttribute('points', points(series, 0));
+  card.querySelector('polyline.slow').setAttribute('points', points(series, 1));
+  card.querySelector('.spark').dataset.points = String(known.length);
   const thr = 30 - Math.min(100, b.thresholds.failure_rate) * 0.28;
   const line = card.querySelector('line.thr');
   line.setAttribute('y1', thr.toFixed(1));
   line.setAttribute('y2', thr.toFixed(1));
   card.querySelector('.f-fail').textContent = 'fail ' + fmtPct(w.failure_rate);
   card.querySelector('.f-slow').textContent = 'slow ' + fmtPct(w.slow_rate);
-  card.querySelector('.f-calls').textContent = fmtCount(w.calls) + ' in window';
-  card.querySelector('.f-rej').textContent = fmtCount(b.calls.rejected) + ' rejected';
+  const r = b.rates;
+  card.querySelector('.f-calls').textContent = r ? fmtRate(r.calls_per_s) + ' calls/s' : fmtCount(w.calls) + ' in window';
+  card.querySelector('.f-rej').textContent = r ? fmtRate(r.rejected_per_s) + ' rej/s' : fmtCount(b.calls.rejected) + ' rejected';
+  const p = card.querySelector('.f-p99');
+  const p99 = r && fmtMs(r.p99_ms);
+  p.textContent = p99 ? 'p50 ' + fmtMs(r.p50_ms) + ' · p99 ' + p99 : '';
+  p.hidden = !p99;
   const ov = card.querySelector('.override');
   ov.textContent = b.override ? 'override: ' + b.override : '';
   ov.hidden = !b.override;
   card.querySelector('.source').textContent = b.source === 'manual' ? 'registered by hand' : '';
-  card.title = (b.key || b.dependency + ' (sensitive scope)') + ' · generation ' + b.generation;
+  card.title = visible(b.key || b.dependency + ' (sensitive scope)') + ' · generation ' + b.generation;
 }
 
 function renderGrid(breakers) {
@@ -329,8 +394,6 @@ function renderGrid(breakers) {
       ui.cards.delete(id);
     }
   }
-  // Sparkline history only for breakers on screen: bounded by the page size.
-  for (const id of ui.samples.keys()) if (!seen.has(id)) ui.samples.delete(id);
   grid.replaceChildren(...order);
   if (breakers.length === 0) grid.append(el('p', 'muted empty', 'No breaker matches.'));
 }
@@ -375,8 +438,8 @@ function reasonText(reason, window) {
 function targetText(t) {
   if (!t) return '';
   if (t.key === undefined) return 'every breaker of ' + t.dependency;
-  if (t.key === null) return t.dependency + ' (sensitive scope)';
-  return t.key;
+  if (t.key === null) return visible(t.dependency) + ' (sensitive scope)';
+  return visible(t.key);
 }
 
 function describe(ev) {
@@ -389,7 +452,7 @@ function describe(ev) {
     case 'would-trip': return 'would trip: ' + reasonText(ev.reason, ev.window);
     case 'reconfigured': return 'configuration replaced';
     case 'audit':
-      return (ACTIONS[ev.action] || ev.action) + ' by ' + ev.principal + ' on ' + targetText(ev.target) +
+      return (ACTIONS[ev.action] || ev.action) + ' by ' + visible(ev.principal) + ' on ' + targetText(ev.target) +
         ' (' + ev.changed + ' changed' + (ev.in_force ? ', ' + ev.in_force + ' in force' : '') + ')';
     default: return ev.kind;
   }
@@ -402,8 +465,10 @@ function eventItem(ev, withKey) {
   if (ev.unix_ms) when.title = new Date(ev.unix_ms).toLocaleString();
   li.append(when);
   if (withKey && ev.kind !== 'audit') {
-    const who = ev.key || (ev.dependency + (ev.redacted ? ' (sensitive scope)' : ''));
-    li.append(el('strong', null, who));
+    const who = visible(ev.key || (ev.dependency + (ev.redacted ? ' (sensitive scope)' : '')));
+    const name = el('strong', null, who);
+    name.title = who;
+    li.append(name);
   }
   li.append(el('span', null, describe(ev)));
   return li;
@@ -411,6 +476,10 @@ function eventItem(ev, withKey) {
 
 function select(id) {
   ui.selected = id;
+  if (!ui.history || ui.history.id !== id) {
+    ui.history = null;
+    $('d-history').replaceChildren();
+  }
   for (const [cid, card] of ui.cards) card.classList.toggle('selected', cid === id);
   loadDetail(id);
 }
@@ -436,6 +505,7 @@ function renderDetail(b) {
   panel.dataset.state = b.state;
   const k = keyLabel(b);
   $('d-title').textContent = k.dep + (k.scope ? ' / ' + k.scope : '');
+  $('d-title').title = $('d-title').textContent;
   const badge = $('d-badge');
   badge.textContent = LABEL[b.state];
   badge.className = 'badge s-' + b.state;
@@ -443,12 +513,18 @@ function renderDetail(b) {
   const ov = $('d-override');
   ov.hidden = !b.override;
   ov.textContent = b.override ? 'override: ' + b.override : '';
+  const held = $('d-held');
+  held.hidden = !b.override_by;
+  held.textContent = b.override_by ? (b.override || 'auto') + ': ' + HELD_BY[b.override_by] : '';
+  held.dataset.layer = b.override_by || '';
 
   const figs = $('d-figs');
   figs.replaceChildren();
   const w = b.window;
   const t = b.thresholds;
+  const r = b.rates;
   const rows = [
+    ['last 10 s', r ? fmtRates(r) + (r.p50_ms !== null && r.p50_ms !== undefined ? ' · p50 ' + fmtMs(r.p50_ms) : '') : 'no slot closed yet'],
     ['failure rate', fmtPct(w.failure_rate) + ' (trips at ' + t.failure_rate + '%)'],
     ['slow-call rate', fmtPct(w.slow_rate) + ' (trips at ' + t.slow_call_rate + '%, slow after ' + fmtDuration(t.slow_call_ms) + ')'],
     ['window', fmtCount(w.calls) + ' calls, ' + fmtCount(w.failures) + ' failed, ' + fmtCount(w.slow_calls) + ' slow (minimum ' + t.minimum_calls + ')'],
@@ -460,6 +536,7 @@ function renderDetail(b) {
 
   renderControls(b);
   renderTimeline(b);
+  loadHistory(b.id);
   const list = $('d-events');
   list.replaceChildren();
   const events = b.events.slice().reverse();
@@ -550,6 +627,90 @@ function renderTimeline(b) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The last hour, from the server (so it is there after a reload, and from before the tab).
+
+async function loadHistory(id) {
+  const h = ui.history;
+  if (h && h.id === id && Date.now() - h.at < HISTORY_MS) return;
+  ui.history = { id, at: Date.now(), body: h && h.id === id ? h.body : null };
+  const r = await api('api/breakers/' + encodeURIComponent(id) + '/history');
+  if (ui.selected !== id || !r.ok) return;
+  ui.history.body = r.body;
+  renderHistory(r.body);
+}
+
+function renderHistory(h) {
+  const chart = $('d-history');
+  chart.replaceChildren();
+  const n = h.slots;
+  const w = 600 / n;
+  let known = 0;
+  // The state band: the most urgent state of each slot.
+  h.state.forEach((s, i) => {
+    if (s === null) return;
+    known++;
+    const rect = svg('rect', { class: 'seg s-' + s, x: (i * w).toFixed(2), y: 0, width: (w + 0.05).toFixed(2), height: 10 });
+    chart.append(rect);
+  });
+  // Calls per second as bars, scaled to the hour's busiest slot.
+  const peak = Math.max(1, ...h.calls_per_s.map((v) => v || 0), ...h.rejected_per_s.map((v) => v || 0));
+  h.calls_per_s.forEach((v, i) => {
+    if (!v) return;
+    const height = (v / peak) * 40;
+    chart.append(svg('rect', { class: 'calls', x: (i * w).toFixed(2), y: (54 - height).toFixed(2), width: (w + 0.05).toFixed(2), height: height.toFixed(2) }));
+  });
+  const line = (values, cls, scale) => {
+    const pts = [];
+    values.forEach((v, i) => {
+      const y = 100 - Math.min(100, v * scale) * 0.42;
+      if (v === null || v === undefined || !Number.isFinite(y)) return;
+      pts.push(((i + 0.5) * w).toFixed(1) + ',' + y.toFixed(1));
+    });
+    if (pts.length) chart.append(svg('polyline', { class: cls, points: pts.join(' ') }));
+  };
+  line(h.failure_rate, 'fail', 1);
+  line(h.slow_rate, 'slow', 1);
+  line(h.rejection_rate, 'rej', 1);
+  const p99 = h.p99_ms.filter((v) => v !== null && v !== undefined);
+  if (p99.length) {
+    const top = Math.max(...p99);
+    line(h.p99_ms, 'p99', top > 0 ? 100 / top : 0);
+    $('d-hist-p99').textContent = 'p99 up to ' + fmtMs(top);
+  } else {
+    $('d-hist-p99').textContent = '';
+  }
+  chart.dataset.known = String(known);
+  $('d-hist-peak').textContent = 'peak ' + fmtRate(peak) + ' calls/s';
+}
+
+async function loadIncidents() {
+  const r = await api('api/incidents');
+  if (!r.ok) return;
+  const list = $('incidents');
+  list.replaceChildren();
+  const all = r.body.incidents;
+  $('incidents-panel').dataset.count = String(all.length);
+  for (const i of all.slice().reverse()) {
+    const li = el('li', 'ev s-' + i.state);
+    li.dataset.id = i.id;
+    li.append(el('time', null, fmtDuration(i.started_age_ms) + ' ago'));
+    const who = visible(i.key || (i.dependency + ' (sensitive scope)'));
+    const name = el('button', 'link', who);
+    name.type = 'button';
+    name.title = who;
+    name.addEventListener('click', () => select(i.id));
+    li.append(name);
+    const why = i.reason ? reasonText(i.reason, i.window || {}) : 'already out of Closed when the dashboard began';
+    let text = (LABEL[i.to] || i.to) + ': ' + why;
+    if (i.trips > 1) text += ', tripped ' + i.trips + ' times';
+    text += i.ended_age_ms === null ? ' · ' + (LABEL[i.state] || i.state) + ' now' : ' · closed ' + fmtDuration(i.ended_age_ms) + ' ago';
+    li.append(el('span', null, text));
+    list.append(li);
+  }
+  if (all.length === 0) list.append(el('li', 'muted', 'No breaker left Closed in the last hour.'));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Controls.
 
 async function control(action, target) {
@@ -568,7 +729,7 @@ async function control(action, target) {
     return;
   }
   const res = r.body;
-  notice((ACTIONS[res.action] || res.action) + ' by ' + res.principal + ' on ' + targetText(res.target) +
+  notice((ACTIONS[res.action] || res.action) + ' by ' + visible(res.principal) + ' on ' + targetText(res.target) +
     ': ' + res.changed + ' changed' + (res.in_force ? ', ' + res.in_force + ' in force' : ''), 'ok', 200);
   refresh();
 }
