@@ -670,32 +670,10 @@ async fn a_missing_library_at_the_memory_limit_still_decides_in_redis() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let value = "x".repeat(1024);
-    let mut full = false;
-    for i in 0..4000 {
-        if redis::cmd("SET")
-            .arg(format!("junk:{i}"))
-            .arg(&value)
-            .query::<()>(&mut con)
-            .is_err()
-        {
-            full = true;
-            break;
-        }
-    }
-    assert!(full, "memory never filled up");
+    assert!(fill(&mut con, 0), "memory never filled up");
     // The library goes missing; what it freed is filled again.
     server.cli(&["FUNCTION", "FLUSH"]).unwrap();
-    for i in 4000..8000 {
-        if redis::cmd("SET")
-            .arg(format!("junk:{i}"))
-            .arg(&value)
-            .query::<()>(&mut con)
-            .is_err()
-        {
-            break;
-        }
-    }
+    fill(&mut con, 4000);
     let loaded = server
         .cli(&[
             "FUNCTION",
@@ -717,6 +695,19 @@ async fn a_missing_library_at_the_memory_limit_still_decides_in_redis() {
     assert_eq!(n, 0, "{m:?} {:?}", never.last_redis_error());
     assert_eq!(m.fallback_decisions, 0);
     assert_eq!(never.mode(), Mode::Shared);
+}
+
+/// Writes keys of 1 KB (`junk:<from..>`, at most 4000) until Redis refuses one for memory;
+/// whether it did.
+fn fill(con: &mut redis::Connection, from: usize) -> bool {
+    let value = "x".repeat(1024);
+    (from..from + 4000).any(|i| {
+        redis::cmd("SET")
+            .arg(format!("junk:{i}"))
+            .arg(&value)
+            .query::<()>(con)
+            .is_err()
+    })
 }
 
 /// `rediss://` to a plain port: the TLS handshake waits (the server reads the greeting as an
