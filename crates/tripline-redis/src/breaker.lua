@@ -1,4 +1,4 @@
-#!lua name=tripline_4
+#!lua name=tripline_5
 -- tripline shared breaker: the rules of tripline's in-process breaker as a Redis 7 Functions
 -- library. Loaded once per node (FUNCTION LOAD); every helper below is created at load time,
 -- not per call. Each function runs atomically.
@@ -15,18 +15,24 @@
 --   5 events    stream of transitions, capped.
 --   6 config    hash: version -> configuration (comma-separated numbers, see FIELDS).
 --
--- ARGV (every function but tripline_4_config)
+-- ARGV (every function but tripline_5_config)
 --   1 now in microseconds, or "" to use Redis TIME (clamped so it never goes backwards)
 --   2 replica id
 --   3 configuration version (a field of the config hash)
 --   4 jitter of the next open wait, us
---   5.. the function's own arguments
+--   5 the replica's last view when it is not Closed, "origin:epoch:state:left" (state open or
+--     forced-open, left: the open wait it saw left, us), or "": a record that cannot follow
+--     from it (Closed, and started over or gone back) is brought back first, in this call
+--   6.. the function's own arguments (numbered from 5 below: the view is taken off first)
 --
 -- Rates are compared in integers: failures * 1000000 >= threshold_ppm * calls.
+-- Epochs: every transition but Open -> HalfOpen moves the epoch to max(epoch + 1, now), so a
+-- record that a failover rolled back never reaches an epoch of the history it lost.
 -- Reply: verdict, state, epoch, open deadline, now, expired leases, origin, notes (1: the
 -- window was lost, 2: the record was missing, 4: the record started over at an operator's
--- action), the number n of the verdict's fields, the n
--- fields, then transitions as "from>to>reason".
+-- action, 8: this call brought the caller's view back), 1 + the time the breaker closed when
+-- its probes closed it (0 otherwise: where a ramp starts), the number n of the verdict's fields,
+-- the n fields, then transitions as "from>to>reason>epoch".
 
 local FIELDS = {
   'kind',    -- 0 count, 1 time
@@ -51,6 +57,7 @@ local FIELDS = {
   'quorum',  -- distinct failing replicas needed to trip, 0 = off
   'qwithin', -- how recent a replica's failure must be to count, us
   'jitter',  -- the open wait's jitter range, us
+  'amw',     -- where HalfOpen goes after its max wait: 0 Open, 1 Closed
 }
 local MAX_VOTERS = 10000
 local MAX_BATCH = 100000
@@ -64,7 +71,7 @@ local R, W, I, Q, E, C
 local CFG, now, replica, jitter
 local rec, dirty, trans
 local fresh, st, ep, expired, notes, ttl_due, wrote_window
--- The call only reads (tripline_4_read): a missing record is answered, not created.
+-- The call only reads (tripline_5_read): a missing record is answered, not created.
 local readonly = false
 local NO_TRANSITIONS = {}
 
@@ -400,10 +407,42 @@ local function ring_store()
   wrote_window = true
 end
 
--- Time window: three u32 counters (calls, failures, slow) per bucket slot, then a u32 sentinel;
--- the newest bucket (th) and the totals (tc, tf, ts) live in the record. Buckets that left the
--- window are cleared (their old values subtracted) once, when the clock enters a new bucket;
--- outcomes of one call are summed and written with one BITFIELD at the end.
+-- Time window: three u32 counters (calls, failures, slow) per bucket slot, big-endian, then a
+-- u32 sentinel; the newest bucket (th) and the totals (tc, tf, ts) live in the record. Buckets
+-- that left the window are cleared (their old values subtracted) once, when the clock enters a
+-- new bucket; outcomes of one call are summed and written with one BITFIELD at the end.
+--
+-- Clearing is bounded whatever the gap: the slots that leave are read with at most two
+-- GETRANGEs and zeroed with at most two SETRANGEs, and when more than half the ring leaves,
+-- the totals are summed afresh from the slots that stay instead. So one call decodes at most
+-- half the ring (2048 slots, 24 KB, at the 4096-bucket limit), in slices of SLICE bytes: no
+-- argument list and no Lua stack grows with the gap.
+local SLICE = 4092 -- 341 slots of 12 bytes
+
+-- The sums of `len` slots from slot `a` (wrapping), and the byte ranges they cover.
+local function slot_sums(a, len)
+  local n = CFG.size
+  local ranges
+  if a + len <= n then
+    ranges = { { a, len } }
+  else
+    ranges = { { a, n - a }, { 0, a + len - n } }
+  end
+  local c, f, s = 0, 0, 0
+  for _, r in ipairs(ranges) do
+    local bytes = redis.call('GETRANGE', W, 12 * r[1], 12 * (r[1] + r[2]) - 1)
+    for i = 1, #bytes, SLICE do
+      local b = { string.byte(bytes, i, math.min(i + SLICE - 1, #bytes)) }
+      for k = 1, #b - 11, 12 do
+        c = c + ((b[k] * 256 + b[k + 1]) * 256 + b[k + 2]) * 256 + b[k + 3]
+        f = f + ((b[k + 4] * 256 + b[k + 5]) * 256 + b[k + 6]) * 256 + b[k + 7]
+        s = s + ((b[k + 8] * 256 + b[k + 9]) * 256 + b[k + 10]) * 256 + b[k + 11]
+      end
+    end
+  end
+  return c, f, s, ranges
+end
+
 local tw_cur, tw_add_c, tw_add_f, tw_add_s = nil, 0, 0, 0
 local function tw_rotate()
   if tw_cur then
@@ -428,33 +467,35 @@ local function tw_rotate()
     set('tc', 0)
     set('tf', 0)
     set('ts', 0)
+  elseif redis.call('GETRANGE', W, 12 * n, 12 * n + 3) == '' then
+    -- No sentinel: the buckets were evicted or expired.
+    notes = notes + 1
+    set('tc', 0)
+    set('tf', 0)
+    set('ts', 0)
+    unset('wx')
   else
-    local cmd = { 'GET', 'u32', 96 * n }
-    for e = h + 1, cur do
-      local slot = e % n
-      for j = 0, 2 do
-        cmd[#cmd + 1] = 'SET'
-        cmd[#cmd + 1] = 'u32'
-        cmd[#cmd + 1] = 32 * (3 * slot + j)
-        cmd[#cmd + 1] = 0
-      end
-    end
-    local r = redis.call('BITFIELD', W, unpack(cmd))
-    if r[1] == 0 then
-      notes = notes + 1
-      set('tc', 0)
-      set('tf', 0)
-      set('ts', 0)
-      unset('wx')
+    -- Buckets h+1 .. cur reuse the slots of the g buckets leaving the window.
+    local g = cur - h
+    local leaving = (h + 1) % n
+    local c, f, s, ranges
+    if g <= n - g then
+      c, f, s, ranges = slot_sums(leaving, g)
+      c, f, s = geti('tc') - c, geti('tf') - f, geti('ts') - s
     else
-      local c, f, s = geti('tc'), geti('tf'), geti('ts')
-      for i = 2, #r, 3 do
-        c, f, s = c - r[i], f - r[i + 1], s - r[i + 2]
+      c, f, s = slot_sums((cur + 1) % n, n - g)
+      if leaving + g <= n then
+        ranges = { { leaving, g } }
+      else
+        ranges = { { leaving, n - leaving }, { 0, leaving + g - n } }
       end
-      set('tc', c)
-      set('tf', f)
-      set('ts', s)
     end
+    for _, r in ipairs(ranges) do
+      redis.call('SETRANGE', W, 12 * r[1], string.rep('\0', 12 * r[2]))
+    end
+    set('tc', c)
+    set('tf', f)
+    set('ts', s)
     wrote_window = true
   end
   set('th', cur)
@@ -642,30 +683,48 @@ local function event(from, to, reason)
   if trans == NO_TRANSITIONS then
     trans = {}
   end
-  trans[#trans + 1] = from .. '>' .. to .. '>' .. reason
+  trans[#trans + 1] = from .. '>' .. to .. '>' .. reason .. '>' .. fmt(ep)
 end
 
-local function transition(to, reason, hint)
+-- The epoch after a transition: later than the last, and never below the clock, so that a
+-- record rolled back by a failover (the same origin, an older epoch) moves on to epochs the
+-- history it lost never had (that history's epochs were all taken before the failover).
+local function next_epoch(e)
+  return math.max(e + 1, now)
+end
+
+-- `exact`: an operator's open wait (us), which takes no jitter and leaves the backoff alone.
+local function transition(to, reason, hint, exact)
   local from = st
   if not (from == 'open' and to == 'half-open') then
-    ep = ep + 1
+    ep = next_epoch(ep)
     set('ep', ep)
   end
   if to == 'open' then
-    if from == 'half-open' then
-      set('lv', geti('lv') + 1)
-    elseif geti('eo') == 0 or now - geti('cs') >= CFG.healthy then
-      set('lv', 0)
+    if exact then
+      set('ou', now + exact)
     else
-      set('lv', geti('lv') + 1)
+      if from == 'half-open' then
+        set('lv', geti('lv') + 1)
+      elseif geti('eo') == 0 or now - geti('cs') >= CFG.healthy then
+        set('lv', 0)
+      else
+        set('lv', geti('lv') + 1)
+      end
+      set('ou', now + open_wait(hint))
     end
-    set('ou', now + open_wait(hint))
     set('eo', 1)
   elseif to == 'half-open' then
     set('hs', now)
   elseif to == 'closed' or to == 'metrics-only' then
     window_reset()
     set('cs', now)
+  end
+  -- A close by the probes is where a ramp (kept by each replica) starts.
+  if to == 'closed' and reason == 'probes-succeeded' then
+    set('rp', 1)
+  else
+    unset('rp')
   end
   if to == 'half-open' or from == 'half-open' then
     clear_round()
@@ -677,6 +736,14 @@ local function transition(to, reason, hint)
   set('st', to)
   set('tr', geti('tr') + 1)
   event(from, to, reason)
+end
+
+-- Where HalfOpen goes when half_open.max_wait passes without a verdict.
+local function after_max_wait()
+  if CFG.amw == 1 then
+    return 'closed'
+  end
+  return 'open'
 end
 
 -- The trip rules. Returns a reason or nil. Every evaluation notes whether the window held
@@ -739,7 +806,7 @@ end
 -- deadline, in the script's clock, has passed): a claim nobody will use is never made.
 local function claim(token, deadline)
   if CFG.maxwait > 0 and now >= geti('hs') + CFG.maxwait then
-    transition('open', 'half-open-timeout')
+    transition(after_max_wait(), 'half-open-timeout')
     return nil
   end
   for i = 0, slot_bound() - 1 do
@@ -781,7 +848,13 @@ local function claim(token, deadline)
       end
     end
   end
-  return { 'reject', soonest or -1 }
+  -- Also when the maximum half-open wait ends the round, so that a replica holding this
+  -- rejection asks again by then.
+  local change = -1
+  if CFG.maxwait > 0 then
+    change = geti('hs') + CFG.maxwait - now
+  end
+  return { 'reject', soonest or -1, change }
 end
 
 -- Operations ---------------------------------------------------------------------------------
@@ -819,7 +892,9 @@ local function admit(args)
   return { 'reject', -1 }
 end
 
-local function record_window(epoch, outcome, slow, hint)
+-- `weight`: a failure of a kind that weighs n (failure_kinds) counts as n outcomes in the window
+-- and n in the run of consecutive failures (a kind weighing 0 arrives as ignored).
+local function record_window(epoch, outcome, slow, hint, weight)
   if epoch ~= ep then
     return 'stale'
   end
@@ -830,16 +905,27 @@ local function record_window(epoch, outcome, slow, hint)
   if outcome == 'f' then
     failure = 1
   end
+  local w = 1
+  if failure == 1 and weight and weight > 1 then
+    w = math.min(weight, 10)
+  end
   local replaced
   if CFG.kind == 0 and not ring then
     replaced = count_add(failure, slow)
   else
     replaced = window_add(failure, slow)
   end
+  for _ = 2, w do
+    if CFG.kind == 0 and not ring then
+      count_add(failure, slow)
+    else
+      window_add(failure, slow)
+    end
+  end
   local consecutive = false
   if CFG.consec > 0 then
     if failure == 1 then
-      local n = geti('cf') + 1
+      local n = geti('cf') + w
       set('cf', n)
       consecutive = n >= CFG.consec
     elseif geti('cf') ~= 0 then
@@ -884,14 +970,18 @@ local function permit_epoch(a)
 end
 
 -- ARGV[5] epoch/origin, [6] outcome (s, f, i), [7] slow (0/1), [8] in-flight report
--- ("epoch:count" or -1), [9] Retry-After hint in us (0 = none).
+-- ("epoch:count" or -1), [9] Retry-After hint in us (0 = none), [10] a failure's weight (1 to
+-- 10; absent: 1).
 local function record(args)
   report_in_flight(args[8])
-  return { record_window(permit_epoch(args[5]), args[6], tonumber(args[7]), tonumber(args[9])) }
+  local verdict = record_window(permit_epoch(args[5]), args[6], tonumber(args[7]), tonumber(args[9]),
+    tonumber(args[10]))
+  return { verdict }
 end
 
--- ARGV[5] epoch/origin, [6] outcomes: one character per call, s f i (fast) or S F I (slow),
--- oldest first, [7] in-flight report ("epoch:count" or -1).
+-- ARGV[5] epoch/origin, [6] outcomes: one character per call, oldest first: s f i (fast) or
+-- S F I (slow), or a failure weighing w in 2..10 (failure_kinds): the byte 48 + w ('2' .. ':')
+-- fast, 58 + w (';' .. 'D') slow; [7] in-flight report ("epoch:count" or -1).
 local function batch(args)
   local epoch = permit_epoch(args[5])
   local outcomes = args[6]
@@ -900,7 +990,20 @@ local function batch(args)
   end
   report_in_flight(args[7])
   if CFG.kind == 0 and epoch == ep then
-    ring_load(#outcomes)
+    -- The slots the batch may write: one per outcome, w for a failure weighing w.
+    local slots = #outcomes
+    for from = 1, #outcomes, 4096 do
+      local codes = { string.byte(outcomes, from, math.min(from + 4095, #outcomes)) }
+      for j = 1, #codes do
+        local ch = codes[j]
+        if ch >= 50 and ch <= 58 then
+          slots = slots + ch - 49
+        elseif ch >= 59 and ch <= 68 then
+          slots = slots + ch - 59
+        end
+      end
+    end
+    ring_load(slots)
   end
   local counted, stale, ignored = 0, 0, 0
   local n = #outcomes
@@ -916,7 +1019,17 @@ local function batch(args)
       end
       local ch = codes[j]
       local slow = 0
-      if ch < 97 then
+      local weight = 1
+      if ch >= 50 and ch <= 68 then
+        -- A weighted failure.
+        if ch <= 58 then
+          weight = ch - 48
+        else
+          weight = ch - 58
+          slow = 1
+        end
+        ch = 102
+      elseif ch < 97 then
         -- S F I: slow
         slow = 1
         ch = ch + 32
@@ -948,7 +1061,7 @@ local function batch(args)
         end
         r = 'counted'
       elseif ch == 102 then
-        r = record_window(epoch, 'f', slow, 0)
+        r = record_window(epoch, 'f', slow, 0, weight)
       elseif ch == 115 then
         r = record_window(epoch, 's', slow, 0)
       else
@@ -1040,52 +1153,80 @@ local function tick()
   if st == 'open' and CFG.auto == 1 and now >= geti('ou') then
     transition('half-open', 'open-elapsed')
   elseif st == 'half-open' and CFG.maxwait > 0 and now >= geti('hs') + CFG.maxwait then
-    transition('open', 'half-open-timeout')
+    transition(after_max_wait(), 'half-open-timeout')
   end
   return { 'ok' }
 end
 
--- ARGV[5] target state.
+-- ARGV[5] target state, [6] for Open, the wait in us (absent or -1: the configured open wait,
+-- jitter and backoff included). The operator's edges are the in-process breaker's: HalfOpen
+-- only from Open, HalfOpen or ForcedOpen (refused from elsewhere); asking for the state the
+-- breaker is in does nothing, except that Closed starts a fresh window and Open a new wait.
 local function operator(args)
   local to = args[5]
+  local wait = tonumber(args[6]) or -1
+  if to == 'half-open' and (st == 'closed' or st == 'disabled' or st == 'metrics-only') then
+    return { 'refused' }
+  end
   if fresh then
     -- The record was missing (lost) and starts over at an operator's word: replicas that
     -- remember the lost record Open take this one as it is (reply note 4) instead of restoring.
     set('ox', 1)
   end
-  if st ~= to or to == 'closed' then
-    transition(to, 'operator')
+  if st ~= to or to == 'closed' or to == 'open' then
+    local exact = nil
+    if to == 'open' and wait >= 0 then
+      exact = wait
+    end
+    transition(to, 'operator', nil, exact)
   end
   return { 'ok' }
 end
 
--- ARGV[5] origin, [6] epoch and [7] state ('open' or 'forced-open') of a replica's last view,
--- [8] for Open, the time left of its wait (us). A replica sends it when Redis answers with a
--- Closed record that cannot follow from what it saw (the record started over, or its epoch went
--- back: an eviction, a restart without persistence, a failover that lost writes). Brought back
--- over a Closed record only, once: a record that follows from the view is left alone.
-local function restore(args)
-  local origin, epoch, to = tonumber(args[5]), tonumber(args[6]), args[7]
-  if st ~= 'closed' or (geti('o') == origin and ep >= epoch) then
-    return { 'current' }
+-- Brings a replica's view (origin, epoch, state 'open' or 'forced-open', the open wait it saw
+-- left) back over a Closed record that cannot follow from it: one that started over (another
+-- origin, not at an operator's word) or went back (the same origin, an older epoch): an
+-- eviction, a restart without persistence, a failover that lost writes. A record that follows
+-- from the view is left alone. Returns whether it brought the view back.
+local function bring_back(origin, epoch, to, left)
+  if st ~= 'closed' or (to ~= 'open' and to ~= 'forced-open') then
+    return false
   end
-  if to ~= 'open' and to ~= 'forced-open' then
-    return redis.error_reply('tripline: restore to ' .. tostring(to))
+  local o = geti('o')
+  local started_over = o ~= origin and rec.ox ~= 1
+  local went_back = o == origin and ep < epoch
+  if not (started_over or went_back) then
+    return false
   end
   local from = st
-  ep = math.max(ep, epoch) + 1
+  ep = next_epoch(math.max(ep, epoch))
   set('ep', ep)
   set('o', origin)
   unset('ox')
   if to == 'open' then
-    set('ou', now + math.max(tonumber(args[8]) or 0, 0))
+    set('ou', now + math.max(left, 0))
     set('eo', 1)
   end
+  unset('rp')
   st = to
   set('st', to)
   set('tr', geti('tr') + 1)
   event(from, to, 'restored')
-  return { 'restored' }
+  return true
+end
+
+-- ARGV[5] origin, [6] epoch and [7] state ('open' or 'forced-open') of a replica's last view,
+-- [8] for Open, the time left of its wait (us). The explicit form of what ARGV[5] of every
+-- call asks (see bring_back): brought back over a Closed record only, once.
+local function restore(args)
+  local to = args[7]
+  if to ~= 'open' and to ~= 'forced-open' then
+    return redis.error_reply('tripline: restore to ' .. tostring(to))
+  end
+  if bring_back(tonumber(args[5]), tonumber(args[6]), to, tonumber(args[8]) or 0) then
+    return { 'restored' }
+  end
+  return { 'current' }
 end
 
 -- Whether a count window's ring is still there (a read has no write to find out with).
@@ -1155,7 +1296,11 @@ answer = function(reply)
   if rec.ox then
     notes = notes + 4
   end
-  local out = { reply[1], st, ep, rec.ou or 0, now, expired, rec.o or 0, notes, nr - 1 }
+  local ramp = 0
+  if st == 'closed' and rec.rp == 1 then
+    ramp = (rec.cs or 0) + 1
+  end
+  local out = { reply[1], st, ep, rec.ou or 0, now, expired, rec.o or 0, notes, ramp, nr - 1 }
   if nr > 1 or #trans > 0 then
     for i = 2, nr do
       out[#out + 1] = reply[i]
@@ -1167,10 +1312,35 @@ answer = function(reply)
   return out
 end
 
+-- ARGV[5] of every call: the caller's view, brought back first if Redis lost it.
+local function assert_view(view)
+  local o, e, to, left = string.match(view, '^(%d+):(%d+):([%a-]+):(%d+)$')
+  if o == nil then
+    return
+  end
+  if bring_back(tonumber(o), tonumber(e), to, tonumber(left)) then
+    notes = notes + 8
+    if readonly then
+      -- A read that brings the view back writes it.
+      readonly = false
+      if fresh then
+        redis.call('DEL', W, I, Q)
+      end
+    end
+  end
+end
+
 local function entry(op, ro)
   return function(keys, args)
+    local view = ''
+    if #args >= 5 then
+      view = table.remove(args, 5)
+    end
     if not begin(keys, args, ro == true) then
       return { 'config' }
+    end
+    if view ~= '' then
+      assert_view(view)
     end
     local reply = op(args)
     if reply.err then
@@ -1202,13 +1372,13 @@ local function config(keys, args)
 end
 
 local OOM = { 'allow-oom' }
-redis.register_function { function_name = 'tripline_4_admit', callback = entry(admit), flags = OOM }
-redis.register_function { function_name = 'tripline_4_record', callback = entry(record), flags = OOM }
-redis.register_function { function_name = 'tripline_4_batch', callback = entry(batch), flags = OOM }
-redis.register_function { function_name = 'tripline_4_probe', callback = entry(probe), flags = OOM }
-redis.register_function { function_name = 'tripline_4_release', callback = entry(release), flags = OOM }
-redis.register_function { function_name = 'tripline_4_tick', callback = entry(tick), flags = OOM }
-redis.register_function { function_name = 'tripline_4_operator', callback = entry(operator), flags = OOM }
-redis.register_function { function_name = 'tripline_4_restore', callback = entry(restore), flags = OOM }
-redis.register_function { function_name = 'tripline_4_read', callback = entry(read, true), flags = OOM }
-redis.register_function { function_name = 'tripline_4_config', callback = config, flags = OOM }
+redis.register_function { function_name = 'tripline_5_admit', callback = entry(admit), flags = OOM }
+redis.register_function { function_name = 'tripline_5_record', callback = entry(record), flags = OOM }
+redis.register_function { function_name = 'tripline_5_batch', callback = entry(batch), flags = OOM }
+redis.register_function { function_name = 'tripline_5_probe', callback = entry(probe), flags = OOM }
+redis.register_function { function_name = 'tripline_5_release', callback = entry(release), flags = OOM }
+redis.register_function { function_name = 'tripline_5_tick', callback = entry(tick), flags = OOM }
+redis.register_function { function_name = 'tripline_5_operator', callback = entry(operator), flags = OOM }
+redis.register_function { function_name = 'tripline_5_restore', callback = entry(restore), flags = OOM }
+redis.register_function { function_name = 'tripline_5_read', callback = entry(read, true), flags = OOM }
+redis.register_function { function_name = 'tripline_5_config', callback = config, flags = OOM }

@@ -122,6 +122,34 @@ pub struct Quorum {
     pub within: Duration,
 }
 
+/// The secret of [`SharedConfigBuilder::hash_scopes`]: never printed, never serialized.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct ScopeSecret(std::sync::Arc<[u8]>);
+
+impl std::fmt::Debug for ScopeSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScopeSecret(..)")
+    }
+}
+
+impl ScopeSecret {
+    /// The label a scope goes by outside the process: `h:` and the first 128 bits of
+    /// HMAC-SHA256(secret, scope), in hex.
+    pub(crate) fn label(&self, scope: &str) -> String {
+        use hmac::{Mac, digest::KeyInit};
+        let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
+        mac.update(scope.as_bytes());
+        let tag = mac.finalize().into_bytes();
+        let mut out = String::with_capacity(34);
+        out.push_str("h:");
+        for b in &tag[..16] {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+}
+
 /// The shared store's settings (the breaker's own rules are a [`BreakerConfig`]).
 ///
 /// ```
@@ -155,6 +183,11 @@ pub struct SharedConfig {
     #[serde(with = "humantime_serde")]
     pub(crate) idle_ttl: Duration,
     pub(crate) redis_breaker: Option<BreakerConfig>,
+    #[serde(with = "humantime_serde")]
+    pub(crate) loss_hold: Duration,
+    /// Set only by [`SharedConfigBuilder::hash_scopes`], never read from a file.
+    #[serde(skip)]
+    pub(crate) scope_secret: Option<ScopeSecret>,
 }
 
 impl Default for SharedConfig {
@@ -170,6 +203,8 @@ impl Default for SharedConfig {
             time_source: TimeSource::Redis,
             idle_ttl: Duration::from_secs(24 * 3600),
             redis_breaker: None,
+            loss_hold: Duration::ZERO,
+            scope_secret: None,
         }
     }
 }
@@ -230,6 +265,17 @@ impl SharedConfig {
         self.idle_ttl
     }
 
+    /// How long a replica that cannot know whether Redis lost a trip holds its calls (default
+    /// zero: it does not); see [`SharedConfigBuilder::loss_hold`].
+    pub fn loss_hold(&self) -> Duration {
+        self.loss_hold
+    }
+
+    /// Whether scopes are hashed ([`SharedConfigBuilder::hash_scopes`]).
+    pub fn hashes_scopes(&self) -> bool {
+        self.scope_secret.is_some()
+    }
+
     /// Checks every field, naming the first bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let prefix_ok = !self.key_prefix.is_empty()
@@ -259,6 +305,12 @@ impl SharedConfig {
             self.idle_ttl,
             Duration::from_secs(1),
             Duration::from_secs(365 * 24 * 3600),
+        )?;
+        dur(
+            "loss_hold",
+            self.loss_hold,
+            Duration::ZERO,
+            Duration::from_secs(60),
         )?;
         if let Some(b) = self.batching {
             dur(
@@ -296,6 +348,13 @@ impl SharedConfig {
                 Duration::from_millis(1),
                 Duration::from_secs(24 * 3600),
             )?;
+        }
+        if self.scope_secret.as_ref().is_some_and(|s| s.0.len() < 16) {
+            return Err(ConfigError::new(
+                "hash_scopes",
+                "a secret shorter than 16 bytes",
+                "a secret of at least 16 bytes",
+            ));
         }
         if let Some(id) = &self.replica_id {
             if id.is_empty() || id.len() > 128 {
@@ -349,6 +408,30 @@ impl SharedConfigBuilder {
         idle_ttl: Duration;
     }
 
+    /// Fails closed for `hold` where Redis may have lost a trip this replica cannot know of.
+    /// When this replica's view of a breaker is Closed and Redis shows that it may have lost
+    /// state (the connection reached another server process, a restart or a failover; or the
+    /// breaker's record started over, not at an operator's word, or its epoch went back), the
+    /// lost record may have been Open, and only a replica that saw the trip can bring it back.
+    /// For `hold` this replica rejects the breaker's calls (Open, with the hold's time left),
+    /// asking Redis on each, so that a replica remembering the trip reaches Redis first: then
+    /// no call is admitted that the fleet held Open. The cost: after every restart or failover
+    /// of Redis, every breaker this replica saw Closed rejects for `hold`, tripped or not.
+    /// Zero, the default: no hold (a replica that never saw the trip admits until a
+    /// remembering replica reaches Redis). At most 1 minute; a few times the reconnection
+    /// time (250 ms) plus `redis_timeout` is enough.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline_redis::SharedConfig;
+    /// let c = SharedConfig::builder().loss_hold(Duration::from_millis(500)).build().unwrap();
+    /// assert_eq!(c.loss_hold(), Duration::from_millis(500));
+    /// ```
+    pub fn loss_hold(mut self, hold: Duration) -> Self {
+        self.config.loss_hold = hold;
+        self
+    }
+
     /// See [`SharedConfig::key_prefix`].
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.config.key_prefix = prefix.into();
@@ -371,6 +454,28 @@ impl SharedConfigBuilder {
     /// quorum and in-flight rules and in the events stream.
     pub fn replica_id(mut self, id: impl Into<String>) -> Self {
         self.config.replica_id = Some(id.into());
+        self
+    }
+
+    /// Scopes that carry no secret: every scope is known outside this process only by a keyed
+    /// hash of it, `h:` and 32 hex digits (the first 128 bits of HMAC-SHA256 keyed with
+    /// `secret`). Redis keys, the events stream, the shadow breaker's name (so its metrics
+    /// labels and trace lines), rejections and log lines all carry the hash; the readable scope
+    /// stays in this process ([`SharedBreaker::name`](crate::SharedBreaker::name)). Every
+    /// replica of a fleet must use the same secret (a secret from the application's secret
+    /// store: with a secret an attacker knows, a scope's hash can be checked against guesses).
+    /// With hashing a scope may hold any bytes (1 to 1024 of them), braces included. Turning
+    /// hashing on or changing the secret moves every breaker to new keys: it starts Closed.
+    ///
+    /// ```
+    /// use tripline_redis::SharedConfig;
+    /// let c = SharedConfig::builder().hash_scopes("a secret from the vault").build().unwrap();
+    /// assert!(c.hashes_scopes());
+    /// let err = SharedConfig::builder().hash_scopes("").build().unwrap_err();
+    /// assert_eq!(err.field(), "hash_scopes");
+    /// ```
+    pub fn hash_scopes(mut self, secret: impl AsRef<[u8]>) -> Self {
+        self.config.scope_secret = Some(ScopeSecret(secret.as_ref().into()));
         self
     }
 

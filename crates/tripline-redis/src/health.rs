@@ -3,6 +3,31 @@
 
 use redis::RedisError;
 
+/// The commands a Redis ACL user of the shared breaker needs: `PING` (connecting, and the
+/// connection's heartbeat), `FCALL` and `FUNCTION LOAD` (the library; without `FUNCTION LOAD`
+/// an administrator loads it on every node), `EVALSHA` and `EVAL` (the same library as a
+/// script, while a node at its memory limit refuses `FUNCTION LOAD`), `INFO` (for
+/// [`SharedBreaker::check`](crate::SharedBreaker::check)), `XREVRANGE` (for
+/// [`SharedBreaker::fleet_events`](crate::SharedBreaker::fleet_events)), and every command the
+/// functions run, since Redis checks each of them against the user too. Add `+select` for a
+/// URL with a database index. See [`acl_rules`] for a whole rule with the key pattern.
+pub const ACL_COMMANDS: &str = "+ping +fcall +function|load +evalsha +eval +info +xrevrange \
+    +get +set +del +exists +getrange +setrange +bitfield +hget +hset +hdel +hlen +hgetall \
+    +pexpire +zadd +zcard +zremrangebyscore +zremrangebyrank +xadd +time";
+
+/// The ACL rules of a user for the shared breakers under `key_prefix`: the keys (`~{prefix:*`:
+/// every key of every breaker under the prefix, hashed scopes included) and
+/// [`ACL_COMMANDS`].
+///
+/// ```
+/// let rules = tripline_redis::acl_rules("tripline");
+/// assert!(rules.starts_with("~{tripline:* +ping +fcall"));
+/// // ACL SETUSER app on >secret resetkeys resetchannels -@all <rules>
+/// ```
+pub fn acl_rules(key_prefix: &str) -> String {
+    format!("~{{{key_prefix}:* {ACL_COMMANDS}")
+}
+
 /// Why a Redis cannot host the shared breaker, from [`SharedBreaker::check`](crate::SharedBreaker::check).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -18,11 +43,13 @@ pub enum CheckError {
         "Redis cannot run the breaker's functions (needs Redis 7.0 or later, FCALL and FUNCTION LOAD allowed, and the keys under the prefix): {0}"
     )]
     Functions(RedisError),
-    /// `maxmemory-policy` is `allkeys-*`: under memory pressure Redis may evict an Open
-    /// breaker's record, which then reads as Closed. Use `noeviction`, or a `volatile-*`
-    /// policy (only Closed breakers' keys carry a TTL).
+    /// `maxmemory-policy` is `allkeys-*` with a `maxmemory` limit: under memory pressure Redis
+    /// may evict an Open breaker's record, which then reads as Closed. Use `noeviction` (best),
+    /// or a `volatile-*` policy (only Closed breakers' keys carry a TTL: see
+    /// [`Health::warnings`]). Without a limit (`maxmemory 0`) nothing is evicted, and `check`
+    /// only warns.
     #[error(
-        "maxmemory-policy {policy} can evict an Open breaker: use noeviction or a volatile-* policy"
+        "maxmemory-policy {policy} with a maxmemory limit can evict an Open breaker: use noeviction or a volatile-* policy"
     )]
     UnsafeEviction {
         /// The policy Redis reported.
@@ -69,7 +96,13 @@ impl Health {
         };
         if h.maxmemory > 0 && h.maxmemory_policy.starts_with("volatile-") {
             h.warnings.push(format!(
-                "maxmemory-policy {}: under memory pressure Redis may evict a Closed breaker's window (its record says so: SharedMetrics::lost_windows)",
+                "maxmemory-policy {}: under memory pressure Redis may evict a Closed breaker's record or window (a Closed record carries its idle TTL), and a breaker whose failures are evicted between calls does not trip; each loss is counted (SharedMetrics::lost_windows) and logged. Open, HalfOpen and operator states carry no TTL and are never evicted. Use noeviction where every trip matters",
+                h.maxmemory_policy
+            ));
+        }
+        if h.maxmemory == 0 && h.maxmemory_policy.starts_with("allkeys-") {
+            h.warnings.push(format!(
+                "maxmemory-policy {} evicts nothing while maxmemory is 0, but would evict Open breakers once a limit is set: use noeviction or a volatile-* policy",
                 h.maxmemory_policy
             ));
         }
@@ -86,9 +119,10 @@ impl Health {
         h
     }
 
-    /// Whether the eviction policy can evict a key without a TTL.
+    /// Whether the eviction policy can evict a key without a TTL: `allkeys-*` under a memory
+    /// limit (with `maxmemory 0` nothing is evicted).
     pub(crate) fn unsafe_eviction(&self) -> bool {
-        self.maxmemory_policy.starts_with("allkeys-")
+        self.maxmemory_policy.starts_with("allkeys-") && self.maxmemory > 0
     }
 }
 
@@ -106,6 +140,36 @@ mod tests {
         assert!(!h.aof_enabled);
         assert_eq!(h.warnings.len(), 2, "{:?}", h.warnings);
         assert!(!h.unsafe_eviction());
-        assert!(Health::from_info("maxmemory_policy:allkeys-lru\n").unsafe_eviction());
+        assert!(
+            Health::from_info("maxmemory:1048576\nmaxmemory_policy:allkeys-lru\n")
+                .unsafe_eviction()
+        );
+        // No limit, no eviction: a warning, not a refusal.
+        let h = Health::from_info("maxmemory:0\nmaxmemory_policy:allkeys-lru\naof_enabled:1\n");
+        assert!(!h.unsafe_eviction());
+        assert_eq!(h.warnings.len(), 1, "{:?}", h.warnings);
+    }
+
+    /// The ACL names every command the library runs (Redis checks each one against the user).
+    #[test]
+    fn the_acl_names_every_command_the_functions_run() {
+        let library = crate::backend::LIBRARY;
+        let mut missing = Vec::new();
+        for call in ["redis.call('", "redis.pcall('"] {
+            for part in library.split(call).skip(1) {
+                let name = part
+                    .split('\'')
+                    .next()
+                    .unwrap_or_default()
+                    .to_ascii_lowercase();
+                if !ACL_COMMANDS
+                    .split_whitespace()
+                    .any(|c| c == format!("+{name}"))
+                {
+                    missing.push(name);
+                }
+            }
+        }
+        assert!(missing.is_empty(), "ACL_COMMANDS lacks {missing:?}");
     }
 }

@@ -431,6 +431,220 @@ impl RedisCluster {
     }
 }
 
+/// A TCP proxy on a free `127.0.0.1` port in front of a server, to put a network fault between
+/// clients and Redis: a delay on everything that passes, stalls of one chunk in `n` (what a
+/// lost packet costs a TCP stream: a retransmission later), a partition (connections stay up
+/// and new ones are accepted, but nothing passes either way until it heals, as when a network
+/// drops every packet), dropped connections, and a new target for new connections (a
+/// failover behind a stable address). Stopped, with every connection through it closed, when
+/// dropped.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tripline_redis::server::{Proxy, RedisServer};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = RedisServer::start()?;
+/// let proxy = Proxy::start(server.port())?;
+/// let url = proxy.url(); // clients connect here
+/// proxy.set_delay(Duration::from_millis(5));
+/// proxy.partition();
+/// proxy.heal();
+/// # let _ = url;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Proxy {
+    port: u16,
+    state: std::sync::Arc<ProxyState>,
+    accept: Option<thread::JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct ProxyState {
+    target: std::sync::Mutex<u16>,
+    delay_micros: std::sync::atomic::AtomicU64,
+    /// One chunk in this many is held for `stall_micros` (0: none).
+    stall_one_in: std::sync::atomic::AtomicU64,
+    stall_micros: std::sync::atomic::AtomicU64,
+    chunks: std::sync::atomic::AtomicU64,
+    partitioned: std::sync::atomic::AtomicBool,
+    stop: std::sync::atomic::AtomicBool,
+    /// Both ends of every connection, to close them.
+    conns: std::sync::Mutex<Vec<TcpStream>>,
+}
+
+/// How often a blocked proxy thread looks at the proxy's settings.
+const PROXY_POLL: Duration = Duration::from_millis(2);
+
+impl Proxy {
+    /// Starts a proxy to `127.0.0.1:target_port`.
+    pub fn start(target_port: u16) -> Result<Self, ServerError> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let state = std::sync::Arc::new(ProxyState {
+            target: std::sync::Mutex::new(target_port),
+            delay_micros: 0.into(),
+            stall_one_in: 0.into(),
+            stall_micros: 0.into(),
+            chunks: 0.into(),
+            partitioned: false.into(),
+            stop: false.into(),
+            conns: std::sync::Mutex::new(Vec::new()),
+        });
+        let st = state.clone();
+        let accept = thread::spawn(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            while !st.stop.load(Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let target = *st.target.lock().unwrap_or_else(|e| e.into_inner());
+                        let Ok(upstream) = TcpStream::connect((Ipv4Addr::LOCALHOST, target)) else {
+                            drop(client);
+                            continue;
+                        };
+                        let _ = client.set_nonblocking(false);
+                        let _ = client.set_nodelay(true);
+                        let _ = upstream.set_nodelay(true);
+                        if let (Ok(c2), Ok(u2)) = (client.try_clone(), upstream.try_clone()) {
+                            let mut conns = st.conns.lock().unwrap_or_else(|e| e.into_inner());
+                            conns.push(c2);
+                            conns.push(u2);
+                        }
+                        for (from, to) in [
+                            (client.try_clone(), upstream.try_clone()),
+                            (upstream.try_clone(), client.try_clone()),
+                        ] {
+                            if let (Ok(from), Ok(to)) = (from, to) {
+                                let st = st.clone();
+                                thread::spawn(move || forward(from, to, &st));
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(PROXY_POLL),
+                    Err(_) => thread::sleep(PROXY_POLL),
+                }
+            }
+        });
+        Ok(Self {
+            port,
+            state,
+            accept: Some(accept),
+        })
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its URL, `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Holds everything that passes, each way, for `delay` (zero: none).
+    pub fn set_delay(&self, delay: Duration) {
+        self.state.delay_micros.store(
+            delay.as_micros() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Holds one chunk in `one_in` for `stall` more (`one_in` 0: none), as a lost packet
+    /// holds a TCP stream until it is sent again.
+    pub fn set_loss(&self, one_in: u64, stall: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.state
+            .stall_micros
+            .store(stall.as_micros() as u64, Relaxed);
+        self.state.stall_one_in.store(one_in, Relaxed);
+    }
+
+    /// Lets nothing through, either way, until [`heal`](Self::heal): connections stay open (no
+    /// reset, no close), new ones are accepted and hang.
+    pub fn partition(&self) {
+        self.state
+            .partitioned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Ends a partition: what was held goes on.
+    pub fn heal(&self) {
+        self.state
+            .partitioned
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// New connections go to `127.0.0.1:port` from now on.
+    pub fn retarget(&self, port: u16) {
+        *self.state.target.lock().unwrap_or_else(|e| e.into_inner()) = port;
+    }
+
+    /// Closes every connection made through the proxy (both ends).
+    pub fn drop_connections(&self) {
+        let conns =
+            std::mem::take(&mut *self.state.conns.lock().unwrap_or_else(|e| e.into_inner()));
+        for c in conns {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state
+            .stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.drop_connections();
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Copies `from` to `to` chunk by chunk, under the proxy's settings, until either side closes.
+fn forward(mut from: TcpStream, mut to: TcpStream, st: &ProxyState) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if st.stop.load(Relaxed) {
+            break;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(_) => break,
+        };
+        while st.partitioned.load(Relaxed) && !st.stop.load(Relaxed) {
+            thread::sleep(PROXY_POLL);
+        }
+        let mut hold = st.delay_micros.load(Relaxed);
+        let one_in = st.stall_one_in.load(Relaxed);
+        if one_in > 0 && st.chunks.fetch_add(1, Relaxed) % one_in == one_in - 1 {
+            hold += st.stall_micros.load(Relaxed);
+        }
+        if hold > 0 {
+            thread::sleep(Duration::from_micros(hold));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
 /// Why one launch of redis-server failed.
 enum Launch {
     /// It exited because its port (or cluster bus port) was in use: worth a retry.

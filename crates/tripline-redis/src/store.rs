@@ -1,6 +1,7 @@
 //! The shared breaker: the rules run in Redis, decisions are made by each replica.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -12,10 +13,10 @@ use tripline::inflight::{Cohort, InFlight};
 use tripline::{
     BreakerConfig, CallError, CircuitBreaker, Classification, Classify, Clock, ConfigError,
     MonotonicClock, Outcome, OwnedPermit, Recorded, Rejected, ResultClassifier, State,
-    WindowConfig, WindowSnapshot,
+    TransitionError, WindowConfig, WindowSnapshot,
 };
 
-use crate::backend::{Backend, FUNCTION_PREFIX, is_redirection};
+use crate::backend::{Backend, FUNCTION_PREFIX, Reconnected, is_redirection};
 use crate::config::{Batching, Fallback, SharedConfig, TimeSource};
 use crate::health::{CheckError, Health};
 
@@ -182,14 +183,17 @@ pub struct SharedMetrics {
     /// migration in progress (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`); they do not count
     /// against the breaker on Redis (up to [`REDIRECTIONS_FORGIVEN`] in a row).
     pub redis_redirections: u64,
-    /// Replies that contradicted this replica's last view: Redis answered Closed for a breaker
-    /// this replica had seen Open or HalfOpen (or ForcedOpen), from a record that started over
-    /// or whose epoch went back (eviction, restart without persistence, a failover that lost
-    /// writes). The replica kept its view and brought the state back ([`Self::restores`]).
+    /// Calls in which Redis held a Closed record that could not follow from this replica's
+    /// last view (Open, HalfOpen or ForcedOpen): a record that started over or whose epoch went
+    /// back (eviction, restart without persistence, a failover that lost writes). The replica
+    /// brought its view back ([`Self::restores`]), in the same call.
     pub lost_state: u64,
     /// Breakers this replica restored in Redis after [`Self::lost_state`].
     pub restores: u64,
-    /// Windows Redis had lost (evicted or expired) while their record said they held calls.
+    /// Windows Redis had lost (evicted or expired) while their record said they held calls,
+    /// and Closed records lost between calls (evicted under a `volatile-*` policy, or a restart
+    /// without persistence) while this replica had seen them within their idle TTL: each loss
+    /// is also logged. A breaker whose failures are lost this way does not trip on them.
     pub lost_windows: u64,
     /// Acquires rejected while Redis was unreachable, because this replica's last view was
     /// Open and unexpired, or ForcedOpen.
@@ -198,6 +202,22 @@ pub struct SharedMetrics {
     pub largest_batch: u64,
     /// Probe claims that Redis refused because the caller had given up on its answer.
     pub late_admissions: u64,
+    /// Calls this replica refused while ramping traffic back up after recovery (`ramp_up`).
+    pub ramp_rejections: u64,
+    /// Failures this replica lumped into an earlier one (`lumping_interval`): counted here, not
+    /// sent.
+    pub lumped_failures: u64,
+    /// With `call_durations`: the total duration of this replica's calls in its window (a
+    /// window of the breaker's shape over the calls of this replica that the fleet counted,
+    /// which starts afresh whenever the fleet enters Closed). Durations are measured by each
+    /// replica on its own clock, so they are this replica's figures; a fleet's are the sum of
+    /// its replicas'.
+    pub total_duration: Option<Duration>,
+    /// With `call_durations`: the mean duration of this replica's calls in its window.
+    pub mean_duration: Option<Duration>,
+    /// Calls this replica rejected while holding a breaker after Redis may have lost it
+    /// ([`SharedConfigBuilder::loss_hold`](crate::SharedConfigBuilder::loss_hold)).
+    pub loss_holds: u64,
 }
 
 /// Redirections in a row that do not count against the breaker on Redis; past them, they do.
@@ -226,6 +246,9 @@ struct Counters {
     held_rejections: AtomicU64,
     largest_batch: AtomicU64,
     late_admissions: AtomicU64,
+    ramp_rejections: AtomicU64,
+    lumped: AtomicU64,
+    loss_holds: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -248,11 +271,19 @@ struct View {
     lease_deadline: Option<u64>,
     /// The last read found no record (a read creates none): the next call asks Redis.
     missing: bool,
+    /// The connection the reply came on: a view from before a reconnection is not decided
+    /// from (Redis may have lost what it said).
+    conn: u64,
+    /// `loss_hold`: until then (local clock) calls are held, Redis having perhaps lost a trip
+    /// this replica could not know of.
+    hold_until: u64,
 }
 
 /// This replica's calls in flight, by start cohort, with the in-process breaker's rule. Each
 /// call joins with the epoch that admitted it, and only the current epoch's calls count: calls
-/// started before the breaker last entered Closed never do.
+/// started before the breaker last entered Closed never do. The cohorts are tagged with a
+/// local generation, one per epoch this replica has seen in order (epochs themselves are
+/// clock readings, far apart, which the cohorts' 32-bit tags could not order).
 #[derive(Debug)]
 struct Flight {
     calls: InFlight,
@@ -260,6 +291,25 @@ struct Flight {
     next_check: u64,
     /// The count last reported to Redis (a zero need not be repeated).
     reported: u64,
+    /// The latest epoch (and origin) seen, and its local generation.
+    stamp: (u64, u64),
+    generation: u64,
+}
+
+impl Flight {
+    /// The local generation of `stamp`'s calls: the current one, a new one for a newer
+    /// epoch, `None` for an older epoch (its calls no longer count).
+    fn generation(&mut self, stamp: (u64, u64)) -> Option<u64> {
+        if stamp == self.stamp {
+            return Some(self.generation);
+        }
+        if stamp.0 > self.stamp.0 || (stamp.0 == self.stamp.0 && stamp.1 > self.stamp.1) {
+            self.stamp = stamp;
+            self.generation += 1;
+            return Some(self.generation);
+        }
+        None
+    }
 }
 
 #[derive(Debug, Default)]
@@ -282,8 +332,26 @@ struct Batch {
 /// While a batch is in flight, at most this many batches' worth of outcomes wait.
 const MAX_BUFFERED_BATCHES: usize = 16;
 
+/// This replica's share of a ramp after recovery (`ramp_up`): the in-process breaker's rule
+/// over the calls this replica sees, from the moment the fleet's probes closed the breaker.
+#[derive(Clone, Copy, Debug)]
+struct RampState {
+    /// The epoch and origin of the Closed record the ramp belongs to.
+    stamp: (u64, u64),
+    /// When the probes closed the breaker, on this replica's clock.
+    start: u64,
+    /// The step the counts are for, its share (ppm) and the calls it has seen.
+    step: u64,
+    share: u64,
+    seen: u64,
+}
+
 struct Inner<C: Clock> {
+    /// The scope as the application gave it (kept in this process only).
     name: String,
+    /// The scope as it leaves the process: keys, the shadow's name, rejections, log lines
+    /// (a keyed hash of the scope with [`SharedConfigBuilder::hash_scopes`]).
+    label: String,
     keys: Keys,
     config: BreakerConfig,
     shared: SharedConfig,
@@ -293,10 +361,23 @@ struct Inner<C: Clock> {
     version: String,
     jitter_micros: u64,
     slow_nanos: u64,
+    /// `slow_call_rule`: whether any call is slow.
+    slow_rule: bool,
+    /// Calls in flight past the slow-call duration count as slow (`counts_in_flight`).
+    in_flight: bool,
+    /// `lumping_interval` in nanoseconds (0: off).
+    lump_nanos: u64,
+    /// The last failure this replica counted: its permit's epoch and origin, and when.
+    lump: Mutex<Option<((u64, u64), u64)>>,
+    ramp: Mutex<Option<RampState>>,
     cohort_width: u64,
     backend: Backend,
     clock: C,
     shadow: CircuitBreaker<C>,
+    /// With `call_durations`: this replica's counted calls and their durations, in a window of
+    /// the breaker's shape that starts afresh whenever the fleet enters Closed (a breaker in
+    /// MetricsOnly, which never trips: only its window's durations are read).
+    durations: Option<CircuitBreaker<C>>,
     redis_breaker: CircuitBreaker<C>,
     view: Mutex<View>,
     flight: Mutex<Flight>,
@@ -306,6 +387,8 @@ struct Inner<C: Clock> {
     rng: Mutex<Pcg64Mcg>,
     counters: Counters,
     fallback_now: AtomicBool,
+    /// Whether the current fallback episode (or last) was logged already.
+    fallback_logged: AtomicBool,
     /// A call timed out and may still have run: a transition it performed reached no reply.
     unconfirmed: AtomicBool,
     /// Redirections in a row (see [`REDIRECTIONS_FORGIVEN`]).
@@ -367,8 +450,9 @@ impl<C: Clock + Clone> Clone for SharedBreaker<C> {
 
 impl<C: Clock + Clone> std::fmt::Debug for SharedBreaker<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The label, not the scope: a debug print may reach a log.
         f.debug_struct("SharedBreaker")
-            .field("name", &self.inner.name)
+            .field("label", &self.inner.label)
             .field("replica", &self.inner.replica)
             .field("view", &*lock(&self.inner.view))
             .finish_non_exhaustive()
@@ -391,8 +475,12 @@ pub(crate) struct Reply {
     expired: u64,
     origin: u64,
     /// 1: the window was lost; 2: the record was missing and started over; 4
-    /// ([`NOTE_OPERATOR`]): the record started over at an operator's action.
+    /// ([`NOTE_OPERATOR`]): the record started over at an operator's action; 8
+    /// ([`NOTE_RESTORED`]): this call brought the caller's view back.
     notes: u64,
+    /// When the breaker closed, if its probes closed it (functions' clock, microseconds): where
+    /// a ramp starts.
+    ramp_from: Option<u64>,
     transitions: Vec<Transition>,
 }
 
@@ -403,6 +491,9 @@ const NOTE_MISSING: u64 = 2;
 /// A reply note: the record was missing and started over at an operator's action (a reset,
 /// a forced state), so a replica that remembers the lost record takes it as it is.
 const NOTE_OPERATOR: u64 = 4;
+
+/// A reply note: the call brought the view it carried back into Redis (Redis had lost it).
+const NOTE_RESTORED: u64 = 8;
 
 /// Redis did not answer in time, failed, or was not asked (its breaker is open); the counters
 /// and [`SharedBreaker::last_redis_error`] say which.
@@ -432,8 +523,8 @@ fn bad_reply(v: &[redis::Value]) -> redis::RedisError {
 }
 
 /// The first entries of every reply: verdict, state, epoch, open deadline, now, expired leases,
-/// origin, notes, and the number of the verdict's fields that follow.
-const HEADER: usize = 9;
+/// origin, notes, where a ramp starts, and the number of the verdict's fields that follow.
+const HEADER: usize = 10;
 
 impl Reply {
     pub(crate) fn parse(raw: Vec<redis::Value>) -> Result<Self, redis::RedisError> {
@@ -451,7 +542,9 @@ impl Reply {
         let expired = num(5)?;
         let origin = num(6)?;
         let notes = num(7)?;
-        let n = usize::try_from(num(8)?).map_err(|_| bad_reply(&raw))?;
+        // 1 + the time, 0 for none (a time may be 0).
+        let ramp_from = num(8)?.checked_sub(1);
+        let n = usize::try_from(num(9)?).map_err(|_| bad_reply(&raw))?;
         if n > 6 || v.len() < HEADER + n {
             return Err(bad_reply(&raw));
         }
@@ -461,28 +554,23 @@ impl Reply {
         }
         let mut transitions = Vec::new();
         for t in &v[HEADER + n..] {
-            let mut parts = t.splitn(3, '>');
-            let (Some(from), Some(to), Some(reason)) = (parts.next(), parts.next(), parts.next())
+            let mut parts = t.splitn(4, '>');
+            let (Some(from), Some(to), Some(reason), Some(epoch)) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
             else {
                 return Err(bad_reply(&raw));
             };
-            let (Some(from), Some(to)) = (parse_state(from), parse_state(to)) else {
+            let (Some(from), Some(to), Ok(epoch)) =
+                (parse_state(from), parse_state(to), epoch.parse::<u64>())
+            else {
                 return Err(bad_reply(&raw));
             };
             transitions.push(Transition {
                 from,
                 to,
-                epoch: 0,
+                epoch,
                 reason: reason.to_string(),
             });
-        }
-        // Epochs after each transition: counted back from the final one.
-        let mut e = epoch;
-        for t in transitions.iter_mut().rev() {
-            t.epoch = e;
-            if !(t.from == State::Open && t.to == State::HalfOpen) {
-                e = e.saturating_sub(1);
-            }
         }
         Ok(Self {
             verdict: v[0].clone(),
@@ -494,6 +582,7 @@ impl Reply {
             expired,
             origin,
             notes,
+            ramp_from,
             transitions,
         })
     }
@@ -544,50 +633,25 @@ fn default_redis_breaker() -> BreakerConfig {
         .unwrap_or_default()
 }
 
-/// Refuses the settings the functions do not host yet, rather than ignore them.
-fn hosted(config: &BreakerConfig) -> Result<(), ConfigError> {
-    let not_yet = |field: &str, value: &str, allowed: &str| {
-        Err(ConfigError::new(
-            field,
-            value,
-            format!("{allowed}: the shared breaker does not host it yet"),
-        ))
-    };
-    if config.after_max_wait() != tripline::AfterMaxWait::Open {
-        return not_yet("half_open.after_max_wait", "closed", "\"open\"");
+/// A scope becomes part of the Redis keys, unless it is hashed
+/// ([`SharedConfigBuilder::hash_scopes`](crate::SharedConfigBuilder::hash_scopes)).
+fn validate_scope(scope: &str, hashed: bool) -> Result<(), ConfigError> {
+    if hashed {
+        if scope.is_empty() || scope.len() > 1024 {
+            return Err(ConfigError::new(
+                "scope",
+                format!("{} bytes", scope.len()),
+                "1 to 1024 bytes",
+            ));
+        }
+        return Ok(());
     }
-    if !config.failure_kinds().is_default() {
-        return not_yet(
-            "failure_kinds",
-            &format!("{:?}", config.failure_kinds()),
-            "every kind weighing 1",
-        );
-    }
-    if let Some(l) = config.lumping_interval() {
-        return not_yet(
-            "lumping_interval",
-            &humantime::format_duration(l).to_string(),
-            "unset",
-        );
-    }
-    if config.call_durations() {
-        return not_yet("call_durations", "true", "false");
-    }
-    if config.ramp_up().is_some() {
-        return not_yet("ramp_up", "set", "unset");
-    }
-    if !config.slow_call_rule() {
-        return not_yet("slow_call_rule", "false", "true");
-    }
-    Ok(())
-}
-
-fn validate_scope(scope: &str) -> Result<(), ConfigError> {
     if scope.is_empty() || scope.len() > 200 || scope.contains(['{', '}']) {
         return Err(ConfigError::new(
             "scope",
             crate::config::excerpt(scope),
-            "1 to 200 bytes without '{' or '}' (and nothing sensitive: scopes are Redis keys)",
+            "1 to 200 bytes without '{' or '}' (and nothing sensitive: scopes are Redis keys; \
+             SharedConfigBuilder::hash_scopes keeps them out of Redis)",
         ));
     }
     Ok(())
@@ -606,7 +670,7 @@ fn function_config(config: &BreakerConfig, shared: &SharedConfig) -> String {
     };
     let backoff = config.open_backoff();
     let mult = backoff.map_or(0.0, |b| b.multiplier);
-    let fields: [String; 22] = [
+    let fields: [String; 23] = [
         kind.to_string(),
         size.to_string(),
         bucket.to_string(),
@@ -633,6 +697,7 @@ fn function_config(config: &BreakerConfig, shared: &SharedConfig) -> String {
         shared.quorum.map_or(0, |q| q.replicas).to_string(),
         shared.quorum.map_or(0, |q| micros(q.within)).to_string(),
         micros(config.open_jitter()).to_string(),
+        u8::from(config.after_max_wait() == tripline::AfterMaxWait::Closed).to_string(),
     ];
     fields.join(",")
 }
@@ -663,9 +728,12 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         backend: Backend,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        validate_scope(scope)?;
-        hosted(&config)?;
         shared.validate()?;
+        validate_scope(scope, shared.scope_secret.is_some())?;
+        let label = match &shared.scope_secret {
+            Some(secret) => secret.label(scope),
+            None => scope.to_string(),
+        };
         let replica = shared.replica_id.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "replica".into());
             format!(
@@ -694,9 +762,18 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         };
         let slow_nanos = nanos(config.slow_call_duration());
         let shadow =
-            CircuitBreaker::with_clock(format!("{scope} (local)"), config.clone(), clock.clone());
+            CircuitBreaker::with_clock(format!("{label} (local)"), config.clone(), clock.clone());
+        let durations = config.call_durations().then(|| {
+            let d = CircuitBreaker::with_clock(
+                format!("{label} (durations)"),
+                config.clone(),
+                clock.clone(),
+            );
+            let _ = d.transition_to_metrics_only();
+            d
+        });
         let redis_breaker = CircuitBreaker::with_clock(
-            format!("redis for {scope}"),
+            format!("redis for {label}"),
             shared
                 .redis_breaker
                 .clone()
@@ -706,10 +783,16 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         let (events, _) = broadcast::channel(64);
         let inner = Inner {
             name: scope.to_string(),
-            keys: Keys::new(&shared.key_prefix, scope),
+            keys: Keys::new(&shared.key_prefix, &label),
+            label,
             jitter_micros: micros(config.open_jitter()),
             cohort_width: (slow_nanos / 2).max(1),
             slow_nanos,
+            slow_rule: config.slow_call_rule(),
+            in_flight: config.counts_in_flight(),
+            lump_nanos: config.lumping_interval().map_or(0, nanos),
+            lump: Mutex::new(None),
+            ramp: Mutex::new(None),
             config,
             shared,
             replica,
@@ -717,6 +800,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             version,
             backend,
             shadow,
+            durations,
             redis_breaker,
             view: Mutex::new(View {
                 valid: false,
@@ -729,31 +813,51 @@ impl<C: Clock + Clone> SharedBreaker<C> {
                 reject_until: 0,
                 lease_deadline: None,
                 missing: false,
+                conn: 0,
+                hold_until: 0,
             }),
             flight: Mutex::new(Flight {
                 calls: InFlight::new(slow_nanos),
                 next_check: clock.now().saturating_add((slow_nanos / 2).max(1)),
                 reported: 0,
+                stamp: (0, 0),
+                generation: 0,
             }),
             batch: Mutex::new(Batch::default()),
             batch_idle: tokio::sync::Notify::new(),
             rng: Mutex::new(rng),
             counters: Counters::default(),
             fallback_now: AtomicBool::new(false),
+            fallback_logged: AtomicBool::new(false),
             unconfirmed: AtomicBool::new(false),
             redirections: AtomicU32::new(0),
             last_error: Mutex::new(None),
             events,
             clock,
         };
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        let inner = Arc::new(inner);
+        // After a reconnection, a replica that remembers a state Redis may have lost tells it
+        // at once, whether or not calls come.
+        let weak: std::sync::Weak<dyn Reconnected> = Arc::downgrade(&inner) as _;
+        inner.backend.on_reconnect(weak);
+        Ok(Self { inner })
     }
 
-    /// The scope.
+    /// The scope, as given (it stays in this process: with [`SharedConfigBuilder::hash_scopes`]
+    /// nothing that leaves it carries the scope, see [`SharedBreaker::label`]).
+    ///
+    /// [`SharedConfigBuilder::hash_scopes`]: crate::SharedConfigBuilder::hash_scopes
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The scope as it is known outside this process: in Redis keys, the shadow breaker's name
+    /// (its metrics labels and trace lines), rejections and log lines. The scope itself, or with
+    /// [`SharedConfigBuilder::hash_scopes`] its keyed hash (`h:` and 32 hex digits).
+    ///
+    /// [`SharedConfigBuilder::hash_scopes`]: crate::SharedConfigBuilder::hash_scopes
+    pub fn label(&self) -> &str {
+        &self.inner.label
     }
 
     /// This replica's id.
@@ -897,7 +1001,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
     pub fn metrics(&self) -> SharedMetrics {
         let c = &self.inner.counters;
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        SharedMetrics {
+        let mut m = SharedMetrics {
             redis_calls: r(&c.redis_calls),
             redis_errors: r(&c.redis_errors),
             redis_timeouts: r(&c.redis_timeouts),
@@ -919,7 +1023,18 @@ impl<C: Clock + Clone> SharedBreaker<C> {
             held_rejections: r(&c.held_rejections),
             largest_batch: r(&c.largest_batch),
             late_admissions: r(&c.late_admissions),
+            ramp_rejections: r(&c.ramp_rejections),
+            lumped_failures: r(&c.lumped),
+            total_duration: None,
+            mean_duration: None,
+            loss_holds: r(&c.loss_holds),
+        };
+        if let Some(d) = &self.inner.durations {
+            let d = d.metrics();
+            m.total_duration = d.total_duration;
+            m.mean_duration = d.mean_duration;
         }
+        m
     }
 
     /// Asks for a permit.
@@ -1062,10 +1177,123 @@ impl<C: Clock + Clone> SharedBreaker<C> {
     }
 
     async fn operator(&self, to: State) -> Result<(), redis::RedisError> {
+        match self.operator_to(to, None).await {
+            Ok(()) => Ok(()),
+            Err(SharedTransitionError::Redis(e)) => Err(e),
+            // Closed, ForcedOpen, Disabled and MetricsOnly are reached from every state.
+            Err(SharedTransitionError::Refused(e)) => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "tripline: refused",
+                e.to_string(),
+            ))),
+        }
+    }
+
+    /// Operator, fleet-wide: moves the breaker to `to` along an edge of
+    /// [`State::operator_targets`] (the in-process breaker's edges, as
+    /// [`CircuitBreaker::transition_to`] takes them), judged by the state Redis holds. Open waits the configured open
+    /// wait (jitter and backoff included). Asking for the state the breaker is in does nothing,
+    /// except that Closed starts a fresh window and Open a new wait. Like every operator action
+    /// it is the operator's word: replicas remembering another state take it as it is.
+    ///
+    /// ```no_run
+    /// # use tripline::State;
+    /// # use tripline_redis::SharedBreaker;
+    /// # async fn run(breaker: SharedBreaker) -> Result<(), Box<dyn std::error::Error>> {
+    /// breaker.transition_to(State::MetricsOnly).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn transition_to(&self, to: State) -> Result<(), SharedTransitionError> {
+        self.operator_to(to, None).await
+    }
+
+    /// Operator: to Closed with a fresh window, from any state (a reset), fleet-wide.
+    pub async fn transition_to_closed(&self) -> Result<(), SharedTransitionError> {
+        self.transition_to(State::Closed).await
+    }
+
+    /// Operator: to Open for the configured open wait, from any state; from Open, the wait
+    /// starts again. Fleet-wide.
+    pub async fn transition_to_open(&self) -> Result<(), SharedTransitionError> {
+        self.transition_to(State::Open).await
+    }
+
+    /// Operator: to Open for exactly `wait` (no jitter; the backoff level is left alone), at
+    /// most 7 days, fleet-wide; then the fleet probes as after any open wait. The wait runs on
+    /// the functions' clock from when Redis performs the transition.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use tripline_redis::SharedBreaker;
+    /// # async fn run(breaker: SharedBreaker) -> Result<(), Box<dyn std::error::Error>> {
+    /// // The vendor said it is down for five minutes: hold every replica's calls.
+    /// breaker.transition_to_open_for(Duration::from_secs(300)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn transition_to_open_for(
+        &self,
+        wait: Duration,
+    ) -> Result<(), SharedTransitionError> {
+        self.operator_to(State::Open, Some(explicit_wait("open_for", wait)?))
+            .await
+    }
+
+    /// Operator: to Open until this replica's clock reads `at` (a reading like
+    /// [`Clock::now`], as a duration since the clock's origin), at most 7 days from now: the
+    /// wait `at - now` runs on the functions' clock from when Redis performs it. A time already
+    /// past opens with no wait left: the next acquire probes.
+    pub async fn transition_to_open_until(
+        &self,
+        at: Duration,
+    ) -> Result<(), SharedTransitionError> {
         let now = self.inner.clock.now();
-        self.inner
-            .invoke_raw("operator", now, &[to.as_str().to_string()])
+        let wait = Duration::from_nanos(nanos(at).saturating_sub(now));
+        self.operator_to(State::Open, Some(explicit_wait("open_until", wait)?))
+            .await
+    }
+
+    /// Operator: to HalfOpen (a fresh probe round, K probes fleet-wide) from Open or
+    /// ForcedOpen; refused from Closed, Disabled and MetricsOnly
+    /// ([`tripline::TransitionError::NoSuchEdge`]).
+    pub async fn transition_to_half_open(&self) -> Result<(), SharedTransitionError> {
+        self.transition_to(State::HalfOpen).await
+    }
+
+    /// Operator: to Disabled (permit everything, record nothing), fleet-wide.
+    pub async fn transition_to_disabled(&self) -> Result<(), SharedTransitionError> {
+        self.transition_to(State::Disabled).await
+    }
+
+    /// Operator: to MetricsOnly (record but never trip), fleet-wide.
+    pub async fn transition_to_metrics_only(&self) -> Result<(), SharedTransitionError> {
+        self.transition_to(State::MetricsOnly).await
+    }
+
+    /// Operator: to ForcedOpen (the kill switch), fleet-wide.
+    pub async fn transition_to_forced_open(&self) -> Result<(), SharedTransitionError> {
+        self.transition_to(State::ForcedOpen).await
+    }
+
+    async fn operator_to(
+        &self,
+        to: State,
+        wait: Option<Duration>,
+    ) -> Result<(), SharedTransitionError> {
+        let now = self.inner.clock.now();
+        let wait = wait.map_or_else(|| "-1".to_string(), |w| micros(w).to_string());
+        let reply = self
+            .inner
+            .invoke_raw("operator", now, &[to.as_str().to_string(), wait])
             .await?;
+        if reply.verdict == "refused" {
+            return Err(TransitionError::NoSuchEdge {
+                from: reply.state,
+                to,
+            }
+            .into());
+        }
         Ok(())
     }
 
@@ -1077,6 +1305,74 @@ impl<C: Clock + Clone> SharedBreaker<C> {
     /// The fleet's latest transitions, newest first (at most `count`).
     pub async fn fleet_events(&self, count: usize) -> Result<Vec<FleetEvent>, redis::RedisError> {
         self.inner.fleet_events(count).await
+    }
+}
+
+/// Why an operator's transition of a shared breaker was not made.
+///
+/// ```
+/// use tripline::{State, TransitionError};
+/// use tripline_redis::SharedTransitionError;
+/// let e = SharedTransitionError::from(TransitionError::NoSuchEdge { from: State::Closed, to: State::HalfOpen });
+/// assert!(e.to_string().starts_with("no operator transition from closed to half-open"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SharedTransitionError {
+    /// There is no such operator edge from the state Redis holds, or the open wait asked for
+    /// is out of range.
+    #[error(transparent)]
+    Refused(#[from] TransitionError),
+    /// Redis did not perform it: unreachable, too slow, or an error (its own words).
+    #[error("the transition did not reach Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// The longest explicit open wait (as in-process).
+const MAX_OPEN_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+fn explicit_wait(field: &str, wait: Duration) -> Result<Duration, TransitionError> {
+    if wait > MAX_OPEN_WAIT {
+        return Err(ConfigError::new(
+            field,
+            humantime::format_duration(wait).to_string(),
+            "between 0 and 7days (use transition_to_forced_open to hold calls until told otherwise)",
+        )
+        .into());
+    }
+    Ok(wait)
+}
+
+impl<C: Clock + Clone> Reconnected for Inner<C> {
+    /// Another server process (a restart, a failover) may have lost a trip that a replica
+    /// whose view is Closed cannot know of: with `loss_hold`, hold the breaker's calls (before
+    /// any call can use the new connection) until one that saw the trip can bring it back.
+    fn reconnecting(&self, new_server: bool) {
+        if new_server && !self.shared.loss_hold.is_zero() {
+            let now = self.clock.now();
+            let mut v = lock(&self.view);
+            if v.valid && v.state == State::Closed {
+                v.hold_until = now.saturating_add(nanos(self.shared.loss_hold));
+            }
+        }
+    }
+
+    /// A replica that remembers a state Redis may have lost (Open, HalfOpen, ForcedOpen) tells
+    /// Redis at once after a reconnection: a read carrying its view, which Redis brings back
+    /// if it lost it, without waiting for a call or for `view_ttl`.
+    fn reconnected(self: Arc<Self>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(async move {
+            // The new connection answered its PING: Redis is back, and the breaker on Redis
+            // (open since the outage) lets calls through again at once.
+            if self.redis_breaker.state() != State::Closed {
+                self.redis_breaker.reset();
+            }
+            let now = self.clock.now();
+            if self.view_arg(now).is_empty() {
+                return;
+            }
+            let _ = self.invoke("read", now, &[]).await;
+        })
     }
 }
 
@@ -1101,7 +1397,8 @@ struct Ticket<C: Clock> {
     epoch: u64,
     origin: u64,
     started: u64,
-    cohort: Option<Cohort>,
+    /// The in-flight cohort the call joined, and its local generation.
+    cohort: Option<(Cohort, u64)>,
 }
 
 impl<C: Clock + Clone> Inner<C> {
@@ -1112,8 +1409,10 @@ impl<C: Clock + Clone> Inner<C> {
         now: u64,
     ) -> Ticket<C> {
         let cohort = match kind {
-            Kind::Window if self.config.count_in_flight_as_slow() => {
-                Some(lock(&self.flight).calls.enter(now, epoch))
+            Kind::Window if self.in_flight => {
+                let mut f = lock(&self.flight);
+                f.generation((epoch, origin))
+                    .map(|g| (f.calls.enter(now, g), g))
             }
             _ => None,
         };
@@ -1126,13 +1425,134 @@ impl<C: Clock + Clone> Inner<C> {
         }
     }
 
+    /// A permit for the window, unless a hold after a loss (`loss_hold`) or a ramp after
+    /// recovery refuses this call.
+    fn window_ticket(&self, stamp: (u64, u64), now: u64) -> Result<Ticket<C>, Rejected> {
+        let hold = lock(&self.view).hold_until;
+        if now < hold {
+            bump(&self.counters.rejected, 1);
+            bump(&self.counters.loss_holds, 1);
+            return Err(Rejected::new(
+                self.label.clone(),
+                State::Open,
+                Some(Duration::from_nanos(hold - now)),
+            ));
+        }
+        if !self.ramp_admits(stamp, now) {
+            bump(&self.counters.rejected, 1);
+            bump(&self.counters.ramp_rejections, 1);
+            return Err(Rejected::with_reason(
+                self.label.clone(),
+                State::Closed,
+                tripline::RejectReason::RampingUp,
+                None,
+            ));
+        }
+        Ok(self.ticket(Kind::Window, stamp, now))
+    }
+
+    /// Whether the ramp after recovery (if one runs for `stamp`'s record) admits a call at
+    /// `now`: the in-process rule over this replica's calls. Of the first `n` calls of a step,
+    /// `floor(n × share)` are admitted, so a fleet's replicas together never admit more than
+    /// one breaker seeing all their calls would.
+    fn ramp_admits(&self, stamp: (u64, u64), now: u64) -> bool {
+        let Some(cfg) = self.config.ramp_up() else {
+            return true;
+        };
+        let mut guard = lock(&self.ramp);
+        let Some(r) = guard.as_mut().filter(|r| r.stamp == stamp) else {
+            return true;
+        };
+        let steps = u64::from(cfg.steps.max(1));
+        let step_nanos = (nanos(cfg.over) / steps).max(1);
+        let i = now.saturating_sub(r.start) / step_nanos;
+        if i >= steps {
+            *guard = None;
+            return true;
+        }
+        if i > r.step {
+            r.step = i;
+            r.share = cfg.share_ppm(i as u32);
+            r.seen = 0;
+        }
+        let n = r.seen;
+        r.seen = n.saturating_add(1);
+        (n + 1) * r.share / 1_000_000 > n * r.share / 1_000_000
+    }
+
+    /// A ramp starts (for this replica) when a reply shows a Closed record whose probes closed
+    /// it; any other record ends it.
+    fn follow_ramp(&self, reply: &Reply, now: u64) {
+        let Some(cfg) = self.config.ramp_up() else {
+            return;
+        };
+        let stamp = (reply.epoch, reply.origin);
+        let mut guard = lock(&self.ramp);
+        let from = match reply.ramp_from {
+            Some(from) if reply.state == State::Closed => from,
+            _ => {
+                if guard.is_some_and(|r| r.stamp.1 != stamp.1 || r.stamp.0 < stamp.0) {
+                    *guard = None;
+                }
+                return;
+            }
+        };
+        if guard.is_some_and(|r| r.stamp == stamp) {
+            return;
+        }
+        // When the probes closed it, on this replica's clock.
+        let ago = reply.now.saturating_sub(from).saturating_mul(1000);
+        *guard = Some(RampState {
+            stamp,
+            start: now.saturating_sub(ago),
+            step: 0,
+            share: cfg.share_ppm(0),
+            seen: 0,
+        });
+    }
+
     fn rejected(&self, state: State, retry_micros: Option<u64>) -> Rejected {
         bump(&self.counters.rejected, 1);
         Rejected::new(
-            self.name.clone(),
+            self.label.clone(),
             state,
             retry_micros.map(Duration::from_micros),
         )
+    }
+
+    /// Whether a call that took `elapsed` was slow (never, with the slow-call rule off).
+    fn slow(&self, elapsed: u64) -> bool {
+        self.slow_rule && elapsed > self.slow_nanos
+    }
+
+    /// The failure of `stamp`'s permit at `now` falls within the lumping interval of the last
+    /// failure this replica counted (so it counts only here); if not, it becomes the last one.
+    /// Lumping is per replica: it folds one client's burst of errors into one, as Semian's
+    /// lumping does; each replica is a witness of its own.
+    fn lumped(&self, stamp: (u64, u64), now: u64) -> bool {
+        if self.lump_nanos == 0 {
+            return false;
+        }
+        let mut last = lock(&self.lump);
+        if let Some((s, at)) = *last {
+            if s == stamp && now >= at && now - at < self.lump_nanos {
+                return true;
+            }
+            // A newer epoch's interval is not this (stale) failure's to move.
+            if s.1 == stamp.1 && s.0 > stamp.0 {
+                return false;
+            }
+        }
+        *last = Some((stamp, now));
+        false
+    }
+
+    /// What a failure of this classification weighs (`failure_kinds`): 0 makes it ignored.
+    fn weight(&self, c: &Classification) -> u8 {
+        match (c.outcome, c.kind) {
+            (Outcome::Failure, Some(kind)) => self.config.failure_kinds().get(kind),
+            _ => 1,
+        }
     }
 
     /// This replica's calls in flight past the slow-call duration (the in-process breaker's
@@ -1141,12 +1561,17 @@ impl<C: Clock + Clone> Inner<C> {
     /// keeps it only if that is still the current epoch), or `"-1"` when there is nothing to
     /// say (the rule is off, or the count is zero and was zero when last sent).
     fn in_flight_report(&self, now: u64) -> String {
-        if !self.config.count_in_flight_as_slow() {
+        if !self.in_flight {
             return "-1".into();
         }
-        let epoch = lock(&self.view).epoch;
+        let (epoch, origin) = {
+            let v = lock(&self.view);
+            (v.epoch, v.origin)
+        };
         let mut f = lock(&self.flight);
-        let n = f.calls.overdue(now, self.slow_nanos, epoch);
+        let n = f
+            .generation((epoch, origin))
+            .map_or(0, |g| f.calls.overdue(now, self.slow_nanos, g));
         if n == 0 && f.reported == 0 {
             return "-1".into();
         }
@@ -1158,23 +1583,28 @@ impl<C: Clock + Clone> Inner<C> {
     /// that Redis evaluates every rule with it (a zero too: the evaluation is the point);
     /// `None` when the check is not due.
     fn in_flight_check(&self, now: u64) -> Option<String> {
-        if !self.config.count_in_flight_as_slow() {
+        if !self.in_flight {
             return None;
         }
-        let epoch = lock(&self.view).epoch;
+        let (epoch, origin) = {
+            let v = lock(&self.view);
+            (v.epoch, v.origin)
+        };
         let mut f = lock(&self.flight);
         if now < f.next_check {
             return None;
         }
         f.next_check = now.saturating_add(self.cohort_width);
-        let n = f.calls.overdue(now, self.slow_nanos, epoch);
+        let n = f
+            .generation((epoch, origin))
+            .map_or(0, |g| f.calls.overdue(now, self.slow_nanos, g));
         f.reported = n;
         Some(format!("{epoch}:{n}"))
     }
 
-    fn exit_flight(&self, cohort: Option<Cohort>, epoch: u64) {
-        if let Some(c) = cohort {
-            lock(&self.flight).calls.exit(c, epoch);
+    fn exit_flight(&self, cohort: Option<(Cohort, u64)>) {
+        if let Some((c, generation)) = cohort {
+            lock(&self.flight).calls.exit(c, generation);
         }
     }
 
@@ -1189,7 +1619,17 @@ impl<C: Clock + Clone> Inner<C> {
     fn decide_from_view(&self, now: u64) -> FromView<C> {
         let ttl = nanos(self.shared.view_ttl);
         let v = *lock(&self.view);
-        if ttl == 0 || !v.valid || v.missing || now.saturating_sub(v.at) >= ttl {
+        // A view from before a reconnection may be of a Redis that has since lost its state
+        // (a restart, a failover): ask.
+        let stale_conn = v.conn != self.backend.connection();
+        let held = now < v.hold_until;
+        if ttl == 0
+            || !v.valid
+            || v.missing
+            || stale_conn
+            || held
+            || now.saturating_sub(v.at) >= ttl
+        {
             // Ask Redis, with the in-flight count when a Closed breaker's check is due.
             let closed = !v.valid || v.state == State::Closed;
             let report = closed.then(|| self.in_flight_check(now)).flatten();
@@ -1202,7 +1642,7 @@ impl<C: Clock + Clone> Inner<C> {
                         return FromView::Ask(report);
                     }
                 }
-                Ok(self.ticket(Kind::Window, (v.epoch, v.origin), now))
+                self.window_ticket((v.epoch, v.origin), now)
             }
             State::Disabled => Ok(self.ticket(Kind::Pass, (v.epoch, v.origin), now)),
             State::Open => {
@@ -1275,15 +1715,17 @@ impl<C: Clock + Clone> Inner<C> {
                 )
         };
         // A claim Redis refuses because it reached Redis after the estimated deadline (the
-        // estimate was short) is asked again once, with the estimate its reply corrects.
+        // estimate was short) is asked again once, with the estimate its reply corrects, within
+        // the same Redis timeout: the whole acquire is bounded by it.
+        let bound = tokio::time::Instant::now() + self.shared.redis_timeout;
         for attempt in 0..2 {
             let (token, deadline) = self.claim_args(now);
             let args = [report.clone(), token.to_string(), deadline.to_string()];
-            match self.invoke("admit", now, &args).await {
+            match self.invoke_until("admit", now, &args, bound).await {
                 Ok(reply) => {
                     match reply.verdict.as_str() {
                         "permit" => {
-                            return Ok(self.ticket(Kind::Window, (reply.epoch, reply.origin), now));
+                            return self.window_ticket((reply.epoch, reply.origin), now);
                         }
                         "probe" => {
                             let slot = u32::try_from(reply.field(0)).unwrap_or(0);
@@ -1299,7 +1741,7 @@ impl<C: Clock + Clone> Inner<C> {
                         }
                         "late" => {
                             bump(&self.counters.late_admissions, 1);
-                            if attempt == 0 {
+                            if attempt == 0 && tokio::time::Instant::now() < bound {
                                 continue;
                             }
                             return Err(self.rejected(State::HalfOpen, None));
@@ -1307,9 +1749,14 @@ impl<C: Clock + Clone> Inner<C> {
                         "reject" => {
                             let retry = u64::try_from(reply.field(0)).ok();
                             if reply.state == State::HalfOpen {
+                                // Held until a lease expires, the maximum half-open wait ends
+                                // the round, or the view is too old, whichever comes first.
+                                let change = u64::try_from(reply.field(1))
+                                    .map_or(u64::MAX, |c| c.saturating_mul(1000));
                                 let hold = retry
                                     .map_or(nanos(self.shared.view_ttl), |r| r.saturating_mul(1000))
-                                    .min(nanos(self.shared.view_ttl));
+                                    .min(nanos(self.shared.view_ttl))
+                                    .min(change);
                                 let mut v = lock(&self.view);
                                 v.reject_until = now.saturating_add(hold);
                                 v.lease_deadline =
@@ -1342,6 +1789,7 @@ impl<C: Clock + Clone> Inner<C> {
     /// The decision while Redis is unreachable.
     fn fallback(&self, now: u64) -> Result<Ticket<C>, Rejected> {
         bump(&self.counters.fallback_decisions, 1);
+        self.log_fallback();
         if let Some(r) = self.held_rejection(now) {
             return Err(r);
         }
@@ -1380,15 +1828,89 @@ impl<C: Clock + Clone> Inner<C> {
             && now.saturating_sub(v.at) < nanos(self.shared.idle_ttl)
     }
 
+    /// What every call tells Redis of this replica's view when it is not Closed (and younger
+    /// than the idle TTL): `origin:epoch:state:left`, so that a Redis that lost the state
+    /// brings it back in the same call (`""`: nothing to tell).
+    fn view_arg(&self, now: u64) -> String {
+        let v = *lock(&self.view);
+        let remembered = v.valid
+            && matches!(v.state, State::Open | State::HalfOpen | State::ForcedOpen)
+            && now.saturating_sub(v.at) < nanos(self.shared.idle_ttl);
+        if !remembered {
+            return String::new();
+        }
+        let (to, left) = match v.state {
+            State::ForcedOpen => ("forced-open", 0),
+            // HalfOpen, or Open past its deadline: Open with no wait left, so that the fleet
+            // probes again before it closes.
+            _ => (
+                "open",
+                v.open_until
+                    .saturating_sub(Self::redis_now_estimate(&v, now)),
+            ),
+        };
+        format!("{}:{}:{to}:{left}", v.origin, v.epoch)
+    }
+
     /// Takes in what a reply says about the shared state. Returns false (and keeps the view)
     /// when the reply contradicts the view.
     fn absorb(&self, reply: &Reply, now: u64) -> bool {
+        if reply.notes & NOTE_RESTORED != 0 {
+            // Redis had lost what this replica saw; the call brought it back first.
+            bump(&self.counters.lost_state, 1);
+            bump(&self.counters.restores, 1);
+            warn(&format!(
+                "tripline-redis: Redis had lost the state of {} (a restart, an eviction or a failover); this replica brought back what it saw",
+                self.label
+            ));
+        }
         let changed = 'view: {
             let mut v = lock(&self.view);
             if self.contradicts(&v, reply, now) {
                 return false;
             }
-            if reply.verdict == "read" && reply.notes & NOTE_MISSING != 0 {
+            let recent = now.saturating_sub(v.at) < nanos(self.shared.idle_ttl) / 8 * 7;
+            let lost_closed = v.valid
+                && v.state == State::Closed
+                && reply.state == State::Closed
+                && reply.notes & NOTE_OPERATOR == 0
+                && recent
+                && ((reply.notes & NOTE_MISSING != 0 && reply.origin != v.origin)
+                    || (reply.origin == v.origin
+                        && reply.epoch < v.epoch
+                        && reply.now >= v.redis_now));
+            if lost_closed && !self.shared.loss_hold.is_zero() && v.hold_until <= now {
+                // Redis lost this record, which this replica saw Closed: it may have tripped
+                // since. Held, so that a replica remembering the trip can bring it back.
+                v.hold_until = now.saturating_add(nanos(self.shared.loss_hold));
+            }
+            if !matches!(
+                reply.state,
+                State::Closed | State::MetricsOnly | State::Disabled
+            ) {
+                // Redis knows the breaker is not Closed: nothing to hold for.
+                v.hold_until = 0;
+            }
+            if reply.notes & NOTE_MISSING != 0
+                && reply.verdict != "read"
+                && v.valid
+                && reply.origin != v.origin
+                && reply.notes & NOTE_OPERATOR == 0
+                && recent
+            {
+                // A record this replica saw within its idle TTL is gone, and not by expiry: an
+                // eviction (volatile-* under memory pressure), a restart without persistence.
+                // Its window went with it.
+                bump(&self.counters.lost_windows, 1);
+                warn(&format!(
+                    "tripline-redis: the record of {} ({} when this replica last saw it) was lost in Redis, and its window with it: evicted (a volatile-* policy under memory pressure) or a restart without persistence",
+                    self.label, v.state
+                ));
+            }
+            if reply.verdict == "read"
+                && reply.notes & NOTE_MISSING != 0
+                && reply.notes & NOTE_RESTORED == 0
+            {
                 // A read of a missing record creates none: there is nothing to decide from,
                 // and the next call asks (and creates it).
                 v.missing = true;
@@ -1409,9 +1931,10 @@ impl<C: Clock + Clone> Inner<C> {
                     f.reported = 0;
                 }
             }
-            let before = v.valid.then_some(v.state);
+            let before = v.valid.then_some((v.state, v.epoch, v.origin));
             v.valid = true;
             v.missing = false;
+            v.conn = self.backend.connection();
             v.state = reply.state;
             v.epoch = reply.epoch;
             v.origin = reply.origin;
@@ -1420,10 +1943,27 @@ impl<C: Clock + Clone> Inner<C> {
             v.at = now;
             v.reject_until = 0;
             v.lease_deadline = None;
-            (before != Some(reply.state)).then_some(reply.state)
+            drop(v);
+            self.follow_ramp(reply, now);
+            // A new state, or the fleet entering Closed again (a reset, a recovery): a Closed
+            // record of another epoch holds a fresh window, and so must the shadow.
+            let entered = match before {
+                None => true,
+                Some((state, epoch, origin)) => {
+                    state != reply.state
+                        || (reply.state == State::Closed
+                            && (epoch, origin) != (reply.epoch, reply.origin))
+                }
+            };
+            // Entered from another state, or by an operator's reset (the same record); not a
+            // record that started over (Redis lost it): the shadow keeps what it saw then.
+            let from = before
+                .filter(|b| b.0 != State::Closed || b.2 == reply.origin)
+                .map(|b| b.0);
+            entered.then_some((reply.state, from, before.is_some()))
         };
-        if let Some(to) = changed {
-            self.mirror(to);
+        if let Some((to, from, seen)) = changed {
+            self.mirror(to, from, seen);
         }
         if reply.expired > 0 {
             bump(&self.counters.expired_probes, reply.expired);
@@ -1432,7 +1972,7 @@ impl<C: Clock + Clone> Inner<C> {
             bump(&self.counters.lost_windows, 1);
             warn(&format!(
                 "tripline-redis: the window of {} was lost in Redis (evicted or expired while it held calls)",
-                self.name
+                self.label
             ));
         }
         for t in &reply.transitions {
@@ -1446,13 +1986,36 @@ impl<C: Clock + Clone> Inner<C> {
     /// unreachable it decides from where the fleet was: tripped with the fleet (it then probes
     /// locally before closing), closed (with a fresh window) when the fleet closes, and in the
     /// operator's state when the fleet is.
-    fn mirror(&self, to: State) {
+    /// `from`: the state the fleet left, when it entered `to` from another state or by an
+    /// operator's reset (`None` for a record that started over, or the first view); `seen`:
+    /// whether there was a view before.
+    fn mirror(&self, to: State, from: Option<State>, seen: bool) {
+        if let Some(d) = &self.durations {
+            if matches!(to, State::Closed | State::MetricsOnly) && seen {
+                // A fresh window, as the fleet's.
+                let _ = d.transition_to_closed();
+                let _ = d.transition_to_metrics_only();
+            }
+        }
         let shadow = &self.shadow;
         let now = shadow.state();
+        if to == State::Closed && from.is_some() {
+            // The fleet entered Closed (from another state, or by an operator's reset): so does
+            // the shadow, with a fresh window of its own. (A shadow that closed by its own
+            // probe would ramp, and refuse the observations its ramp does not admit; the
+            // fleet's ramp is this replica's to keep.) A record that started over leaves the
+            // shadow as it is: what it saw while Redis was gone still holds.
+            shadow.reset();
+            return;
+        }
+        if to == State::Closed && seen && from.is_none() {
+            return;
+        }
         match to {
             State::Open | State::HalfOpen => {
                 if matches!(now, State::ForcedOpen | State::Disabled) {
-                    shadow.reset();
+                    // Open, keeping the window the breaker last tripped with (as the fleet's).
+                    let _ = shadow.transition_to_open();
                 }
                 if matches!(shadow.state(), State::Closed | State::MetricsOnly) {
                     shadow.trip();
@@ -1470,21 +2033,68 @@ impl<C: Clock + Clone> Inner<C> {
         *lock(&self.last_error) = Some(e.to_string());
     }
 
+    /// The first decision of a fallback episode is logged (a wrong URL, a wrong password,
+    /// Redis down: the replica goes on deciding alone, which nothing else would show).
+    fn log_fallback(&self) {
+        if self.fallback_logged.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let why = self
+            .last_redis_error()
+            .unwrap_or_else(|| "the breaker on Redis is open".into());
+        let how = match self.shared.fallback {
+            Fallback::Local => "this replica's local breaker decides",
+            Fallback::Reject => "every call is rejected",
+        };
+        warn(&format!(
+            "tripline-redis: {}: Redis cannot be reached ({why}): {how} until it answers \
+             (a breaker this replica saw Open keeps rejecting until the deadline it saw)",
+            self.label
+        ));
+    }
+
+    fn last_redis_error(&self) -> Option<String> {
+        lock(&self.last_error).clone()
+    }
+
+    /// Redis answers again: the next fallback is logged again.
+    fn shared_again(&self) {
+        if self.fallback_now.swap(false, Ordering::Relaxed)
+            && self.fallback_logged.swap(false, Ordering::Relaxed)
+        {
+            info(&format!(
+                "tripline-redis: {}: Redis answers again; decisions are shared",
+                self.label
+            ));
+        }
+    }
+
     /// Runs a function through the breaker on Redis, bounded by the Redis timeout.
     async fn invoke(&self, op: &str, now: u64, args: &[String]) -> Result<Reply, Unavailable> {
+        let bound = tokio::time::Instant::now() + self.shared.redis_timeout;
+        self.invoke_until(op, now, args, bound).await
+    }
+
+    /// [`Inner::invoke`], bounded by `bound` (at most the Redis timeout from now).
+    async fn invoke_until(
+        &self,
+        op: &str,
+        now: u64,
+        args: &[String],
+        bound: tokio::time::Instant,
+    ) -> Result<Reply, Unavailable> {
         let Ok(guard) = self.redis_breaker.try_acquire_owned() else {
             bump(&self.counters.redis_skipped, 1);
             self.fallback_now.store(true, Ordering::Relaxed);
             return Err(Unavailable { timed_out: false });
         };
         bump(&self.counters.redis_calls, 1);
-        let outcome =
-            tokio::time::timeout(self.shared.redis_timeout, self.settled(op, now, args)).await;
+        let outcome = tokio::time::timeout_at(bound, self.settled(op, now, args)).await;
         match outcome {
             Ok(Ok(r)) => {
                 guard.record(Outcome::Success);
                 self.redirections.store(0, Ordering::Relaxed);
-                self.fallback_now.store(false, Ordering::Relaxed);
+                self.shared_again();
                 Ok(r)
             }
             Ok(Err(e)) => {
@@ -1506,7 +2116,14 @@ impl<C: Clock + Clone> Inner<C> {
                 Err(Unavailable { timed_out: false })
             }
             Err(_) => {
-                self.note_error("tripline: Redis did not answer within the Redis timeout");
+                // Waiting for a connection that is still being made is not Redis being slow:
+                // say what is happening (a TLS handshake that hangs, say).
+                match self.backend.connecting() {
+                    Some(why) => self.note_error(&why),
+                    None => {
+                        self.note_error("tripline: Redis did not answer within the Redis timeout")
+                    }
+                }
                 self.unconfirmed.store(true, Ordering::Release);
                 bump(&self.counters.redis_timeouts, 1);
                 guard.record(Outcome::Failure);
@@ -1616,7 +2233,7 @@ impl<C: Clock + Clone> Inner<C> {
         let held = *lock(&self.view);
         warn(&format!(
             "tripline-redis: Redis answered Closed for {}, which this replica saw {} (epoch {}): the record was lost; restoring it",
-            self.name, held.state, held.epoch
+            self.label, held.state, held.epoch
         ));
         let (to, left) = match held.state {
             State::ForcedOpen => ("forced-open", 0),
@@ -1682,12 +2299,19 @@ impl<C: Clock + Clone> Inner<C> {
             0
         }
         .to_string();
-        let mut all: Vec<&str> = Vec::with_capacity(4 + args.len());
+        // An operator's action is the operator's word, and a restore says what it restores.
+        let view = if matches!(op, "operator" | "restore") {
+            String::new()
+        } else {
+            self.view_arg(now)
+        };
+        let mut all: Vec<&str> = Vec::with_capacity(5 + args.len());
         all.extend([
             clock.as_str(),
             self.replica.as_str(),
             self.version.as_str(),
             jitter.as_str(),
+            view.as_str(),
         ]);
         all.extend(args.iter().map(String::as_str));
         self.backend
@@ -1702,20 +2326,41 @@ impl<C: Clock + Clone> Inner<C> {
         now: u64,
         c: Classification,
     ) -> Recorded {
-        let slow = elapsed > self.slow_nanos;
-        let code = match c.outcome {
+        let slow = self.slow(elapsed);
+        // A failure of a kind weighing 0 is an ignored outcome (as in-process).
+        let weight = self.weight(&c);
+        let outcome = if weight == 0 {
+            Outcome::Ignored
+        } else {
+            c.outcome
+        };
+        // Stale or not, by the last answer (a view never goes back to an older epoch).
+        let ended = || {
+            let v = *lock(&self.view);
+            (v.epoch, v.origin) != (epoch, origin)
+        };
+        let code = match outcome {
             Outcome::Success => 's',
             Outcome::Failure => 'f',
             Outcome::Ignored => {
-                // Nothing to record, so no round trip: stale or not, by the last answer.
-                let v = *lock(&self.view);
-                if (v.epoch, v.origin) != (epoch, origin) {
+                // Nothing to record, so no round trip.
+                if ended() {
                     bump(&self.counters.stale_results, 1);
                     return Recorded::Stale;
                 }
                 return Recorded::Ignored;
             }
         };
+        if code == 'f' && self.lump_nanos > 0 {
+            if ended() {
+                bump(&self.counters.stale_results, 1);
+                return Recorded::Stale;
+            }
+            if self.lumped((epoch, origin), now) {
+                bump(&self.counters.lumped, 1);
+                return Recorded::Lumped;
+            }
+        }
         if let Some(b) = self.shared.batching {
             let closed = {
                 let v = lock(&self.view);
@@ -1723,10 +2368,11 @@ impl<C: Clock + Clone> Inner<C> {
             };
             if closed && c.retry_after.is_none() {
                 let bad = slow || code == 'f';
-                let ch = if slow {
-                    code.to_ascii_uppercase()
-                } else {
-                    code
+                let ch = match (code, weight, slow) {
+                    ('f', w @ 2..=10, false) => char::from(48 + w),
+                    ('f', w @ 2..=10, true) => char::from(58 + w),
+                    (code, _, true) => code.to_ascii_uppercase(),
+                    (code, _, false) => code,
                 };
                 let (first, spawn) = {
                     let mut batch = lock(&self.batch);
@@ -1773,6 +2419,7 @@ impl<C: Clock + Clone> Inner<C> {
                     }
                     (first, spawn)
                 };
+                self.note_duration(c, elapsed);
                 if let Some(first) = first {
                     self.drain(first).await;
                 }
@@ -1782,10 +2429,14 @@ impl<C: Clock + Clone> Inner<C> {
                 return Recorded::Counted;
             }
         }
+        // The whole record, buffered outcomes before it included, within one Redis timeout.
+        let bound = tokio::time::Instant::now() + self.shared.redis_timeout;
         if self.shared.batching.is_some() {
             // Outcomes buffered before this one go first, so that the functions see them in
             // order (a trip happens at the outcome that causes it, with that outcome's hint).
-            self.flush().await;
+            // A flush that outlasts the bound goes on in the background (its batch keeps its
+            // sender), and this outcome goes out behind what was sent.
+            let _ = tokio::time::timeout_at(bound, self.flush()).await;
         }
         let report = self.in_flight_report(now);
         let hint = c.retry_after.map_or(0, micros);
@@ -1795,15 +2446,35 @@ impl<C: Clock + Clone> Inner<C> {
             u8::from(slow).to_string(),
             report,
             hint.to_string(),
+            weight.to_string(),
         ];
-        self.send_outcome("record", now, &args).await
+        let r = self.send_outcome("record", now, &args, bound).await;
+        if r == Recorded::Counted {
+            self.note_duration(c, elapsed);
+        }
+        r
+    }
+
+    /// With `call_durations`: a counted outcome's duration, into this replica's window of them.
+    fn note_duration(&self, c: Classification, elapsed: u64) {
+        if let Some(d) = &self.durations {
+            if let Ok(p) = d.try_acquire_owned() {
+                let _ = p.record_with_duration(c, Duration::from_nanos(elapsed));
+            }
+        }
     }
 
     /// Sends one outcome (`record` or `probe`) and settles by the reply. An outcome Redis did
     /// not confirm counts as lost (it may still have applied; a probe's lease expires by
     /// itself).
-    async fn send_outcome(&self, op: &str, now: u64, args: &[String]) -> Recorded {
-        match self.invoke(op, now, args).await {
+    async fn send_outcome(
+        &self,
+        op: &str,
+        now: u64,
+        args: &[String],
+        bound: tokio::time::Instant,
+    ) -> Recorded {
+        match self.invoke_until(op, now, args, bound).await {
             Ok(reply) => self.verdict(&reply.verdict),
             Err(_) => {
                 bump(&self.counters.lost_records, 1);
@@ -1832,12 +2503,15 @@ impl<C: Clock + Clone> Inner<C> {
         now: u64,
         c: Classification,
     ) -> Recorded {
+        // A probe is one sample of the round whatever its kind weighs; a kind weighing 0 makes
+        // it an ignored one (as in-process).
         let code = match c.outcome {
             Outcome::Success => "s",
+            Outcome::Failure if self.weight(&c) == 0 => "i",
             Outcome::Failure => "f",
             Outcome::Ignored => "i",
         };
-        let slow = elapsed > self.slow_nanos;
+        let slow = self.slow(elapsed);
         let args = [
             epoch.to_string(),
             slot.to_string(),
@@ -1846,7 +2520,8 @@ impl<C: Clock + Clone> Inner<C> {
             u8::from(slow).to_string(),
             c.retry_after.map_or(0, micros).to_string(),
         ];
-        self.send_outcome("probe", now, &args).await
+        let bound = tokio::time::Instant::now() + self.shared.redis_timeout;
+        self.send_outcome("probe", now, &args, bound).await
     }
 
     async fn release(&self, epoch: u64, slot: i64, token: u64) {
@@ -1990,7 +2665,10 @@ impl Batch {
         let sent = std::mem::replace(&mut self.outcomes, rest);
         // What is left keeps the buffer's first failure time if it holds a failure or slow
         // call (at worst a little early), and the clock starts again for it.
-        if !self.outcomes.contains(['f', 'F', 'S']) {
+        if !self
+            .outcomes
+            .contains(|c| matches!(c, 'f' | 'F' | 'S' | '2'..='D'))
+        {
             self.bad_since = None;
         }
         self.ticks = 0;
@@ -2005,10 +2683,19 @@ fn stamp(epoch: u64, origin: u64) -> String {
     format!("{epoch}/{origin}")
 }
 
-/// A warning about lost state, under the `tracing` feature; otherwise the metrics say it.
+/// A warning (a fallback, lost state), under the `tracing` feature (on by default); otherwise
+/// the metrics say it.
 fn warn(message: &str) {
     #[cfg(feature = "tracing")]
     tracing::warn!("{message}");
+    #[cfg(not(feature = "tracing"))]
+    let _ = message;
+}
+
+/// News that ends a warning (Redis answers again), under the `tracing` feature.
+fn info(message: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::info!("{message}");
     #[cfg(not(feature = "tracing"))]
     let _ = message;
 }
@@ -2023,7 +2710,8 @@ pub struct SharedPermit<C: Clock + Clone = MonotonicClock> {
     /// The origin of the record that admitted it: with the epoch, what a result must match.
     origin: u64,
     started: u64,
-    cohort: Option<Cohort>,
+    /// The in-flight cohort the call joined, and its local generation.
+    cohort: Option<(Cohort, u64)>,
     shadow: Option<OwnedPermit<C>>,
     /// For a probe: the runtime to release its lease on if the permit is dropped.
     runtime: Option<tokio::runtime::Handle>,
@@ -2033,7 +2721,7 @@ pub struct SharedPermit<C: Clock + Clone = MonotonicClock> {
 impl<C: Clock + Clone> std::fmt::Debug for SharedPermit<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedPermit")
-            .field("breaker", &self.breaker.inner.name)
+            .field("breaker", &self.breaker.inner.label)
             .field("epoch", &self.epoch)
             .field("probe", &self.is_probe())
             .field("local", &self.is_local())
@@ -2063,7 +2751,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         self.done = true;
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.cohort, self.epoch);
+        inner.exit_flight(self.cohort);
         drop(self.shadow.take());
         if let Kind::Probe { slot, token } = self.kind {
             inner.release(self.epoch, i64::from(slot), token).await;
@@ -2084,7 +2772,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         let inner = self.breaker.inner.clone();
         let now = inner.clock.now();
         let elapsed = now.saturating_sub(self.started);
-        inner.exit_flight(self.cohort, self.epoch);
+        inner.exit_flight(self.cohort);
         let shadow = self.shadow.take().map(|p| p.record_classified(c));
         match self.kind {
             Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
@@ -2110,7 +2798,7 @@ impl<C: Clock + Clone> Drop for SharedPermit<C> {
         }
         let inner = self.breaker.inner.clone();
         bump(&inner.counters.abandoned, 1);
-        inner.exit_flight(self.cohort, self.epoch);
+        inner.exit_flight(self.cohort);
         if let Kind::Probe { slot, token } = self.kind {
             let epoch = self.epoch;
             // The runtime the permit was acquired on, so that a permit dropped on another
@@ -2145,9 +2833,10 @@ mod tests {
             "0",
             "5",
             "0",
+            "0",
             "1",
             "5000000",
-            "half-open>open>probes-failed",
+            "half-open>open>probes-failed>7",
         ])
         .unwrap();
         assert_eq!(r.state, State::Open);
@@ -2158,23 +2847,31 @@ mod tests {
         let r = reply(&[
             "probe",
             "half-open",
-            "7",
+            "15000000",
             "15000000",
             "15000000",
             "1",
             "5",
             "0",
+            "0",
             "2",
             "0",
             "3",
-            "open>half-open>open-elapsed",
+            "half-open>open>half-open-timeout>15000000",
+            "open>half-open>open-elapsed>15000000",
         ])
         .unwrap();
         assert_eq!(
-            r.transitions[0].epoch, 7,
+            r.transitions.iter().map(|t| t.epoch).collect::<Vec<_>>(),
+            [15_000_000, 15_000_000],
             "Open -> HalfOpen keeps the epoch"
         );
         assert_eq!(r.expired, 1);
+        let r = reply(&[
+            "permit", "closed", "9", "0", "2000", "0", "5", "0", "1501", "0",
+        ])
+        .unwrap();
+        assert_eq!(r.ramp_from, Some(1500));
     }
 
     #[test]
@@ -2182,15 +2879,43 @@ mod tests {
         for bad in [
             &[][..],
             &["permit"][..],
-            &["permit", "sideways", "1", "0", "0", "0", "0", "0", "0"][..],
-            &["permit", "closed", "x", "0", "0", "0", "0", "0", "0"][..],
-            &["permit", "closed", "1", "0", "0", "0", "0", "0"][..],
-            &["permit", "closed", "1", "0", "0", "0", "0", "0", "2", "1"][..],
+            &["permit", "sideways", "1", "0", "0", "0", "0", "0", "0", "0"][..],
+            &["permit", "closed", "x", "0", "0", "0", "0", "0", "0", "0"][..],
+            &["permit", "closed", "1", "0", "0", "0", "0", "0", "0"][..],
             &[
-                "permit", "closed", "1", "0", "0", "0", "0", "0", "0", "closed",
+                "permit", "closed", "1", "0", "0", "0", "0", "0", "0", "2", "1",
             ][..],
             &[
-                "permit", "closed", "1", "0", "0", "0", "0", "0", "0", "a>b>c",
+                "permit", "closed", "1", "0", "0", "0", "0", "0", "0", "0", "closed",
+            ][..],
+            &[
+                "permit", "closed", "1", "0", "0", "0", "0", "0", "0", "0", "a>b>c>1",
+            ][..],
+            &[
+                "permit",
+                "closed",
+                "1",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "open>closed>operator",
+            ][..],
+            &[
+                "permit",
+                "closed",
+                "1",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "0",
+                "open>closed>operator>x",
             ][..],
         ] {
             assert!(reply(bad).is_err(), "{bad:?}");
@@ -2199,10 +2924,17 @@ mod tests {
 
     #[test]
     fn scopes_with_braces_or_nothing_are_refused() {
-        assert!(validate_scope("dep:payments").is_ok());
+        assert!(validate_scope("dep:payments", false).is_ok());
         for bad in ["", "a{b", "a}b"] {
-            assert_eq!(validate_scope(bad).unwrap_err().field(), "scope");
+            assert_eq!(validate_scope(bad, false).unwrap_err().field(), "scope");
         }
+        // A hashed scope never reaches a key: any bytes, braces included.
+        assert!(validate_scope("tenant:{acme}", true).is_ok());
+        assert_eq!(validate_scope("", true).unwrap_err().field(), "scope");
+        assert_eq!(
+            validate_scope(&"x".repeat(1025), true).unwrap_err().field(),
+            "scope"
+        );
     }
 
     #[tokio::test]
@@ -2235,42 +2967,30 @@ mod tests {
         assert!(err.to_string().contains("within a Tokio runtime"), "{err}");
     }
 
-    /// Settings the functions do not host are refused by name, not silently ignored.
-    #[test]
-    fn settings_the_functions_do_not_host_are_refused() {
+    /// Every rule of the in-process breaker is hosted: none is refused.
+    #[tokio::test]
+    async fn every_rule_of_the_in_process_breaker_is_accepted() {
         use tripline::{AfterMaxWait, FailureKind};
+        let backend = Backend::single("redis://127.0.0.1:1/").unwrap();
         let b = || BreakerConfig::builder();
-        for (config, field) in [
-            (
-                b().half_open_max_wait(Duration::from_secs(5))
-                    .half_open_after_max_wait(AfterMaxWait::Closed),
-                "half_open.after_max_wait",
-            ),
-            (
-                b().failure_kind_weight(FailureKind::RateLimited, 0),
-                "failure_kinds",
-            ),
-            (
-                b().lumping_interval(Duration::from_secs(1)),
-                "lumping_interval",
-            ),
-            (b().call_durations(true), "call_durations"),
-            (
-                b().ramp_up(tripline::RampUp {
-                    from: 10.0,
-                    over: Duration::from_secs(10),
-                    steps: 10,
-                    curve: tripline::RampCurve::Linear,
-                }),
-                "ramp_up",
-            ),
-            (b().slow_call_rule(false), "slow_call_rule"),
+        for config in [
+            b().half_open_max_wait(Duration::from_secs(5))
+                .half_open_after_max_wait(AfterMaxWait::Closed),
+            b().failure_kind_weight(FailureKind::RateLimited, 0),
+            b().failure_kind_weight(FailureKind::Timeout, 3),
+            b().lumping_interval(Duration::from_secs(1)),
+            b().call_durations(true),
+            b().ramp_up(tripline::RampUp {
+                from: 10.0,
+                over: Duration::from_secs(10),
+                steps: 10,
+                curve: tripline::RampCurve::Linear,
+            }),
+            b().slow_call_rule(false),
         ] {
-            let err = hosted(&config.build().unwrap()).unwrap_err();
-            assert_eq!(err.field(), field);
-            assert!(err.allowed().contains("does not host it yet"), "{err}");
+            let config = config.build().unwrap();
+            SharedBreaker::new("dep:x", config, SharedConfig::default(), backend.clone()).unwrap();
         }
-        assert!(hosted(&BreakerConfig::default()).is_ok());
     }
 
     #[test]

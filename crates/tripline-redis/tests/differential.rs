@@ -1,6 +1,9 @@
 //! Random configurations and step sequences, run side by side on the in-process breaker and
 //! the Redis store: every decision, `Retry-After`, verdict, state and window must agree, with
-//! calls in flight past the slow-call duration and quiet periods of hours and a year.
+//! calls in flight past the slow-call duration and quiet periods of hours and a year, and
+//! every rule: failure-kind weights, lumping, ramps after recovery, where HalfOpen goes after
+//! its maximum wait, the slow-call rule off, call durations, and operator transitions (Open for
+//! a wait or until a time, HalfOpen, refused edges).
 
 mod common;
 use common::RedisSubject;
@@ -8,9 +11,10 @@ use common::RedisSubject;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tripline::conformance::{Action, LocalSubject, Subject, Vector};
+use tripline::conformance::{Action, LocalSubject, Subject, Vector, Wait};
 use tripline::{
-    Backoff, BreakerConfig, HalfOpenPolicy, ManualClock, Outcome, Rejected, WindowConfig,
+    AfterMaxWait, Backoff, BreakerConfig, Classification, FailureKind, HalfOpenPolicy, ManualClock,
+    Outcome, RampCurve, RampUp, Rejected, State, WindowConfig,
 };
 use tripline_redis::server::RedisServer;
 use tripline_redis::{Backend, SharedBreaker, SharedConfig, TimeSource};
@@ -19,10 +23,27 @@ use tripline_redis::{Backend, SharedBreaker, SharedConfig, TimeSource};
 enum Op {
     Acquire,
     Record(usize, Outcome),
+    /// A failure of a kind.
+    Fail(usize, FailureKind),
     Abandon(usize),
     Advance(u64),
     Tick,
     Operator(Action),
+    Transition(State, Wait),
+}
+
+fn transition() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        Just(Op::Transition(State::HalfOpen, Wait::Configured)),
+        Just(Op::Transition(State::Open, Wait::Configured)),
+        Just(Op::Transition(
+            State::Open,
+            Wait::For(Duration::from_secs(3))
+        )),
+        Just(Op::Transition(State::Open, Wait::For(Duration::ZERO))),
+        Just(Op::Transition(State::Closed, Wait::Configured)),
+        (0u64..20).prop_map(|s| Op::Transition(State::Open, Wait::Until(Duration::from_secs(s)))),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -34,6 +55,12 @@ fn op() -> impl Strategy<Value = Op> {
             1 => Just(Outcome::Ignored),
         ])
             .prop_map(|(i, o)| Op::Record(i, o)),
+        2 => (any::<usize>(), prop_oneof![
+            Just(FailureKind::Timeout),
+            Just(FailureKind::RateLimited),
+            Just(FailureKind::ServerError),
+        ])
+            .prop_map(|(i, k)| Op::Fail(i, k)),
         1 => any::<usize>().prop_map(Op::Abandon),
         3 => prop_oneof![Just(1u64), Just(250), Just(999), Just(1000), Just(2500), Just(10_000)]
             .prop_map(Op::Advance),
@@ -50,7 +77,21 @@ fn op() -> impl Strategy<Value = Op> {
             Just(Action::Reset),
         ]
         .prop_map(Op::Operator),
+        1 => transition(),
     ]
+}
+
+/// The rules beyond the thresholds: failure-kind weights, lumping, a ramp after recovery,
+/// Closed after the maximum half-open wait, the slow-call rule off, call durations.
+fn extras() -> impl Strategy<Value = (bool, bool, bool, bool, bool, bool)> {
+    (
+        any::<bool>(),
+        prop_oneof![3 => Just(false), 1 => Just(true)],
+        prop_oneof![3 => Just(false), 1 => Just(true)],
+        any::<bool>(),
+        prop_oneof![4 => Just(false), 1 => Just(true)],
+        any::<bool>(),
+    )
 }
 
 fn config() -> impl Strategy<Value = BreakerConfig> {
@@ -70,9 +111,21 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
         prop_oneof![Just(None), Just(Some(Duration::from_secs(4)))],
         any::<bool>(),
         any::<bool>(),
+        extras(),
     )
         .prop_map(
-            |(window, min, rate, consecutive, in_flight, (k, all), max_wait, backoff, auto)| {
+            |(
+                window,
+                min,
+                rate,
+                consecutive,
+                in_flight,
+                (k, all),
+                max_wait,
+                backoff,
+                auto,
+                (weights, lumping, ramp, to_closed, no_slow_rule, durations),
+            )| {
                 let mut b = BreakerConfig::builder()
                     .window(window)
                     .minimum_calls(min)
@@ -94,6 +147,31 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
                 }
                 if let Some(w) = max_wait {
                     b = b.half_open_max_wait(w);
+                    if to_closed {
+                        b = b.half_open_after_max_wait(AfterMaxWait::Closed);
+                    }
+                }
+                if weights {
+                    b = b
+                        .failure_kind_weight(FailureKind::RateLimited, 0)
+                        .failure_kind_weight(FailureKind::Timeout, 3);
+                }
+                if lumping {
+                    b = b.lumping_interval(Duration::from_millis(1000));
+                }
+                if ramp {
+                    b = b.ramp_up(RampUp {
+                        from: 50.0,
+                        over: Duration::from_secs(2),
+                        steps: 2,
+                        curve: RampCurve::Linear,
+                    });
+                }
+                if no_slow_rule {
+                    b = b.slow_call_rule(false);
+                }
+                if durations {
+                    b = b.call_durations(true);
                 }
                 if backoff {
                     b = b.open_backoff(Backoff {
@@ -152,7 +230,22 @@ fn compare(local: &LocalSubject, redis: &RedisSubject, ops: &[Op]) -> Result<(),
                     redis.abandon(r);
                 }
             }
-            Op::Record(..) | Op::Abandon(_) => {}
+            Op::Fail(n, kind) if !lp.is_empty() => {
+                let idx = n % lp.len();
+                let (l, r) = (lp.swap_remove(idx), rp.swap_remove(idx));
+                let c = Classification::failure(*kind);
+                let (vl, vr) = (local.record_classified(l, c), redis.record_classified(r, c));
+                if vl != vr {
+                    return at("record-classified", format!("{vl:?}"), format!("{vr:?}"));
+                }
+            }
+            Op::Record(..) | Op::Abandon(_) | Op::Fail(..) => {}
+            Op::Transition(to, wait) => {
+                let (tl, tr) = (local.transition(*to, *wait), redis.transition(*to, *wait));
+                if tl.is_ok() != tr.is_ok() {
+                    return at("transition", format!("{tl:?}"), format!("{tr:?}"));
+                }
+            }
             Op::Advance(ms) => {
                 local.advance(Duration::from_millis(*ms));
                 redis.advance(Duration::from_millis(*ms));
@@ -177,6 +270,10 @@ fn compare(local: &LocalSubject, redis: &RedisSubject, ops: &[Op]) -> Result<(),
         let (wl, wr) = (local.window(), redis.window());
         if (wl.calls, wl.failures, wl.slow_calls) != (wr.calls, wr.failures, wr.slow_calls) {
             return at("window", format!("{wl:?}"), format!("{wr:?}"));
+        }
+        let (dl, dr) = (local.durations(), redis.durations());
+        if dl != dr {
+            return at("durations", format!("{dl:?}"), format!("{dr:?}"));
         }
     }
     Ok(())

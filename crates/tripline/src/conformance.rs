@@ -40,6 +40,19 @@
 //! [[step]]
 //! op = "transitions"             # transitions since the last such step, in order
 //! expect = ["closed->open"]
+//! [[step]]
+//! op = "record-classified"       # a failure of a kind (failure_kinds weights, lumping)
+//! id = "b"                       # expect: counted | ignored | stale | disabled | lumped
+//! kind = "rate-limited"
+//! expect = "ignored"
+//! [[step]]
+//! op = "transition"              # an operator's transition: to, and for Open open_for or
+//! to = "open"                    # open_until (a clock reading); expect: ok | refused
+//! open_for = "5m"
+//! [[step]]
+//! op = "expect-durations"        # with call_durations: the window's total and mean
+//! total = "3s"
+//! mean = "1500ms"
 //! ```
 
 use std::cell::RefCell;
@@ -49,8 +62,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::{
-    BreakerConfig, CircuitBreaker, Event, EventKind, EventLog, ManualClock, Outcome, Recorded,
-    Rejected, State, WindowSnapshot,
+    BreakerConfig, CircuitBreaker, Classification, Event, EventKind, EventLog, FailureKind,
+    ManualClock, Outcome, Recorded, Rejected, State, WindowSnapshot,
 };
 
 /// One conformance vector.
@@ -115,6 +128,8 @@ pub enum RecordedName {
     Stale,
     /// [`Recorded::Disabled`].
     Disabled,
+    /// [`Recorded::Lumped`].
+    Lumped,
 }
 
 impl RecordedName {
@@ -125,8 +140,31 @@ impl RecordedName {
                 | (RecordedName::Ignored, Recorded::Ignored)
                 | (RecordedName::Stale, Recorded::Stale)
                 | (RecordedName::Disabled, Recorded::Disabled)
+                | (RecordedName::Lumped, Recorded::Lumped)
         )
     }
+}
+
+/// How long an operator's Open lasts ([`Step::Transition`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The configured open wait (jitter and backoff included).
+    Configured,
+    /// Exactly this long ([`CircuitBreaker::transition_to_open_for`]).
+    For(Duration),
+    /// Until the clock reads this ([`CircuitBreaker::transition_to_open_until`]).
+    Until(Duration),
+}
+
+/// What an operator's transition should do ([`Step::Transition`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransitionExpect {
+    /// It is made.
+    #[default]
+    Ok,
+    /// It is refused (no such operator edge).
+    Refused,
 }
 
 /// An operator action.
@@ -204,6 +242,47 @@ pub enum Step {
         /// Expected transitions, in order.
         expect: Vec<String>,
     },
+    /// Record a classified outcome of a permit: a failure of a kind (its `failure_kinds`
+    /// weight, lumping).
+    RecordClassified {
+        /// The permit.
+        id: String,
+        /// Its outcome (a failure unless said).
+        #[serde(default = "failure")]
+        outcome: OutcomeName,
+        /// The failure's kind.
+        #[serde(default)]
+        kind: Option<FailureKind>,
+        /// What the breaker should say of it.
+        expect: RecordedName,
+    },
+    /// An operator's transition ([`CircuitBreaker::transition_to`] and its Open variants).
+    Transition {
+        /// The state asked for.
+        to: State,
+        /// For Open: exactly this long.
+        #[serde(default, with = "humantime_serde::option")]
+        open_for: Option<Duration>,
+        /// For Open: until the clock reads this.
+        #[serde(default, with = "humantime_serde::option")]
+        open_until: Option<Duration>,
+        /// Whether it is made.
+        #[serde(default)]
+        expect: TransitionExpect,
+    },
+    /// Check the window's call durations (`call_durations`).
+    ExpectDurations {
+        /// The expected total duration of the window's calls.
+        #[serde(default, with = "humantime_serde::option")]
+        total: Option<Duration>,
+        /// The expected mean duration of the window's calls.
+        #[serde(default, with = "humantime_serde::option")]
+        mean: Option<Duration>,
+    },
+}
+
+fn failure() -> OutcomeName {
+    OutcomeName::Failure
 }
 
 /// A host of the rules that a vector can drive.
@@ -233,6 +312,31 @@ pub trait Subject {
     fn window(&self) -> WindowSnapshot;
     /// Transitions since the last call, oldest first.
     fn take_transitions(&self) -> Vec<(State, State)>;
+
+    /// Records a classified outcome (a failure of a kind). By default the outcome alone,
+    /// for a store that takes no kinds.
+    fn record_classified(&self, permit: Self::Permit<'_>, c: Classification) -> Recorded {
+        self.record(permit, c.outcome)
+    }
+
+    /// An operator's transition to `to` (Open for `wait`); `Err` with the reason when it is
+    /// refused. By default the four [`Action`]s, and `Err` for any other.
+    fn transition(&self, to: State, wait: Wait) -> Result<(), String> {
+        let action = match (to, wait) {
+            (State::ForcedOpen, _) => Action::ForceOpen,
+            (State::Disabled, _) => Action::Disable,
+            (State::MetricsOnly, _) => Action::MetricsOnly,
+            (State::Closed, _) => Action::Reset,
+            _ => return Err(format!("this store takes no operator transition to {to}")),
+        };
+        self.operator(action);
+        Ok(())
+    }
+
+    /// The window's total and mean call duration (`call_durations`); by default unknown.
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        (None, None)
+    }
 }
 
 /// A step that did not go as the vector expected.
@@ -357,6 +461,70 @@ pub fn run<S: Subject>(vector: &Vector, subject: &S) -> Result<(), Mismatch> {
                     }
                 }
             }
+            Step::RecordClassified {
+                id,
+                outcome,
+                kind,
+                expect,
+            } => {
+                let Some(p) = permits.remove(id) else {
+                    return Err(fail(
+                        "record-classified",
+                        format!("a permit named '{id}'"),
+                        "none".into(),
+                    ));
+                };
+                let mut c = Classification::new((*outcome).into());
+                c.kind = *kind;
+                let r = subject.record_classified(p, c);
+                if !expect.matches(r) {
+                    return Err(fail(
+                        "record-classified",
+                        format!("{expect:?}"),
+                        format!("{r:?}"),
+                    ));
+                }
+            }
+            Step::Transition {
+                to,
+                open_for,
+                open_until,
+                expect,
+            } => {
+                let wait = match (open_for, open_until) {
+                    (Some(d), _) => Wait::For(*d),
+                    (None, Some(at)) => Wait::Until(*at),
+                    (None, None) => Wait::Configured,
+                };
+                let got = match subject.transition(*to, wait) {
+                    Ok(()) => TransitionExpect::Ok,
+                    Err(_) => TransitionExpect::Refused,
+                };
+                if got != *expect {
+                    return Err(fail(
+                        "transition",
+                        format!("{expect:?} (to {to})"),
+                        format!("{got:?}"),
+                    ));
+                }
+            }
+            Step::ExpectDurations { total, mean } => {
+                let (t, m) = subject.durations();
+                if total.is_some() && t != *total {
+                    return Err(fail(
+                        "expect-durations",
+                        format!("total {total:?}"),
+                        format!("total {t:?}"),
+                    ));
+                }
+                if mean.is_some() && m != *mean {
+                    return Err(fail(
+                        "expect-durations",
+                        format!("mean {mean:?}"),
+                        format!("mean {m:?}"),
+                    ));
+                }
+            }
             Step::Transitions { expect } => {
                 let got: Vec<String> = subject
                     .take_transitions()
@@ -422,6 +590,13 @@ const BUILTIN: &[(&str, &str)] = vectors![
     "ignored-outcomes.toml",
     "no-forbidden-edges.toml",
     "automatic-transition.toml",
+    "failure-kind-weights.toml",
+    "lumping.toml",
+    "ramp-up.toml",
+    "after-max-wait-closed.toml",
+    "slow-call-rule-off.toml",
+    "operator-transitions.toml",
+    "call-durations.toml",
 ];
 
 /// The in-process breaker as a [`Subject`], on a manual clock.
@@ -489,6 +664,21 @@ impl Subject for LocalSubject {
     }
     fn window(&self) -> WindowSnapshot {
         self.breaker.metrics().window
+    }
+    fn record_classified(&self, permit: Self::Permit<'_>, c: Classification) -> Recorded {
+        permit.record_classified(c)
+    }
+    fn transition(&self, to: State, wait: Wait) -> Result<(), String> {
+        let r = match (to, wait) {
+            (State::Open, Wait::For(d)) => self.breaker.transition_to_open_for(d),
+            (State::Open, Wait::Until(at)) => self.breaker.transition_to_open_until(at),
+            (to, _) => self.breaker.transition_to(to),
+        };
+        r.map_err(|e| e.to_string())
+    }
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        let m = self.breaker.metrics();
+        (m.total_duration, m.mean_duration)
     }
     fn take_transitions(&self) -> Vec<(State, State)> {
         let events: Vec<Event> = self.log.events();

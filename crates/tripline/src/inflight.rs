@@ -231,9 +231,11 @@ impl InFlight {
             let (aend, atag, an) = unpack(cur);
             let new = if atag == t {
                 pack(aend.max(end), t, an.saturating_add(count))
-            } else if tag::newer(atag, t, TAG_BITS) {
+            } else if an != 0 && tag::newer(atag, t, TAG_BITS) {
                 return;
             } else {
+                // An older generation's calls, or none at all (an empty slot, whatever tag it
+                // carries: the untouched slot's tag 0 reads as newer than any tag from 2^31 on).
                 pack(end, t, count)
             };
             match self
@@ -315,6 +317,29 @@ mod tests {
         assert_eq!(f.overdue(150 * MS, 100 * MS, 0), 1);
         f.exit(c, 0);
         assert_eq!(f.overdue(1000 * MS, 100 * MS, 0), 1);
+    }
+
+    /// The aged slot starts empty with tag 0, which a wrapping comparison reads as newer than
+    /// every tag from 2^31 on: a fold of such a generation must still land.
+    #[test]
+    fn a_fold_lands_whatever_the_generation_tag() {
+        for generation in [
+            0,
+            1,
+            (1 << 31) - 1,
+            1 << 31,
+            0xFFFF_FFFF,
+            31_536_000_000_000,
+        ] {
+            let f = InFlight::new(100 * MS);
+            let _old = f.enter(0, generation); // cohort 0, slot 0
+            let _newer = f.enter(3 * 50 * MS, generation); // slot 0 again: cohort 0 is folded
+            assert_eq!(
+                f.overdue(10_000 * MS, 100 * MS, generation),
+                2,
+                "generation {generation}"
+            );
+        }
     }
 
     #[test]

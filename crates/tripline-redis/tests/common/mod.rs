@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 use tokio::sync::broadcast;
-use tripline::conformance::{Action, Subject};
-use tripline::{BreakerConfig, ManualClock, Outcome, Recorded, Rejected, State, WindowSnapshot};
+use tripline::conformance::{Action, Subject, Wait};
+use tripline::{
+    BreakerConfig, Classification, ManualClock, Outcome, Recorded, Rejected, State, WindowSnapshot,
+};
 use tripline_redis::{Backend, SharedBreaker, SharedConfig, SharedPermit, TimeSource, Transition};
 
 /// A shared breaker on a manual clock, driven step by step on its own runtime.
@@ -38,6 +40,11 @@ impl RedisSubject {
         Self::new(|| Backend::cluster(urls).unwrap(), config, scope, view_ttl)
     }
 
+    /// Runs `f` on the subject's runtime (its backend's supervisor runs there).
+    pub(crate) fn run<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
     fn new(
         backend: impl FnOnce() -> Backend,
         config: BreakerConfig,
@@ -62,6 +69,9 @@ impl RedisSubject {
         };
         let breaker =
             SharedBreaker::with_clock(scope, config, shared, backend, ManualClock::new()).unwrap();
+        // The record is made now, as the in-process breaker is: a breaker that has not left
+        // Closed counts its time Closed (for the backoff's `healthy_after`) from then.
+        rt.block_on(breaker.tick()).unwrap();
         let events = RefCell::new(breaker.subscribe());
         Self {
             rt,
@@ -110,6 +120,25 @@ impl Subject for RedisSubject {
     }
     fn window(&self) -> WindowSnapshot {
         self.rt.block_on(self.breaker.refresh()).unwrap().window
+    }
+    fn record_classified(&self, permit: Self::Permit<'_>, c: Classification) -> Recorded {
+        self.rt.block_on(permit.record_classified(c))
+    }
+    fn transition(&self, to: State, wait: Wait) -> Result<(), String> {
+        let b = &self.breaker;
+        self.rt
+            .block_on(async {
+                match (to, wait) {
+                    (State::Open, Wait::For(d)) => b.transition_to_open_for(d).await,
+                    (State::Open, Wait::Until(at)) => b.transition_to_open_until(at).await,
+                    (to, _) => b.transition_to(to).await,
+                }
+            })
+            .map_err(|e| e.to_string())
+    }
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        let m = self.breaker.metrics();
+        (m.total_duration, m.mean_duration)
     }
     fn take_transitions(&self) -> Vec<(State, State)> {
         let mut rx = self.events.borrow_mut();
