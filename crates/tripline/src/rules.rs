@@ -11,7 +11,7 @@
 //!
 //! * the in-process [`CircuitBreaker`](crate::CircuitBreaker): lock-free atomics that gather a
 //!   window, an in-flight count and a probe round, then ask these functions what to do;
-//! * [`conformance::RulesSubject`](crate::conformance::RulesSubject): the same functions over
+//! * `conformance::RulesSubject` (with the `serde` feature): the same functions over
 //!   plain values (a ring, a list of buckets), one step at a time. The conformance vectors
 //!   run against it, against the in-process breaker and against the Redis store's Lua
 //!   functions (a second implementation of these rules that must decide alike), so all three
