@@ -20,6 +20,8 @@ use crate::backend::{Backend, FUNCTION_PREFIX, Reconnected, is_redirection};
 use crate::config::{Batching, Fallback, SharedConfig, TimeSource};
 use crate::health::{CheckError, Health};
 
+mod host;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -249,6 +251,9 @@ struct Counters {
     ramp_rejections: AtomicU64,
     lumped: AtomicU64,
     loss_holds: AtomicU64,
+    /// Refusals by the state that refused them: Open, HalfOpen, ForcedOpen, Closed (ramping
+    /// up), as `tripline::Rejections` counts them.
+    rejected_in: [AtomicU64; 4],
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -1039,7 +1044,19 @@ impl<C: Clock + Clone> SharedBreaker<C> {
 
     /// Asks for a permit.
     pub async fn acquire(&self) -> Result<SharedPermit<C>, Rejected> {
-        let ticket = self.inner.acquire(self.inner.clock.now()).await?;
+        let ticket = match self.inner.acquire(self.inner.clock.now()).await {
+            Ok(t) => t,
+            Err(rejected) => {
+                let i = match rejected.state() {
+                    State::Open => 0,
+                    State::HalfOpen => 1,
+                    State::ForcedOpen => 2,
+                    _ => 3,
+                };
+                bump(&self.inner.counters.rejected_in[i], 1);
+                return Err(rejected);
+            }
+        };
         let shadow = match ticket.kind {
             Kind::Local(_) => None,
             _ => self.inner.shadow.try_acquire_owned().ok(),

@@ -1,0 +1,169 @@
+//! The in-process breaker and the shared one behave the same through the one breaker
+//! interface (`tripline::Breaker`): the same generic function drives both, the shared one on a
+//! real `redis-server`.
+
+use std::time::Duration;
+
+use tripline::{
+    Breaker, BreakerConfig, BreakerPermit, CircuitBreaker, ManualClock, OperatorError, Outcome,
+    Reach, Recorded, State, WindowConfig,
+};
+use tripline_redis::server::RedisServer;
+use tripline_redis::{Backend, SharedBreaker, SharedConfig, TimeSource};
+
+fn config() -> BreakerConfig {
+    BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 4 })
+        .minimum_calls(4)
+        .failure_rate_threshold(50.0)
+        .open_duration(Duration::from_secs(60))
+        .half_open_calls(2)
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap()
+}
+
+/// A shared breaker on a manual clock that asks Redis at every acquire (`view_ttl = 0`), so
+/// each decision is the fleet's.
+fn shared(url: &str, scope: &str, replica: &str) -> SharedBreaker<ManualClock> {
+    let shared = SharedConfig::builder()
+        .time_source(TimeSource::Local)
+        .view_ttl(Duration::ZERO)
+        // Generous: a loaded test machine must not push a call into the fallback.
+        .redis_timeout(Duration::from_secs(1))
+        .replica_id(replica)
+        .build()
+        .unwrap();
+    SharedBreaker::with_clock(
+        scope,
+        config(),
+        shared,
+        Backend::single(url).unwrap(),
+        ManualClock::new(),
+    )
+    .unwrap()
+}
+
+/// Everything a caller, a policy or an operator does with a breaker, through the interface
+/// alone.
+async fn behaves_as_a_breaker<B: Breaker>(b: &B) {
+    assert_eq!(b.state(), State::Closed);
+
+    // Admit and record a success.
+    let p = b.acquire().await.expect("a closed breaker admits");
+    assert!(!p.is_probe());
+    assert_eq!(p.record(Outcome::Success).await, Recorded::Counted);
+    let m = b.metrics();
+    assert_eq!((m.state, m.successful_calls, m.failed_calls), (State::Closed, 1, 0));
+
+    // A permit dropped without a result is abandoned: neither a success nor a failure.
+    drop(b.acquire().await.unwrap());
+    let m = b.metrics();
+    assert_eq!(m.abandoned_permits, 1);
+    assert_eq!((m.successful_calls, m.failed_calls), (1, 0));
+    assert_eq!(b.state(), State::Closed);
+
+    // Failures trip it: S F F F is 75 % of the minimum four calls.
+    for i in 0..3 {
+        let p = b.acquire().await.expect("closed until the fourth call");
+        assert_eq!(p.record(Outcome::Failure).await, Recorded::Counted);
+        let expected = if i < 2 { State::Closed } else { State::Open };
+        assert_eq!(b.state(), expected, "after failure {}", i + 1);
+    }
+    let refused = b.acquire().await.unwrap_err();
+    assert_eq!(refused.state(), State::Open);
+    assert!(refused.retry_after().is_some());
+    let m = b.metrics();
+    assert_eq!((m.state, m.failed_calls), (State::Open, 3));
+    assert_eq!(m.rejections.open, 1);
+    assert!(m.generation > 0, "a transition moved the generation");
+
+    // The operator skips the rest of the wait; the probes' results close it.
+    b.transition_to(State::HalfOpen).await.unwrap();
+    assert_eq!(b.state(), State::HalfOpen);
+    let first = b.acquire().await.unwrap();
+    let second = b.acquire().await.unwrap();
+    assert!(first.is_probe() && second.is_probe());
+    assert_eq!(b.acquire().await.unwrap_err().state(), State::HalfOpen);
+    assert_eq!(first.record(Outcome::Success).await, Recorded::Counted);
+    assert_eq!(second.record(Outcome::Success).await, Recorded::Counted);
+    assert_eq!(b.state(), State::Closed);
+
+    // A missing edge is refused, and says so.
+    match b.transition_to(State::HalfOpen).await {
+        Err(OperatorError::Refused(e)) => {
+            assert!(e.to_string().contains("from closed to half-open"), "{e}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    // The kill switch holds until a reset.
+    b.force_open().await.unwrap();
+    assert_eq!(b.state(), State::ForcedOpen);
+    assert_eq!(b.acquire().await.unwrap_err().state(), State::ForcedOpen);
+    assert_eq!(b.metrics().rejections.forced_open, 1);
+    b.reset().await.unwrap();
+    assert_eq!(b.state(), State::Closed);
+    let m = b.metrics();
+    assert_eq!((m.state, m.window.calls), (State::Closed, 0), "a reset empties the window");
+
+    // A permit admitted before a transition records nothing.
+    let p = b.acquire().await.unwrap();
+    b.reset().await.unwrap();
+    assert_eq!(p.record(Outcome::Failure).await, Recorded::Stale);
+    assert_eq!(b.metrics().stale_results, 1);
+
+    // A clone is the same breaker.
+    assert!(b.same_breaker(&b.clone()));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_in_process_breaker_behaves_as_a_breaker() {
+    let b = CircuitBreaker::with_clock("catalog", config(), ManualClock::new());
+    assert_eq!(b.reach(), Reach::Process);
+    assert!(<CircuitBreaker<ManualClock> as Breaker>::ADMITS_AT_ONCE);
+    behaves_as_a_breaker(&b).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_shared_breaker_behaves_as_a_breaker() {
+    let server = RedisServer::start().unwrap();
+    let b = shared(&server.url(), "dep:catalog", "replica-a");
+    assert_eq!(b.reach(), Reach::Fleet);
+    assert!(!<SharedBreaker<ManualClock> as Breaker>::ADMITS_AT_ONCE);
+    assert!(b.try_acquire_now().is_none());
+    behaves_as_a_breaker(&b).await;
+}
+
+/// The interface's operator moves on one replica are the fleet's: another replica of the same
+/// scope refuses at once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_kill_switch_thrown_through_the_interface_holds_fleet_wide() {
+    let server = RedisServer::start().unwrap();
+    let a = shared(&server.url(), "dep:payments", "replica-a");
+    let b = shared(&server.url(), "dep:payments", "replica-b");
+    b.acquire()
+        .await
+        .unwrap()
+        .record(Outcome::Success)
+        .await;
+    Breaker::force_open(&a).await.unwrap();
+    let refused = Breaker::acquire(&b).await.unwrap_err();
+    assert_eq!(refused.state(), State::ForcedOpen);
+    assert_eq!(Breaker::state(&b), State::ForcedOpen);
+    Breaker::reset(&b).await.unwrap();
+    assert!(Breaker::acquire(&a).await.is_ok());
+}
+
+/// An operator's move that cannot reach Redis changes nothing and says why.
+#[tokio::test(flavor = "current_thread")]
+async fn an_operator_move_that_cannot_reach_redis_is_unreachable() {
+    let mut server = RedisServer::start().unwrap();
+    let url = server.url();
+    server.kill();
+    let b = shared(&url, "dep:gone", "replica-a");
+    match Breaker::force_open(&b).await {
+        Err(OperatorError::Unreachable(why)) => assert!(!why.is_empty()),
+        other => panic!("expected unreachable, got {other:?}"),
+    }
+}
