@@ -16,6 +16,8 @@
 //!   `'static` future: the in-process breaker's is [`std::future::Ready`] (it decides in a few
 //!   atomic operations and never waits), the shared breaker's may wait for one Redis round
 //!   trip (bounded by its `redis_timeout`, after which its local fallback decides). Hosts that
+//!   The futures are `Unpin` (a ready value, or a box), so a synchronous host keeps one in a
+//!   field without boxing it again. Hosts that
 //!   can decide synchronously say so ([`Breaker::ADMITS_AT_ONCE`]) and answer
 //!   [`Breaker::try_acquire_now`], so a synchronous host such as a tower service's `call`
 //!   keeps the in-process breaker's behaviour and cost exactly (no permit taken before `call`).
@@ -122,7 +124,7 @@ pub enum OperatorError {
 pub trait BreakerPermit: Send + fmt::Debug + 'static {
     /// The future of a recorded result: ready at once in-process, a round trip (or a place in
     /// a batch) for a shared breaker.
-    type Record: Future<Output = Recorded> + Send + 'static;
+    type Record: Future<Output = Recorded> + Send + Unpin + 'static;
 
     /// Records a classification, with its optional `Retry-After` hint and failure kind.
     fn record_classified(self, classification: Classification) -> Self::Record;
@@ -148,9 +150,9 @@ pub trait Breaker: Clone + fmt::Debug + Send + Sync + 'static {
     /// A permit to make one call.
     type Permit: BreakerPermit;
     /// The future of an admission decision.
-    type Acquire: Future<Output = Result<Self::Permit, Rejected>> + Send + 'static;
+    type Acquire: Future<Output = Result<Self::Permit, Rejected>> + Send + Unpin + 'static;
     /// The future of an operator's move.
-    type Operation: Future<Output = Result<(), OperatorError>> + Send + 'static;
+    type Operation: Future<Output = Result<(), OperatorError>> + Send + Unpin + 'static;
 
     /// Whether [`try_acquire_now`](Self::try_acquire_now) always decides (the in-process
     /// breaker); hosts that may need a round trip leave it `false`, and a synchronous host
