@@ -305,6 +305,7 @@ mod config;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+mod registry;
 #[cfg(feature = "server")]
 pub mod server;
 mod store;
@@ -314,6 +315,7 @@ pub use config::{
     Batching, Fallback, MAX_BATCH, Quorum, SharedConfig, SharedConfigBuilder, TimeSource,
 };
 pub use health::{ACL_COMMANDS, CheckError, Health, acl_rules};
+pub use registry::{SharedRegistry, SharedRegistryError};
 pub use store::{
     FleetEvent, Keys, Mode, REDIRECTIONS_FORGIVEN, SharedBreaker, SharedMetrics, SharedPermit,
     SharedTransitionError, Snapshot, Transition,

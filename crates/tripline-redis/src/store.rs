@@ -848,6 +848,12 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         Ok(Self { inner })
     }
 
+    /// Whether handles other than the caller's `holders` exist (a call in flight, a caller
+    /// keeping one, a flusher with outcomes to send).
+    pub(crate) fn in_use(&self, holders: usize) -> bool {
+        Arc::strong_count(&self.inner) > holders
+    }
+
     /// The scope, as given (it stays in this process: with [`SharedConfigBuilder::hash_scopes`]
     /// nothing that leaves it carries the scope, see [`SharedBreaker::label`]).
     ///

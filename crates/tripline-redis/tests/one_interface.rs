@@ -54,7 +54,10 @@ async fn behaves_as_a_breaker<B: Breaker>(b: &B) {
     assert!(!p.is_probe());
     assert_eq!(p.record(Outcome::Success).await, Recorded::Counted);
     let m = b.metrics();
-    assert_eq!((m.state, m.successful_calls, m.failed_calls), (State::Closed, 1, 0));
+    assert_eq!(
+        (m.state, m.successful_calls, m.failed_calls),
+        (State::Closed, 1, 0)
+    );
 
     // A permit dropped without a result is abandoned: neither a success nor a failure.
     drop(b.acquire().await.unwrap());
@@ -105,7 +108,11 @@ async fn behaves_as_a_breaker<B: Breaker>(b: &B) {
     b.reset().await.unwrap();
     assert_eq!(b.state(), State::Closed);
     let m = b.metrics();
-    assert_eq!((m.state, m.window.calls), (State::Closed, 0), "a reset empties the window");
+    assert_eq!(
+        (m.state, m.window.calls),
+        (State::Closed, 0),
+        "a reset empties the window"
+    );
 
     // A permit admitted before a transition records nothing.
     let p = b.acquire().await.unwrap();
@@ -142,11 +149,7 @@ async fn a_kill_switch_thrown_through_the_interface_holds_fleet_wide() {
     let server = RedisServer::start().unwrap();
     let a = shared(&server.url(), "dep:payments", "replica-a");
     let b = shared(&server.url(), "dep:payments", "replica-b");
-    b.acquire()
-        .await
-        .unwrap()
-        .record(Outcome::Success)
-        .await;
+    b.acquire().await.unwrap().record(Outcome::Success).await;
     Breaker::force_open(&a).await.unwrap();
     let refused = Breaker::acquire(&b).await.unwrap_err();
     assert_eq!(refused.state(), State::ForcedOpen);
