@@ -254,6 +254,12 @@ struct Counters {
     /// Refusals by the state that refused them: Open, HalfOpen, ForcedOpen, Closed (ramping
     /// up), as `tripline::Rejections` counts them.
     rejected_in: [AtomicU64; 4],
+    /// This replica's recorded results, as the in-process breaker counts them: successes,
+    /// failures (lumped ones included), ignored; slow successes and slow failures; failures
+    /// by kind.
+    outcomes: [AtomicU64; 3],
+    slow_outcomes: [AtomicU64; 2],
+    kinds: [AtomicU64; 7],
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -1425,6 +1431,36 @@ struct Ticket<C: Clock> {
 }
 
 impl<C: Clock + Clone> Inner<C> {
+    /// Counts a result this replica recorded, as the in-process breaker counts its own: a
+    /// counted success or failure (slow when it took the slow-call duration or longer, under
+    /// the slow-call rule), a lumped failure, an ignored outcome; stale and Disabled results
+    /// count nowhere here.
+    fn count_result(&self, c: Classification, elapsed: u64, recorded: Recorded) {
+        let c_ = &self.counters;
+        let slow = self.slow_rule && elapsed >= self.slow_nanos;
+        match (recorded, c.outcome) {
+            (Recorded::Ignored, _) | (Recorded::Counted, Outcome::Ignored) => {
+                bump(&c_.outcomes[2], 1)
+            }
+            (Recorded::Counted, Outcome::Success) => {
+                bump(&c_.outcomes[0], 1);
+                if slow {
+                    bump(&c_.slow_outcomes[0], 1);
+                }
+            }
+            (Recorded::Counted | Recorded::Lumped, Outcome::Failure) => {
+                bump(&c_.outcomes[1], 1);
+                if slow && recorded == Recorded::Counted {
+                    bump(&c_.slow_outcomes[1], 1);
+                }
+                if let Some(kind) = c.kind {
+                    bump(&c_.kinds[kind.index()], 1);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn ticket(
         &self,
         kind: Kind<OwnedPermit<C>>,
@@ -2797,7 +2833,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         let elapsed = now.saturating_sub(self.started);
         inner.exit_flight(self.cohort);
         let shadow = self.shadow.take().map(|p| p.record_classified(c));
-        match self.kind {
+        let recorded = match self.kind {
             Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
             Kind::Pass => Recorded::Disabled,
             Kind::Window => {
@@ -2810,7 +2846,9 @@ impl<C: Clock + Clone> SharedPermit<C> {
                     .record_probe(self.epoch, slot, token, elapsed, now, c)
                     .await
             }
-        }
+        };
+        inner.count_result(c, elapsed, recorded);
+        recorded
     }
 }
 

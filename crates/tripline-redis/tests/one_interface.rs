@@ -2,7 +2,11 @@
 //! interface (`tripline::Breaker`): the same generic function drives both, the shared one on a
 //! real `redis-server`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use tripline::observe::BreakerMetrics;
 
 use tripline::{
     Breaker, BreakerConfig, BreakerPermit, CircuitBreaker, ManualClock, OperatorError, Outcome,
@@ -91,6 +95,13 @@ async fn behaves_as_a_breaker<B: Breaker>(b: &B) {
     assert_eq!(first.record(Outcome::Success).await, Recorded::Counted);
     assert_eq!(second.record(Outcome::Success).await, Recorded::Counted);
     assert_eq!(b.state(), State::Closed);
+    let m = b.metrics();
+    assert_eq!(
+        (m.successful_calls, m.failed_calls),
+        (3, 3),
+        "the probes' results count"
+    );
+    assert_eq!(m.rejections.half_open, 1);
 
     // A missing edge is refused, and says so.
     match b.transition_to(State::HalfOpen).await {
@@ -168,5 +179,108 @@ async fn an_operator_move_that_cannot_reach_redis_is_unreachable() {
     match Breaker::force_open(&b).await {
         Err(OperatorError::Unreachable(why)) => assert!(!why.is_empty()),
         other => panic!("expected unreachable, got {other:?}"),
+    }
+}
+
+/// Every series a recorder holds, by name and labels, with its value.
+fn series(recorder: &DebuggingRecorder) -> BTreeMap<String, String> {
+    recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let k = key.key();
+            let mut labels: Vec<String> = k
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            labels.sort();
+            let v = match value {
+                DebugValue::Counter(n) => n.to_string(),
+                DebugValue::Gauge(g) => g.to_string(),
+                DebugValue::Histogram(h) => format!("{} samples", h.len()),
+            };
+            (format!("{}{{{}}}", k.name(), labels.join(",")), v)
+        })
+        .collect()
+}
+
+/// A shared breaker exports the series an in-process one does: the same names and labels, and
+/// for the same calls the same counts of calls, refusals, stale results and abandoned permits,
+/// and the same state.
+#[tokio::test(flavor = "current_thread")]
+async fn a_shared_breaker_exports_the_series_an_in_process_one_does() {
+    let server = RedisServer::start().unwrap();
+    let local = CircuitBreaker::with_clock("catalog", config(), ManualClock::new());
+    let fleet = shared(&server.url(), "catalog", "replica-a");
+    let (local_rec, fleet_rec) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+    let local_metrics =
+        metrics::with_local_recorder(&local_rec, || BreakerMetrics::new(&local, Vec::new()));
+    let fleet_metrics = metrics::with_local_recorder(&fleet_rec, || {
+        BreakerMetrics::for_breaker(&fleet, Vec::new())
+    });
+    behaves_as_a_breaker(&local).await;
+    behaves_as_a_breaker(&fleet).await;
+    local_metrics.update(&local);
+    fleet_metrics.update_from(&fleet);
+    let (local_series, fleet_series) = (series(&local_rec), series(&fleet_rec));
+    assert_eq!(
+        local_series.keys().collect::<Vec<_>>(),
+        fleet_series.keys().collect::<Vec<_>>(),
+        "the same names and labels"
+    );
+    assert!(
+        local_series.contains_key("tripline_breaker_calls_total{breaker=catalog,outcome=failure}")
+    );
+    for (name, value) in &local_series {
+        let compared = [
+            "calls_total",
+            "rejected_calls_total",
+            "stale_results_total",
+            "abandoned_permits_total",
+            "breaker_state{",
+        ];
+        if compared.iter().any(|c| name.contains(c)) {
+            assert_eq!(&fleet_series[name], value, "{name}");
+        }
+    }
+    assert_eq!(
+        fleet_series["tripline_breaker_rejected_calls_total{breaker=catalog,state=forced-open}"],
+        "1"
+    );
+    assert_eq!(
+        fleet_series["tripline_breaker_state{breaker=catalog,state=closed}"],
+        "1"
+    );
+}
+
+/// With hashed scopes the shared breaker's series carry the hash, never the scope.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hashed_scope_stays_out_of_the_series() {
+    let server = RedisServer::start().unwrap();
+    let shared_config = SharedConfig::builder()
+        .time_source(TimeSource::Local)
+        .redis_timeout(Duration::from_secs(1))
+        .hash_scopes(b"a secret of at least sixteen bytes")
+        .build()
+        .unwrap();
+    let b = SharedBreaker::with_clock(
+        "tenant:alice@example.com",
+        config(),
+        shared_config,
+        Backend::single(&server.url()).unwrap(),
+        ManualClock::new(),
+    )
+    .unwrap();
+    let recorder = DebuggingRecorder::new();
+    let m = metrics::with_local_recorder(&recorder, || BreakerMetrics::for_breaker(&b, Vec::new()));
+    b.acquire().await.unwrap().record(Outcome::Success).await;
+    m.update_from(&b);
+    let names = series(&recorder);
+    assert!(!names.is_empty());
+    for name in names.keys() {
+        assert!(!name.contains("alice"), "{name}");
+        assert!(name.contains(&format!("breaker={}", b.label())), "{name}");
     }
 }

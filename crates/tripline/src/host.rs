@@ -202,6 +202,15 @@ pub trait Breaker: Clone + fmt::Debug + Send + Sync + 'static {
 
     /// Whether two handles are the same breaker (clones of one handle).
     fn same_breaker(&self, other: &Self) -> bool;
+
+    /// The `metrics` facade's handles for this breaker, with `extra` labels beside `breaker`
+    /// (feature `metrics`); what [`BreakerMetrics::for_breaker`](crate::observe) returns. The
+    /// default publishes every series from [`metrics`](Self::metrics) on each update; the
+    /// in-process breaker's also follows its transitions as they happen.
+    #[cfg(feature = "metrics")]
+    fn breaker_metrics(&self, extra: Vec<metrics::Label>) -> crate::observe::BreakerMetrics {
+        crate::observe::BreakerMetrics::from_figures(self, extra)
+    }
 }
 
 impl<C: Clock> BreakerPermit for OwnedPermit<C> {
@@ -254,5 +263,10 @@ impl<C: Clock> Breaker for CircuitBreaker<C> {
 
     fn same_breaker(&self, other: &Self) -> bool {
         self.ptr_eq(other)
+    }
+
+    #[cfg(feature = "metrics")]
+    fn breaker_metrics(&self, extra: Vec<metrics::Label>) -> crate::observe::BreakerMetrics {
+        crate::observe::BreakerMetrics::new(self, extra)
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tripline::{
-    Breaker, BreakerPermit, Classification, Clock, Metrics, OperatorError, Reach, Recorded,
-    Rejected, Rejections, State,
+    Breaker, BreakerPermit, Classification, Clock, KindCounts, Metrics, OperatorError, Reach,
+    Recorded, Rejected, Rejections, State,
 };
 
 use super::{SharedBreaker, SharedPermit, SharedTransitionError, lock};
@@ -46,9 +46,12 @@ impl<C: Clock + Clone> BreakerPermit for SharedPermit<C> {
 ///
 /// [`Breaker::state`] is the fleet's state as this replica last saw it (the local shadow's
 /// before the first answer from Redis); [`Breaker::metrics`] is this replica's view: the
-/// fleet's state and epoch (as `generation`), and this replica's calls: the shadow breaker's
-/// outcomes, window and runs, with the refusals, stale results, abandoned permits, lumped
-/// failures and call durations this replica counted.
+/// fleet's state and epoch (as `generation`), and this replica's calls: the results it
+/// recorded (successes, failures, ignored, slow, by kind), its refusals, stale results,
+/// abandoned permits, lumped failures and call durations; the window, the runs of consecutive
+/// outcomes, the probe round and the time in each state are its local shadow breaker's (this
+/// replica's outcomes, following the fleet's transitions): the fleet's own window is one
+/// round trip away ([`SharedBreaker::refresh`]).
 ///
 /// ```no_run
 /// use tripline::{Breaker, BreakerConfig, Reach};
@@ -111,6 +114,13 @@ impl<C: Clock + Clone> Breaker for SharedBreaker<C> {
             forced_open: r(&c.rejected_in[2]),
             ramping_up: r(&c.rejected_in[3]),
         };
+        m.successful_calls = r(&c.outcomes[0]);
+        m.failed_calls = r(&c.outcomes[1]);
+        m.ignored_calls = r(&c.outcomes[2]);
+        m.slow_successful_calls = r(&c.slow_outcomes[0]);
+        m.slow_failed_calls = r(&c.slow_outcomes[1]);
+        m.slow_calls = m.slow_successful_calls + m.slow_failed_calls;
+        m.failures_by_kind = KindCounts::from_counts(std::array::from_fn(|i| r(&c.kinds[i])));
         m.rejected_calls = rejections.total();
         m.rejections = rejections;
         m.stale_results = r(&c.stale_results);
