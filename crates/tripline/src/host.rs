@@ -65,6 +65,7 @@ use std::future::{Future, Ready, ready};
 
 use crate::breaker::{CircuitBreaker, Metrics, OwnedPermit, Recorded};
 use crate::clock::Clock;
+use crate::config::BreakerConfig;
 use crate::error::{Rejected, TransitionError};
 use crate::outcome::{Classification, Outcome};
 use crate::state::State;
@@ -171,6 +172,9 @@ pub trait Breaker: Clone + fmt::Debug + Send + Sync + 'static {
     /// Where the breaker's decisions are shared.
     fn reach(&self) -> Reach;
 
+    /// The breaker configuration in force.
+    fn config(&self) -> BreakerConfig;
+
     /// Asks to make one call.
     fn acquire(&self) -> Self::Acquire;
 
@@ -239,6 +243,10 @@ impl<C: Clock> Breaker for CircuitBreaker<C> {
 
     fn reach(&self) -> Reach {
         Reach::Process
+    }
+
+    fn config(&self) -> BreakerConfig {
+        CircuitBreaker::config(self)
     }
 
     fn acquire(&self) -> Self::Acquire {

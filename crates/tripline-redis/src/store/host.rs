@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tripline::{
-    Breaker, BreakerPermit, Classification, Clock, KindCounts, Metrics, OperatorError, Reach,
-    Recorded, Rejected, Rejections, State,
+    Breaker, BreakerConfig, BreakerPermit, Classification, Clock, KindCounts, Metrics,
+    OperatorError, Reach, Recorded, Rejected, Rejections, State,
 };
 
 use super::{SharedBreaker, SharedPermit, SharedTransitionError, lock};
@@ -84,6 +84,10 @@ impl<C: Clock + Clone> Breaker for SharedBreaker<C> {
 
     fn reach(&self) -> Reach {
         Reach::Fleet
+    }
+
+    fn config(&self) -> BreakerConfig {
+        SharedBreaker::config(self).clone()
     }
 
     fn acquire(&self) -> Self::Acquire {
