@@ -1,52 +1,4 @@
-//! Keyed fleet-wide breakers: one [`SharedBreaker`] per dependency and, where the dependency is
-//! partitioned, per endpoint, host, tenant, shard or region, keyed exactly as the in-process
-//! [`tripline::registry::Registry`] keys its breakers.
-//!
-//! # Why a holder of its own, and not the in-process registry made generic
-//! The in-process registry's work is keeping breakers' *state* safe in memory: it never
-//! evicts a breaker that is not Closed (a missing breaker reads as a fresh Closed one), it
-//! holds operator overrides in its record and has each breaker follow it under the breaker's
-//! own lock, it rebuilds breakers on a reload while keeping their windows. For a shared
-//! breaker none of that lives in the process: the state, the window and the kill switch are in
-//! Redis, where every replica reads them, and a handle dropped and made again reads the same
-//! record. What a replica holds is a *handle* (a connection's worth of view and counters), so
-//! the holder is simpler, and making the lock-free registry generic over both would have
-//! given the in-process one costs it does not need. What the two share is what a caller sees:
-//! the keys ([`Key`]: the same rules and the same `dependency/kind=value` names), the
-//! configuration ([`RegistryConfig`]: named breaker configurations chosen per key, then per
-//! dependency, then `default`; `max_breakers`; `idle_after`), and the bound: at most
-//! `max_breakers` handles, idle ones dropped by [`SharedRegistry::evict_idle`], room made on a
-//! full holder by dropping the least recently used handle that may go, and a lookup refused
-//! ([`RegistryError::Full`]) only when none may.
-//!
-//! A handle may go when no one outside the holder keeps a clone of it (no call in flight, no
-//! buffered outcomes' flusher) and the fleet's state as it last saw it is Closed: a replica
-//! that saw the breaker Open remembers it, to bring it back should Redis lose it (see the
-//! crate docs, "Lost state"), so that handle stays.
-//!
-//! Operator moves go to each key's breaker ([`tripline::Breaker::force_open`] and the rest,
-//! or the operator's page): they are fleet-wide already, and outlive every handle. The
-//! configuration's `[operator]` section is the in-process registry's and is not applied here.
-//!
-//! A lookup takes one short mutex (a map of at most `max_breakers` entries); a shared
-//! breaker's call costs a round trip to Redis, beside which the lock is nothing.
-//!
-//! ```no_run
-//! use tripline::registry::{Key, RegistryConfig, ScopeKind};
-//! use tripline_redis::{Backend, SharedConfig, SharedRegistry};
-//!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let registry = SharedRegistry::new(
-//!     RegistryConfig::default().with_max_breakers(1_000),
-//!     SharedConfig::default(),
-//!     Backend::single("redis://127.0.0.1:6379/")?,
-//! )?;
-//! let acme = registry.get(&Key::scoped("payments", ScopeKind::Tenant, "acme")?)?;
-//! let permit = acme.acquire().await?;
-//! permit.record(tripline::Outcome::Success).await;
-//! # Ok(())
-//! # }
-//! ```
+//! Keyed fleet-wide breakers: [`SharedRegistry`].
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -82,7 +34,55 @@ struct Entry<C: Clock + Clone> {
     used: u64,
 }
 
-/// Keyed [`SharedBreaker`]s, bounded like the in-process registry. See the [module docs](self).
+/// Keyed fleet-wide breakers: one [`SharedBreaker`] per dependency and, where the dependency is
+/// partitioned, per endpoint, host, tenant, shard or region, keyed exactly as the in-process
+/// [`tripline::registry::Registry`] keys its breakers.
+///
+/// # Why a holder of its own, and not the in-process registry made generic
+/// The in-process registry's work is keeping breakers' *state* safe in memory: it never
+/// evicts a breaker that is not Closed (a missing breaker reads as a fresh Closed one), it
+/// holds operator overrides in its record and has each breaker follow it under the breaker's
+/// own lock, it rebuilds breakers on a reload while keeping their windows. For a shared
+/// breaker none of that lives in the process: the state, the window and the kill switch are in
+/// Redis, where every replica reads them, and a handle dropped and made again reads the same
+/// record. What a replica holds is a *handle* (a connection's worth of view and counters), so
+/// the holder is simpler, and making the lock-free registry generic over both would have
+/// given the in-process one costs it does not need. What the two share is what a caller sees:
+/// the keys ([`Key`]: the same rules and the same `dependency/kind=value` names), the
+/// configuration ([`RegistryConfig`]: named breaker configurations chosen per key, then per
+/// dependency, then `default`; `max_breakers`; `idle_after`), and the bound: at most
+/// `max_breakers` handles, idle ones dropped by [`SharedRegistry::evict_idle`], room made on a
+/// full holder by dropping the least recently used handle that may go, and a lookup refused
+/// ([`RegistryError::Full`]) only when none may.
+///
+/// A handle may go when no one outside the holder keeps a clone of it (no call in flight, no
+/// buffered outcomes' flusher) and the fleet's state as it last saw it is Closed: a replica
+/// that saw the breaker Open remembers it, to bring it back should Redis lose it (see the
+/// crate docs, "Lost state"), so that handle stays.
+///
+/// Operator moves go to each key's breaker ([`tripline::Breaker::force_open`] and the rest,
+/// or the operator's page): they are fleet-wide already, and outlive every handle. The
+/// configuration's `[operator]` section is the in-process registry's and is not applied here.
+///
+/// A lookup takes one short mutex (a map of at most `max_breakers` entries); a shared
+/// breaker's call costs a round trip to Redis, beside which the lock is nothing.
+///
+/// ```no_run
+/// use tripline::registry::{Key, RegistryConfig, ScopeKind};
+/// use tripline_redis::{Backend, SharedConfig, SharedRegistry};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let registry = SharedRegistry::new(
+///     RegistryConfig::default().with_max_breakers(1_000),
+///     SharedConfig::default(),
+///     Backend::single("redis://127.0.0.1:6379/")?,
+/// )?;
+/// let acme = registry.get(&Key::scoped("payments", ScopeKind::Tenant, "acme")?)?;
+/// let permit = acme.acquire().await?;
+/// permit.record(tripline::Outcome::Success).await;
+/// # Ok(())
+/// # }
+/// ```
 pub struct SharedRegistry<C: Clock + Clone = MonotonicClock> {
     config: RegistryConfig,
     shared: SharedConfig,
@@ -213,7 +213,7 @@ impl<C: Clock + Clone> SharedRegistry<C> {
         }
     }
 
-    /// Drops the handles unused for `idle_after` that may go (see the [module docs](self));
+    /// Drops the handles unused for `idle_after` that may go (see [`SharedRegistry`]);
     /// how many went. The breakers' records stay in Redis: a later lookup reads them again.
     pub fn evict_idle(&self) -> usize {
         let now = self.clock.now();
