@@ -161,3 +161,49 @@ async fn a_key_whose_configuration_cannot_be_shared_is_refused_with_the_field() 
     assert!(r.is_empty());
     assert!(r.get(&tenant("globex")).is_ok());
 }
+
+/// A keyed fleet breaker's series carry the labels the in-process registry gives its keys.
+#[tokio::test(flavor = "current_thread")]
+async fn a_keyed_fleet_breaker_exports_the_registry_labels() {
+    let server = RedisServer::start().unwrap();
+    let clock = ManualClock::new();
+    let r = registry(&server, RegistryConfig::default(), "a", &clock);
+    let key = tenant("acme");
+    let acme = r.get(&key).unwrap();
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let m = metrics::with_local_recorder(&recorder, || {
+        tripline::observe::BreakerMetrics::for_keyed_breaker(&acme, &key)
+    });
+    acme.acquire().await.unwrap().record(Outcome::Success).await;
+    m.update_from(&acme);
+    let found = recorder
+        .snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find(|(k, _, _, _)| {
+            let k = k.key();
+            k.name() == "tripline_breaker_calls_total"
+                && k.labels()
+                    .any(|l| l.key() == "outcome" && l.value() == "success")
+        })
+        .expect("the calls series");
+    let labels: Vec<(String, String)> = found
+        .0
+        .key()
+        .labels()
+        .map(|l| (l.key().to_string(), l.value().to_string()))
+        .collect();
+    for want in [
+        ("breaker", "payments/tenant=acme"),
+        ("dependency", "payments"),
+        ("scope_kind", "tenant"),
+        ("scope", "acme"),
+    ] {
+        assert!(
+            labels.iter().any(|(k, v)| k == want.0 && v == want.1),
+            "{want:?} in {labels:?}"
+        );
+    }
+    assert_eq!(found.3, metrics_util::debugging::DebugValue::Counter(1));
+}
