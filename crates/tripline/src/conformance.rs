@@ -743,7 +743,8 @@ impl Rejected {
 /// It models what the vectors exercise: count and time windows, both rates, the minimum calls,
 /// the consecutive rule, calls in flight, the open wait (with backoff and a seeded or no
 /// jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
-/// transition and the operator actions. Ramps, lumping and failure kinds are not modelled.
+/// transition, the operator actions and transitions, failure kinds and their weights, lumping,
+/// the ramp after recovery and the window's call durations.
 ///
 /// ```
 /// use tripline::conformance::{self, RulesSubject};
@@ -778,16 +779,16 @@ enum RulesKind {
 
 #[derive(Debug)]
 enum PlainWindow {
-    /// The last `size` outcomes: `(failed, slow)`.
+    /// The last `size` outcomes: `(failed, slow, microseconds)`.
     Count {
         size: usize,
-        outcomes: std::collections::VecDeque<(bool, bool)>,
+        outcomes: std::collections::VecDeque<(bool, bool, u64)>,
     },
     /// Every outcome with its bucket number (since the breaker's creation).
     Time {
         bucket: u64,
         buckets: u64,
-        outcomes: Vec<(u64, bool, bool)>,
+        outcomes: Vec<(u64, bool, bool, u64)>,
         /// When the next good result is judged, and whether the last judgement saw fewer than
         /// the minimum calls.
         next_boundary: u64,
@@ -818,6 +819,11 @@ struct Machine {
     next_token: u64,
     rng: Option<rand_pcg::Pcg64Mcg>,
     transitions: Vec<(State, State)>,
+    /// When the last failure the window counted was, in this generation (lumping).
+    last_failure: Option<u64>,
+    /// A ramp after recovery: when it started, and its current step with the calls seen in
+    /// that step.
+    ramp: Option<(u64, u64, u64)>,
 }
 
 impl RulesSubject {
@@ -861,6 +867,8 @@ impl RulesSubject {
                 round: Default::default(),
                 next_token: 1,
                 transitions: Vec::new(),
+                last_failure: None,
+                ramp: None,
             }),
         }
     }
@@ -886,27 +894,10 @@ impl Machine {
     /// The window now, with the overdue calls in flight when asked (and counted).
     fn snapshot(&self, with_in_flight: bool) -> WindowSnapshot {
         let mut s = WindowSnapshot::default();
-        let mut add = |failed: bool, slow: bool| {
+        for (f, sl, _) in self.outcomes() {
             s.calls += 1;
-            s.failures += u64::from(failed);
-            s.slow_calls += u64::from(slow);
-        };
-        match &self.window {
-            PlainWindow::Count { outcomes, .. } => {
-                outcomes.iter().for_each(|(f, sl)| add(*f, *sl));
-            }
-            PlainWindow::Time {
-                bucket,
-                buckets,
-                outcomes,
-                ..
-            } => {
-                let e = self.now / bucket;
-                outcomes
-                    .iter()
-                    .filter(|(b, ..)| *b <= e && b + buckets > e)
-                    .for_each(|(_, f, sl)| add(*f, *sl));
-            }
+            s.failures += u64::from(f);
+            s.slow_calls += u64::from(sl);
         }
         if with_in_flight && self.config.counts_in_flight() {
             let (w, slow) = (self.width(), self.slow_nanos());
@@ -922,6 +913,43 @@ impl Machine {
         s
     }
 
+    /// The outcomes the window holds now: `(failed, slow, microseconds)`.
+    fn outcomes(&self) -> Vec<(bool, bool, u64)> {
+        match &self.window {
+            PlainWindow::Count { outcomes, .. } => outcomes.iter().copied().collect(),
+            PlainWindow::Time {
+                bucket,
+                buckets,
+                outcomes,
+                ..
+            } => {
+                let e = self.now / bucket;
+                outcomes
+                    .iter()
+                    .filter(|(b, ..)| *b <= e && b + buckets > e)
+                    .map(|(_, f, sl, us)| (*f, *sl, *us))
+                    .collect()
+            }
+        }
+    }
+
+    /// The window's total and mean call duration, as the breaker's metrics report them.
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        if !self.config.call_durations {
+            return (None, None);
+        }
+        let outcomes = self.outcomes();
+        let calls = outcomes.len() as u64;
+        if calls == 0 {
+            return (Some(Duration::ZERO), None);
+        }
+        let total: u64 = outcomes.iter().map(|(.., us)| us).sum();
+        (
+            Some(Duration::from_micros(total)),
+            Some(Duration::from_micros(total / calls)),
+        )
+    }
+
     /// Judges the window (noting, for a time window, whether it held the minimum).
     fn fired(&mut self, with_in_flight: bool, consecutive: Option<u64>) -> crate::rules::Fired {
         let snap = self.snapshot(with_in_flight);
@@ -933,8 +961,17 @@ impl Machine {
     }
 
     fn transition(&mut self, to: State, explicit_wait: Option<u64>) {
+        self.transition_by(to, explicit_wait, false);
+    }
+
+    /// A transition; `by_probes` when the probes' verdict closes the breaker (which starts a
+    /// ramp, if one is configured).
+    fn transition_by(&mut self, to: State, explicit_wait: Option<u64>, by_probes: bool) {
         use crate::rules;
         let from = self.state;
+        self.ramp = (to == State::Closed && by_probes && self.config.ramp_up.is_some())
+            .then_some((self.now, 0, 0));
+        self.last_failure = None;
         if to == State::Open {
             let rule = rules::OpenWaitRule::of(&self.config);
             self.level = rules::next_backoff_level(
@@ -997,6 +1034,9 @@ impl Machine {
         loop {
             match self.state {
                 State::Closed | State::MetricsOnly => {
+                    if !self.ramp_admits() {
+                        return Err(self.reject(State::Closed, None));
+                    }
                     if self.config.counts_in_flight() && self.now >= self.next_inflight_check {
                         self.next_inflight_check = self.now.saturating_add(self.width());
                         let fired = self.fired(true, None);
@@ -1040,7 +1080,7 @@ impl Machine {
                     );
                     let t = self.thresholds();
                     if let Some(v) = rules::settled_verdict(policy, k, &self.round, &t) {
-                        self.transition(v.state(), None);
+                        self.transition_by(v.state(), None, true);
                         continue;
                     }
                     let in_flight = self.leases.iter().filter(|l| l.is_some()).count() as u32;
@@ -1077,9 +1117,38 @@ impl Machine {
         }
     }
 
-    fn record(&mut self, p: RulesPermit, outcome: Outcome) -> Recorded {
+    /// Whether a ramp after recovery admits the next call (counting it in its step).
+    fn ramp_admits(&mut self) -> bool {
         use crate::rules;
-        let slow = rules::is_slow(self.now.saturating_sub(p.started), self.slow_nanos());
+        let (Some((start, step, seen)), Some(r)) = (self.ramp, self.config.ramp_up) else {
+            return true;
+        };
+        let step_nanos = (crate::clock::nanos(r.over) / u64::from(r.steps.max(1))).max(1);
+        let i = rules::ramp_step(start, step_nanos, self.now);
+        if i >= u64::from(r.steps) {
+            self.ramp = None;
+            return true;
+        }
+        let n = if i == step { seen } else { 0 };
+        self.ramp = Some((start, i, n + 1));
+        rules::ramp_admits(n, r.share_ppm(u32::try_from(i).unwrap_or(u32::MAX)))
+    }
+
+    fn record(&mut self, p: RulesPermit, c: Classification) -> Recorded {
+        use crate::rules;
+        let outcome = c.outcome;
+        let elapsed = self.now.saturating_sub(p.started);
+        let slow = rules::is_slow(elapsed, self.slow_nanos());
+        // A failure's kind weighs what `failure_kinds` says (0: an ignored outcome).
+        let weight = match (outcome, c.kind) {
+            (Outcome::Failure, Some(kind)) => u64::from(self.config.failure_kinds.get(kind)),
+            _ => 1,
+        };
+        let outcome = if weight == 0 {
+            Outcome::Ignored
+        } else {
+            outcome
+        };
         match p.kind {
             RulesKind::Passthrough => Recorded::Disabled,
             RulesKind::Window(id) => {
@@ -1094,23 +1163,42 @@ impl Machine {
                     o => o == Outcome::Failure,
                 };
                 let now = self.now;
-                let filling = match &mut self.window {
-                    PlainWindow::Count { size, outcomes } => {
-                        let filling = outcomes.len() < *size;
-                        outcomes.push_back((failure, slow));
-                        if outcomes.len() > *size {
-                            outcomes.pop_front();
+                if failure {
+                    // Lumping: a failure within the interval of the last counted one counts
+                    // only in the metrics.
+                    let interval = self.config.lumping_interval.map_or(0, crate::clock::nanos);
+                    if self.config.lumping_interval.is_some()
+                        && rules::lumped(self.last_failure, interval, now)
+                    {
+                        return Recorded::Lumped;
+                    }
+                    self.last_failure = Some(now);
+                }
+                let us = crate::window::micros(elapsed);
+                let mut filling = false;
+                for i in 0..weight {
+                    let f = match &mut self.window {
+                        PlainWindow::Count { size, outcomes } => {
+                            let filling = outcomes.len() < *size;
+                            outcomes.push_back((failure, slow, us));
+                            if outcomes.len() > *size {
+                                outcomes.pop_front();
+                            }
+                            filling
                         }
-                        filling
+                        PlainWindow::Time {
+                            bucket, outcomes, ..
+                        } => {
+                            outcomes.push((now / *bucket, failure, slow, us));
+                            false
+                        }
+                    };
+                    // The first sample's place decides the success gate.
+                    if i == 0 {
+                        filling = f;
                     }
-                    PlainWindow::Time {
-                        bucket, outcomes, ..
-                    } => {
-                        outcomes.push((now / *bucket, failure, slow));
-                        false
-                    }
-                };
-                self.run = if failure { self.run + 1 } else { 0 };
+                }
+                self.run = if failure { self.run + weight } else { 0 };
                 let consecutive = (failure
                     && rules::consecutive_fires(self.run, self.config.consecutive_failures()))
                 .then_some(self.run);
@@ -1170,7 +1258,7 @@ impl Machine {
                     failure || slow,
                     &self.thresholds(),
                 ) {
-                    self.transition(v.state(), None);
+                    self.transition_by(v.state(), None, true);
                 }
                 Recorded::Counted
             }
@@ -1217,6 +1305,28 @@ impl Machine {
             self.transition(to, None);
         }
     }
+
+    /// An operator's transition along the edge table, Open waiting `wait`.
+    fn operator_transition(&mut self, to: State, wait: Wait) -> Result<(), String> {
+        const WEEK: u64 = 7 * 24 * 3600 * 1_000_000_000;
+        let explicit = match wait {
+            Wait::Configured => None,
+            Wait::For(d) => Some(crate::clock::nanos(d)),
+            Wait::Until(at) => Some(crate::clock::nanos(at).saturating_sub(self.now)),
+        };
+        if explicit.is_some_and(|w| w > WEEK) {
+            return Err("an explicit open wait is at most 7 days".into());
+        }
+        match crate::rules::operator_edge(self.state, to) {
+            None => Err(format!("no operator edge from {} to {to}", self.state)),
+            Some(moves) => {
+                if moves {
+                    self.transition(to, explicit.filter(|_| to == State::Open));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 impl Subject for RulesSubject {
@@ -1229,7 +1339,18 @@ impl Subject for RulesSubject {
         matches!(permit.kind, RulesKind::Probe { .. })
     }
     fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
-        self.m.borrow_mut().record(permit, outcome)
+        self.m
+            .borrow_mut()
+            .record(permit, Classification::new(outcome))
+    }
+    fn record_classified(&self, permit: Self::Permit<'_>, c: Classification) -> Recorded {
+        self.m.borrow_mut().record(permit, c)
+    }
+    fn transition(&self, to: State, wait: Wait) -> Result<(), String> {
+        self.m.borrow_mut().operator_transition(to, wait)
+    }
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        self.m.borrow().durations()
     }
     fn abandon(&self, permit: Self::Permit<'_>) {
         self.m.borrow_mut().abandon(permit)
