@@ -296,6 +296,117 @@ fn a_clock_that_reads_its_breaker_never_deadlocks_it() {
     });
 }
 
+/// A clock whose every method, `resolution` included, runs `read` (not when called from
+/// inside it).
+#[derive(Clone)]
+struct CallingClock {
+    time: ManualClock,
+    resolution: Duration,
+    read: Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>,
+}
+
+impl CallingClock {
+    fn new(resolution: Duration) -> Self {
+        Self {
+            time: ManualClock::new(),
+            resolution,
+            read: Arc::default(),
+        }
+    }
+
+    fn call(&self) {
+        if !IN_CLOCK.with(|c| c.replace(true)) {
+            if let Some(read) = self.read.get() {
+                read();
+            }
+            IN_CLOCK.with(|c| c.set(false));
+        }
+    }
+}
+
+impl Clock for CallingClock {
+    fn now(&self) -> u64 {
+        self.call();
+        self.time.now()
+    }
+    fn recent(&self) -> u64 {
+        self.call();
+        self.time.now()
+    }
+    fn precise_now(&self) -> u64 {
+        self.call();
+        self.time.now()
+    }
+    fn resolution(&self) -> Duration {
+        self.call();
+        self.resolution
+    }
+}
+
+#[test]
+fn a_clock_whose_resolution_reads_its_breaker_never_deadlocks_a_reconfiguration() {
+    let clock = CallingClock::new(Duration::from_millis(1));
+    let config = BreakerConfig::builder()
+        .count_window(4)
+        .minimum_calls(2)
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("resolution", config.clone(), clock.clone());
+    let target = b.clone();
+    let _ = clock.read.set(Box::new(move || {
+        let _ = target.metrics();
+        let _ = target.config();
+    }));
+    // A slow-call rule finer than the clock resolves: the breaker asks the clock again.
+    let finer = config
+        .to_builder()
+        .slow_call_duration(Duration::from_millis(5))
+        .build()
+        .unwrap();
+    finishes(
+        "a reconfiguration on a clock that reads its breaker",
+        move || {
+            b.reconfigure(finer).unwrap();
+            b.trip();
+            b.reset();
+            b.metrics().state
+        },
+    );
+}
+
+#[test]
+fn a_registry_clock_that_calls_back_into_the_registry_never_deadlocks_maintenance() {
+    let clock = CallingClock::new(Duration::from_millis(1));
+    let r = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default()
+                .with_max_breakers(2)
+                .with_idle_after(Duration::from_secs(1)),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
+    let weak = Arc::downgrade(&r);
+    let _ = clock.read.set(Box::new(move || {
+        if let Some(r) = weak.upgrade() {
+            r.evict_idle();
+            let _ = r.len();
+        }
+    }));
+    let r2 = r.clone();
+    let t = clock.time.clone();
+    let evicted = finishes("maintenance on a clock that calls back in", move || {
+        r2.get(&Key::new("a").unwrap()).unwrap();
+        r2.get(&Key::new("b").unwrap()).unwrap();
+        t.advance(Duration::from_secs(5));
+        // Full: the lookup makes room, then an explicit sweep.
+        r2.get(&Key::new("c").unwrap()).unwrap();
+        r2.evict_idle()
+    });
+    assert!(evicted <= 1, "{evicted}");
+    assert!(r.len() <= 2);
+}
+
 #[cfg(feature = "metrics")]
 mod recorder {
     use super::*;
