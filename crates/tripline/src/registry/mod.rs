@@ -531,13 +531,14 @@ impl<C: Clock + Clone> Registry<C> {
     /// Makes room for one more breaker: idle ones go first, then the least recently used
     /// evictable ones down to 7/8 of `max`. `false` when the registry is full and none may go.
     fn make_room(&self, max: usize) -> bool {
-        let now = self.clock.now();
+        // The clock is user code: read before the maintenance lock.
+        let (now, resolution) = (self.clock.now(), self.clock.resolution());
         let (room, evicted) = {
             let _g = lock(&self.maintenance);
             if self.count.load(Ordering::Acquire) < max {
                 return true;
             }
-            let mut evicted = self.evict_idle_locked(now);
+            let mut evicted = self.evict_idle_locked(now, resolution);
             if self.count.load(Ordering::Acquire) >= max {
                 evicted.extend(self.evict_lru_locked(max, now));
             }
@@ -585,21 +586,22 @@ impl<C: Clock + Clone> Registry<C> {
     /// A breaker handed out within `idle_after` is never evicted; one unused for `idle_after`
     /// and a sixty-fourth more (the granularity at which lookups note their use) always may be.
     pub fn evict_idle(&self) -> usize {
-        let now = self.clock.now();
+        // The clock is user code: read before the maintenance lock.
+        let (now, resolution) = (self.clock.now(), self.clock.resolution());
         let evicted = {
             let _g = lock(&self.maintenance);
-            self.evict_idle_locked(now)
+            self.evict_idle_locked(now, resolution)
         };
         self.gone(evicted)
     }
 
-    fn evict_idle_locked(&self, now: u64) -> Vec<Arc<Entry<C>>> {
+    fn evict_idle_locked(&self, now: u64, resolution: std::time::Duration) -> Vec<Arc<Entry<C>>> {
         let idle = nanos(read(&self.record).active.config.idle_after);
         // `last_used` lags a use by less than the granularity, and by the clock's resolution.
         let slack = self
             .touch_granularity
             .load(Ordering::Relaxed)
-            .saturating_add(nanos(self.clock.resolution()));
+            .saturating_add(nanos(resolution));
         let idle_for = |e: &Entry<C>| {
             now.saturating_sub(e.last_used.load(Ordering::Relaxed)) >= idle.saturating_add(slack)
         };
