@@ -524,4 +524,42 @@ mod recorder {
         release_tx.send(()).unwrap();
         slow.join().unwrap();
     }
+
+    /// A recorder that runs `on_register` whenever a gauge is registered.
+    struct RegisteringRecorder(OnSet);
+
+    impl Recorder for RegisteringRecorder {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &MKey, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &MKey, _: &Metadata<'_>) -> Gauge {
+            (self.0)();
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &MKey, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn a_recorder_that_exports_while_registering_a_gauge_never_deadlocks_the_registry() {
+        let (r, handle) = registry(RegistryConfig::default());
+        r.get(&Key::new("payments").unwrap()).unwrap();
+        let r2 = r.clone();
+        finishes("an export whose recorder exports again", move || {
+            let inside = Arc::new(AtomicBool::new(false));
+            let recorder = RegisteringRecorder(Arc::new(move || {
+                if !inside.swap(true, Ordering::SeqCst) {
+                    if let Some(r) = handle.get().and_then(Weak::upgrade) {
+                        r.export_metrics();
+                    }
+                    inside.store(false, Ordering::SeqCst);
+                }
+            }));
+            metrics::with_local_recorder(&recorder, || r2.export_metrics());
+        });
+    }
 }
