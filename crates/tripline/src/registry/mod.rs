@@ -66,7 +66,7 @@
 //!   run only the breakers' own checks (state, window, handles held); the clock is read before
 //!   it is taken, and evicted breakers' gauges are cleared after it is released.
 //! * `dependency_gauges` (feature `metrics`), a mutex: the per-dependency gauge handles; the
-//!   gauges are set after it is released.
+//!   gauges are registered with the recorder and set after it is released.
 //!
 //! No listener, clock reading, metrics recorder or `for_each` callback runs under any of these,
 //! nor under a breaker's lock: a listener may call back into the registry (look a key up, make
@@ -833,7 +833,13 @@ impl<C: Clock + Clone> Registry<C> {
             e.metrics.update(&e.breaker);
         }
         let summary = self.summary();
-        let sets = lock(&self.dependency_gauges).plan(&summary);
+        // Registering a gauge runs the recorder's code: not under the lock.
+        let missing = lock(&self.dependency_gauges).missing(&summary);
+        let made = missing
+            .into_iter()
+            .map(crate::observe::DependencyGauges::register)
+            .collect();
+        let sets = lock(&self.dependency_gauges).plan(&summary, made);
         for (g, v) in sets {
             g.set(v);
         }
