@@ -93,6 +93,65 @@ fn the_first_lookup_of_a_key_under_a_dependency_kill_switch_does_not_deadlock() 
     assert_eq!(state, State::ForcedOpen);
 }
 
+/// What a listener saw of a new key's breaker when it looked at it from the breaker's Initial
+/// event, through `peek` and `for_each` (the entry is in the map, its set-up under way).
+fn seen_from_initial(look: fn(&Reg, &Key) -> Option<(State, bool)>) -> Vec<(State, bool)> {
+    let (r, h) = registry(RegistryConfig::default());
+    r.set_operator(
+        &Selector::Dependency("payments".into()),
+        OperatorState::ForcedOpen,
+    );
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    r.subscribe(move |e: &Event| {
+        if matches!(e.kind, EventKind::Initial { .. }) {
+            if let Some(r) = h.get().and_then(Weak::upgrade) {
+                s.lock().unwrap().extend(look(&r, &key_of(e)));
+            }
+        }
+    });
+    let r2 = r.clone();
+    finishes("the first lookup", move || {
+        r2.get(&"payments/tenant=acme".parse().unwrap())
+            .unwrap()
+            .state()
+    });
+    let seen = seen.lock().unwrap().clone();
+    seen
+}
+
+/// The breaker's state, and whether it admitted a call.
+fn admits<C: Clock>(b: &CircuitBreaker<C>) -> (State, bool) {
+    let admitted = b.try_acquire().map(|p| p.record(Outcome::Success)).is_ok();
+    (b.state(), admitted)
+}
+
+#[test]
+fn a_peek_at_a_new_key_under_a_kill_switch_never_admits_a_call() {
+    let seen = seen_from_initial(|r, k| r.peek(k).map(|b| admits(&b)));
+    assert_eq!(seen, [(State::ForcedOpen, false)]);
+}
+
+#[test]
+fn a_lookup_of_a_new_key_from_its_initial_event_gets_it_held() {
+    let seen = seen_from_initial(|r, k| r.get(k).ok().map(|b| admits(&b)));
+    assert_eq!(seen, [(State::ForcedOpen, false)]);
+}
+
+#[test]
+fn a_for_each_over_a_new_key_under_a_kill_switch_never_admits_a_call() {
+    let seen = seen_from_initial(|r, k| {
+        let mut out = None;
+        r.for_each(|key, b| {
+            if key == k {
+                out = Some(admits(b));
+            }
+        });
+        out
+    });
+    assert_eq!(seen, [(State::ForcedOpen, false)]);
+}
+
 #[test]
 fn a_reload_that_forces_a_key_open_on_a_full_registry_lets_listeners_look_up_new_keys() {
     let (r, h) = registry(RegistryConfig::default().with_max_breakers(4));
