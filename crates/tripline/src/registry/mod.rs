@@ -402,15 +402,27 @@ impl<C: Clock + Clone> Registry<C> {
         }
     }
 
-    /// The breaker for `key` if it exists, without creating it or marking it used.
+    /// The breaker for `key` if it exists, without creating it or marking it used. A breaker
+    /// whose lookup is still setting it up is set up first (given the registry's listeners and
+    /// the override in force), so a peek never hands out a breaker that has not yet followed a
+    /// kill switch.
     pub fn peek(&self, key: &Key) -> Option<CircuitBreaker<C>> {
         loop {
-            let map = self.map.pin();
-            let e = map.get(key)?;
-            if let Some(b) = hold(e) {
+            let e = {
+                let map = self.map.pin();
+                let e = map.get(key)?;
+                match self.ready(e) {
+                    Ok(b) => return Some(b),
+                    Err(true) => e.clone(),
+                    Err(false) => {
+                        crate::sync::spin(0);
+                        continue;
+                    }
+                }
+            };
+            if let Some(b) = self.settle(key, &e) {
                 return Some(b);
             }
-            crate::sync::spin(0);
         }
     }
 
@@ -421,6 +433,15 @@ impl<C: Clock + Clone> Registry<C> {
     /// [`hand_out`]: Self::hand_out
     #[inline]
     fn hand_out_ready(&self, e: &Entry<C>, now: u64) -> Result<CircuitBreaker<C>, bool> {
+        let b = self.ready(e)?;
+        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
+        Ok(b)
+    }
+
+    /// A handle to a live entry's breaker that needs nothing more, without marking it used;
+    /// errors as [`hand_out_ready`](Self::hand_out_ready).
+    #[inline]
+    fn ready(&self, e: &Entry<C>) -> Result<CircuitBreaker<C>, bool> {
         let b = hold(e).ok_or(false)?;
         if !e.ready.load(Ordering::Acquire)
             || e.listeners_added.load(Ordering::Acquire)
@@ -428,7 +449,6 @@ impl<C: Clock + Clone> Registry<C> {
         {
             return Err(true);
         }
-        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
         Ok(b)
     }
 
@@ -436,6 +456,14 @@ impl<C: Clock + Clone> Registry<C> {
     /// `None` when the entry is being retired (or was just rebuilt): look again.
     #[cold]
     fn hand_out(&self, key: &Key, e: &Arc<Entry<C>>, now: u64) -> Option<CircuitBreaker<C>> {
+        let b = self.settle(key, e)?;
+        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
+        Some(b)
+    }
+
+    /// [`hand_out`](Self::hand_out) without marking the entry used.
+    #[cold]
+    fn settle(&self, key: &Key, e: &Arc<Entry<C>>) -> Option<CircuitBreaker<C>> {
         // Live now? (The handle is let go at once: a set-up may rebuild the entry, which it
         // can only do with no handle out.)
         hold(e)?;
@@ -443,9 +471,7 @@ impl<C: Clock + Clone> Registry<C> {
             self.set_up(key, e);
         }
         self.catch_up(e);
-        let b = hold(e)?;
-        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
-        Some(b)
+        hold(e)
     }
 
     /// Sets a new entry up (any lookup that finds it not ready may, and each step is done
@@ -620,8 +646,10 @@ impl<C: Clock + Clone> Registry<C> {
     }
 
     /// Visits every breaker the registry holds now, with its key, in no particular order,
-    /// without creating or touching any (a read never makes state). `f` may call back into the
-    /// registry: it runs on a copy of the entries, with no lock held.
+    /// without creating or touching any (a read never makes state). A breaker whose lookup is
+    /// still setting it up is set up first, as [`peek`](Self::peek) does, so `f` never sees a
+    /// breaker that has not yet followed a kill switch. `f` may call back into the registry: it
+    /// runs on a copy of the entries, with no lock held.
     ///
     /// ```
     /// use tripline::registry::{Key, Registry, RegistryConfig};
@@ -637,6 +665,10 @@ impl<C: Clock + Clone> Registry<C> {
     /// ```
     pub fn for_each(&self, mut f: impl FnMut(&Key, &CircuitBreaker<C>)) {
         for (k, e) in self.entries() {
+            // A breaker whose lookup is still setting it up is set up first, as `peek` does.
+            if !e.ready.load(Ordering::Acquire) && self.settle(&k, &e).is_none() {
+                continue;
+            }
             f(&k, &e.breaker);
         }
     }
