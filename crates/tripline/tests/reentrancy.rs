@@ -466,6 +466,41 @@ fn a_registry_clock_that_calls_back_into_the_registry_never_deadlocks_maintenanc
     assert!(r.len() <= 2);
 }
 
+#[test]
+fn a_registry_clock_that_looks_a_key_up_never_deadlocks_its_rebuild() {
+    let clock = CallingClock::new(Duration::ZERO);
+    let r = Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap());
+    let key = Key::new("catalog").unwrap();
+    r.get(&key).unwrap();
+    let weak = Arc::downgrade(&r);
+    let k = key.clone();
+    let _ = clock.read.set(Box::new(move || {
+        if let Some(r) = weak.upgrade() {
+            let _ = r.get(&k);
+        }
+    }));
+    // Another window shape: the Closed, unused breaker is rebuilt, and building its
+    // replacement reads the clock.
+    let shape = RegistryConfig::default().with_config(
+        "default",
+        BreakerConfig::builder()
+            .count_window(50)
+            .minimum_calls(10)
+            .build()
+            .unwrap(),
+    );
+    let r2 = r.clone();
+    let report = finishes("a rebuild on a clock that looks the key up", move || {
+        r2.reload(shape).unwrap()
+    });
+    assert_eq!(report.rebuilt, [key.clone()]);
+    let b = r.get(&key).unwrap();
+    assert_eq!(
+        b.config().window(),
+        tripline::WindowConfig::Count { size: 50 }
+    );
+}
+
 #[cfg(feature = "metrics")]
 mod recorder {
     use super::*;
