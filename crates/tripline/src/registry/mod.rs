@@ -519,13 +519,15 @@ impl<C: Clock + Clone> Registry<C> {
     /// fresh one would forget. Whether it did.
     fn rebuild(&self, key: &Key, e: &Arc<Entry<C>>) -> bool {
         let now = self.clock.now();
+        // Made before the entry retires: making it runs user code (the clock, a metrics
+        // recorder), which may look the key up, and a lookup waits while its entry retires.
+        let fresh = self.create(key, self.clock.recent());
         if !e.life.retire(|| {
             let b = &e.breaker;
             b.state() == State::Closed && !b.in_use(1) && !b.remembers_recovery(now)
         }) {
             return false;
         }
-        let fresh = self.create(key, self.clock.recent());
         self.map.pin().insert(key.clone(), fresh);
         e.life.finish(true);
         true
