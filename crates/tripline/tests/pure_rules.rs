@@ -142,3 +142,27 @@ fn a_shrinking_or_negative_backoff_multiplier_never_panics() {
         }
     }
 }
+
+proptest! {
+    /// The in-flight tracker is public too (other hosts of the rules use it): any times,
+    /// generations and slow-call durations, in any order, never panic, and once every call
+    /// has left, none counts as overdue.
+    #[test]
+    fn the_in_flight_tracker_never_panics_and_forgets_calls_that_left(
+        slow in any::<u64>(),
+        calls in proptest::collection::vec((any::<u64>(), 0u64..4), 1..20),
+        later_slow in any::<u64>(),
+        at in any::<u64>(),
+    ) {
+        let f = tripline::inflight::InFlight::new(slow);
+        let cohorts: Vec<_> = calls.iter().map(|&(now, g)| (f.enter(now, g), g)).collect();
+        f.set_slow_call_duration(later_slow, at);
+        let _ = f.overdue(at, later_slow, 0);
+        for (c, g) in cohorts {
+            f.exit(c, g);
+        }
+        for g in 0..4 {
+            prop_assert_eq!(f.overdue(u64::MAX, 0, g), 0);
+        }
+    }
+}
