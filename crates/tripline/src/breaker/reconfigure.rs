@@ -37,12 +37,12 @@ pub(crate) struct Followed {
 
 impl<C: Clock> CircuitBreaker<C> {
     /// Replaces the configuration, keeping state, generation and window. The window's shape
-    /// (kind, size, length, bucket, stripes) is fixed for a breaker's life: a configuration
-    /// that changes it is refused, and the breaker is left untouched. A Closed breaker's
-    /// window is judged at once by the new thresholds (lower ones may trip it then), a waiting
-    /// timer task (`run_timer`, feature `tokio`) follows the new schedule, and a configuration
-    /// that compares call times against durations finer than the clock's readings resolve
-    /// makes the breaker read the clock's precise readings from then on
+    /// (kind, size, length, bucket, stripes, call durations) is fixed for a breaker's life: a
+    /// configuration that changes it is refused, and the breaker is left untouched. A Closed
+    /// breaker's window is judged at once by the new thresholds (lower ones may trip it then),
+    /// a waiting timer task (`run_timer`, feature `tokio`) follows the new schedule, and a
+    /// configuration that compares call times against durations finer than the clock's
+    /// readings resolve makes the breaker read the clock's precise readings from then on
     /// ([`Clock::precise_now`]).
     ///
     /// ```
