@@ -743,8 +743,8 @@ impl Rejected {
 /// It models what the vectors exercise: count and time windows, both rates, the minimum calls,
 /// the consecutive rule, calls in flight, the open wait (with backoff and a seeded or no
 /// jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
-/// transition, the operator actions and transitions, failure kinds and their weights, lumping,
-/// the ramp after recovery and the window's call durations.
+/// transition, the operator actions and transitions (exact and until-a-reading open waits),
+/// failure-kind weights, lumping, the ramp after recovery and the window's call durations.
 ///
 /// ```
 /// use tripline::conformance::{self, RulesSubject};
@@ -779,12 +779,12 @@ enum RulesKind {
 
 #[derive(Debug)]
 enum PlainWindow {
-    /// The last `size` outcomes: `(failed, slow, microseconds)`.
+    /// The last `size` outcomes: `(failed, slow, duration in nanoseconds)`.
     Count {
         size: usize,
         outcomes: std::collections::VecDeque<(bool, bool, u64)>,
     },
-    /// Every outcome with its bucket number (since the breaker's creation).
+    /// Every outcome with its bucket number (since the breaker's creation) and duration.
     Time {
         bucket: u64,
         buckets: u64,
@@ -819,11 +819,21 @@ struct Machine {
     next_token: u64,
     rng: Option<rand_pcg::Pcg64Mcg>,
     transitions: Vec<(State, State)>,
-    /// When the last failure the window counted was, in this generation (lumping).
-    last_failure: Option<u64>,
-    /// A ramp after recovery: when it started, and its current step with the calls seen in
-    /// that step.
-    ramp: Option<(u64, u64, u64)>,
+    /// When the last failure that counted (not lumped) was recorded, this generation.
+    last_counted_failure: Option<u64>,
+    /// The ramp after a recovery, while one runs.
+    ramp: Option<PlainRamp>,
+}
+
+/// A ramp in progress ([`crate::RampUp`]): when it started, its step length, and the calls
+/// seen in its current step.
+#[derive(Debug)]
+struct PlainRamp {
+    config: crate::RampUp,
+    start: u64,
+    step_nanos: u64,
+    step: u64,
+    seen: u64,
 }
 
 impl RulesSubject {
@@ -867,7 +877,7 @@ impl RulesSubject {
                 round: Default::default(),
                 next_token: 1,
                 transitions: Vec::new(),
-                last_failure: None,
+                last_counted_failure: None,
                 ramp: None,
             }),
         }
@@ -894,10 +904,27 @@ impl Machine {
     /// The window now, with the overdue calls in flight when asked (and counted).
     fn snapshot(&self, with_in_flight: bool) -> WindowSnapshot {
         let mut s = WindowSnapshot::default();
-        for (f, sl, _) in self.outcomes() {
+        let mut add = |failed: bool, slow: bool| {
             s.calls += 1;
-            s.failures += u64::from(f);
-            s.slow_calls += u64::from(sl);
+            s.failures += u64::from(failed);
+            s.slow_calls += u64::from(slow);
+        };
+        match &self.window {
+            PlainWindow::Count { outcomes, .. } => {
+                outcomes.iter().for_each(|(f, sl, _)| add(*f, *sl));
+            }
+            PlainWindow::Time {
+                bucket,
+                buckets,
+                outcomes,
+                ..
+            } => {
+                let e = self.now / bucket;
+                outcomes
+                    .iter()
+                    .filter(|(b, ..)| *b <= e && b + buckets > e)
+                    .for_each(|(_, f, sl, _)| add(*f, *sl));
+            }
         }
         if with_in_flight && self.config.counts_in_flight() {
             let (w, slow) = (self.width(), self.slow_nanos());
@@ -913,10 +940,16 @@ impl Machine {
         s
     }
 
-    /// The outcomes the window holds now: `(failed, slow, microseconds)`.
-    fn outcomes(&self) -> Vec<(bool, bool, u64)> {
-        match &self.window {
-            PlainWindow::Count { outcomes, .. } => outcomes.iter().copied().collect(),
+    /// The window's calls' total and mean duration (`call_durations`), as the breaker's
+    /// metrics report them: in whole microseconds, a mean only when the window holds calls.
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        if !self.config.call_durations {
+            return (None, None);
+        }
+        let micros: Vec<u64> = match &self.window {
+            PlainWindow::Count { outcomes, .. } => {
+                outcomes.iter().map(|(.., d)| d / 1_000).collect()
+            }
             PlainWindow::Time {
                 bucket,
                 buckets,
@@ -927,26 +960,18 @@ impl Machine {
                 outcomes
                     .iter()
                     .filter(|(b, ..)| *b <= e && b + buckets > e)
-                    .map(|(_, f, sl, us)| (*f, *sl, *us))
+                    .map(|(.., d)| d / 1_000)
                     .collect()
             }
-        }
-    }
-
-    /// The window's total and mean call duration, as the breaker's metrics report them.
-    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
-        if !self.config.call_durations {
-            return (None, None);
-        }
-        let outcomes = self.outcomes();
-        let calls = outcomes.len() as u64;
-        if calls == 0 {
+        };
+        if micros.is_empty() {
             return (Some(Duration::ZERO), None);
         }
-        let total: u64 = outcomes.iter().map(|(.., us)| us).sum();
+        let total = micros.iter().fold(0u64, |a, d| a.saturating_add(*d));
+        let mean = total / micros.len() as u64;
         (
             Some(Duration::from_micros(total)),
-            Some(Duration::from_micros(total / calls)),
+            Some(Duration::from_micros(mean)),
         )
     }
 
@@ -961,17 +986,8 @@ impl Machine {
     }
 
     fn transition(&mut self, to: State, explicit_wait: Option<u64>) {
-        self.transition_by(to, explicit_wait, false);
-    }
-
-    /// A transition; `by_probes` when the probes' verdict closes the breaker (which starts a
-    /// ramp, if one is configured).
-    fn transition_by(&mut self, to: State, explicit_wait: Option<u64>, by_probes: bool) {
         use crate::rules;
         let from = self.state;
-        self.ramp = (to == State::Closed && by_probes && self.config.ramp_up.is_some())
-            .then_some((self.now, 0, 0));
-        self.last_failure = None;
         if to == State::Open {
             let rule = rules::OpenWaitRule::of(&self.config);
             self.level = rules::next_backoff_level(
@@ -1016,9 +1032,54 @@ impl Machine {
             self.next_inflight_check = self.now.saturating_add(self.width());
         }
         self.run = 0;
+        self.last_counted_failure = None;
+        self.ramp = None;
         self.state = to;
         self.generation += 1;
         self.transitions.push((from, to));
+    }
+
+    /// Ends a half-open round with the probes' verdict: to Open, or to Closed and, with a
+    /// `ramp_up`, a ramp (only probes start one; an operator's close or a timeout does not).
+    fn end_round(&mut self, to: State) {
+        self.transition(to, None);
+        if to == State::Closed {
+            if let Some(r) = self.config.ramp_up {
+                self.ramp = Some(PlainRamp {
+                    config: r,
+                    start: self.now,
+                    step_nanos: (crate::clock::nanos(r.over) / u64::from(r.steps.max(1))).max(1),
+                    step: 0,
+                    seen: 0,
+                });
+            }
+        }
+    }
+
+    /// Whether the ramp (if one runs) admits a call now; ends it once it is over.
+    fn ramp_admits(&mut self) -> bool {
+        let now = self.now;
+        let Some(r) = &mut self.ramp else {
+            return true;
+        };
+        let i = crate::rules::ramp_step(r.start, r.step_nanos, now);
+        if i >= u64::from(r.config.steps.max(1)) {
+            self.ramp = None;
+            return true;
+        }
+        if i != r.step {
+            r.step = i;
+            r.seen = 0;
+        }
+        let share = crate::rules::ramp_share_ppm(
+            r.config.from,
+            r.config.steps.max(1),
+            r.config.curve,
+            u32::try_from(i).unwrap_or(u32::MAX),
+        );
+        let n = r.seen;
+        r.seen += 1;
+        crate::rules::ramp_admits(n, share)
     }
 
     fn reject(&self, state: State, retry_after: Option<u64>) -> Rejected {
@@ -1035,7 +1096,12 @@ impl Machine {
             match self.state {
                 State::Closed | State::MetricsOnly => {
                     if !self.ramp_admits() {
-                        return Err(self.reject(State::Closed, None));
+                        return Err(Rejected::with_reason(
+                            self.name.clone(),
+                            State::Closed,
+                            crate::RejectReason::RampingUp,
+                            None,
+                        ));
                     }
                     if self.config.counts_in_flight() && self.now >= self.next_inflight_check {
                         self.next_inflight_check = self.now.saturating_add(self.width());
@@ -1080,7 +1146,7 @@ impl Machine {
                     );
                     let t = self.thresholds();
                     if let Some(v) = rules::settled_verdict(policy, k, &self.round, &t) {
-                        self.transition_by(v.state(), None, true);
+                        self.end_round(v.state());
                         continue;
                     }
                     let in_flight = self.leases.iter().filter(|l| l.is_some()).count() as u32;
@@ -1117,37 +1183,14 @@ impl Machine {
         }
     }
 
-    /// Whether a ramp after recovery admits the next call (counting it in its step).
-    fn ramp_admits(&mut self) -> bool {
-        use crate::rules;
-        let (Some((start, step, seen)), Some(r)) = (self.ramp, self.config.ramp_up) else {
-            return true;
-        };
-        let step_nanos = (crate::clock::nanos(r.over) / u64::from(r.steps.max(1))).max(1);
-        let i = rules::ramp_step(start, step_nanos, self.now);
-        if i >= u64::from(r.steps) {
-            self.ramp = None;
-            return true;
-        }
-        let n = if i == step { seen } else { 0 };
-        self.ramp = Some((start, i, n + 1));
-        rules::ramp_admits(n, r.share_ppm(u32::try_from(i).unwrap_or(u32::MAX)))
-    }
-
     fn record(&mut self, p: RulesPermit, c: Classification) -> Recorded {
         use crate::rules;
-        let outcome = c.outcome;
         let elapsed = self.now.saturating_sub(p.started);
         let slow = rules::is_slow(elapsed, self.slow_nanos());
-        // A failure's kind weighs what `failure_kinds` says (0: an ignored outcome).
-        let weight = match (outcome, c.kind) {
+        // A failure's weight (`failure_kinds`): 0 makes it an ignored outcome.
+        let weight = match (c.outcome, c.kind) {
             (Outcome::Failure, Some(kind)) => u64::from(self.config.failure_kinds.get(kind)),
             _ => 1,
-        };
-        let outcome = if weight == 0 {
-            Outcome::Ignored
-        } else {
-            outcome
         };
         match p.kind {
             RulesKind::Passthrough => Recorded::Disabled,
@@ -1158,43 +1201,43 @@ impl Machine {
                 if p.generation != self.generation {
                     return Recorded::Stale;
                 }
-                let failure = match outcome {
+                let failure = match c.outcome {
                     Outcome::Ignored => return Recorded::Ignored,
+                    _ if weight == 0 => return Recorded::Ignored,
                     o => o == Outcome::Failure,
                 };
                 let now = self.now;
                 if failure {
                     // Lumping: a failure within the interval of the last counted one counts
-                    // only in the metrics.
-                    let interval = self.config.lumping_interval.map_or(0, crate::clock::nanos);
-                    if self.config.lumping_interval.is_some()
-                        && rules::lumped(self.last_failure, interval, now)
-                    {
-                        return Recorded::Lumped;
+                    // only in the metrics (it adds nothing to the run).
+                    if let Some(interval) = self.config.lumping_interval {
+                        let interval = crate::clock::nanos(interval);
+                        if rules::lumped(self.last_counted_failure, interval, now) {
+                            return Recorded::Lumped;
+                        }
+                        self.last_counted_failure = Some(now);
                     }
-                    self.last_failure = Some(now);
                 }
-                let us = crate::window::micros(elapsed);
                 let mut filling = false;
-                for i in 0..weight {
+                // A weighted failure lands as `weight` failed outcomes.
+                for n in 0..weight {
                     let f = match &mut self.window {
                         PlainWindow::Count { size, outcomes } => {
-                            let filling = outcomes.len() < *size;
-                            outcomes.push_back((failure, slow, us));
+                            let f = outcomes.len() < *size;
+                            outcomes.push_back((failure, slow, elapsed));
                             if outcomes.len() > *size {
                                 outcomes.pop_front();
                             }
-                            filling
+                            f
                         }
                         PlainWindow::Time {
                             bucket, outcomes, ..
                         } => {
-                            outcomes.push((now / *bucket, failure, slow, us));
+                            outcomes.push((now / *bucket, failure, slow, elapsed));
                             false
                         }
                     };
-                    // The first sample's place decides the success gate.
-                    if i == 0 {
+                    if n == 0 {
                         filling = f;
                     }
                 }
@@ -1242,8 +1285,10 @@ impl Machine {
                     return Recorded::Stale;
                 }
                 self.leases[slot] = None;
-                let failure = match outcome {
+                // A probe is one sample of the round, whatever its kind's weight (above 0).
+                let failure = match c.outcome {
                     Outcome::Ignored => return Recorded::Ignored,
+                    _ if weight == 0 => return Recorded::Ignored,
                     o => o == Outcome::Failure,
                 };
                 self.round = self.round.with(failure, slow);
@@ -1258,9 +1303,41 @@ impl Machine {
                     failure || slow,
                     &self.thresholds(),
                 ) {
-                    self.transition_by(v.state(), None, true);
+                    self.end_round(v.state());
                 }
                 Recorded::Counted
+            }
+        }
+    }
+
+    /// An operator's transition along an edge of [`State::operator_targets`]: asking for the
+    /// current state changes nothing, except that Closed starts a fresh window and Open a new
+    /// wait (exactly `wait` when given, at most 7 days).
+    fn operator_transition(&mut self, to: State, wait: Wait) -> Result<(), String> {
+        let explicit = match wait {
+            Wait::Configured => None,
+            Wait::For(d) => Some(("open_for", d)),
+            Wait::Until(at) => Some((
+                "open_until",
+                Duration::from_nanos(crate::clock::nanos(at).saturating_sub(self.now)),
+            )),
+        };
+        let explicit = match explicit {
+            Some((field, d)) if to == State::Open => {
+                Some(crate::operator::explicit_wait(field, d).map_err(|e| e.to_string())?)
+            }
+            _ => None,
+        };
+        match crate::rules::operator_edge(self.state, to) {
+            None => Err(format!(
+                "no operator transition from {} to {to}",
+                self.state
+            )),
+            Some(moves) => {
+                if moves {
+                    self.transition(to, explicit);
+                }
+                Ok(())
             }
         }
     }
@@ -1305,28 +1382,6 @@ impl Machine {
             self.transition(to, None);
         }
     }
-
-    /// An operator's transition along the edge table, Open waiting `wait`.
-    fn operator_transition(&mut self, to: State, wait: Wait) -> Result<(), String> {
-        const WEEK: u64 = 7 * 24 * 3600 * 1_000_000_000;
-        let explicit = match wait {
-            Wait::Configured => None,
-            Wait::For(d) => Some(crate::clock::nanos(d)),
-            Wait::Until(at) => Some(crate::clock::nanos(at).saturating_sub(self.now)),
-        };
-        if explicit.is_some_and(|w| w > WEEK) {
-            return Err("an explicit open wait is at most 7 days".into());
-        }
-        match crate::rules::operator_edge(self.state, to) {
-            None => Err(format!("no operator edge from {} to {to}", self.state)),
-            Some(moves) => {
-                if moves {
-                    self.transition(to, explicit.filter(|_| to == State::Open));
-                }
-                Ok(())
-            }
-        }
-    }
 }
 
 impl Subject for RulesSubject {
@@ -1339,9 +1394,7 @@ impl Subject for RulesSubject {
         matches!(permit.kind, RulesKind::Probe { .. })
     }
     fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
-        self.m
-            .borrow_mut()
-            .record(permit, Classification::new(outcome))
+        self.m.borrow_mut().record(permit, outcome.into())
     }
     fn record_classified(&self, permit: Self::Permit<'_>, c: Classification) -> Recorded {
         self.m.borrow_mut().record(permit, c)

@@ -107,7 +107,7 @@ pub(crate) struct Sample {
 const MAX_MICROS: u64 = 7 * 24 * 3600 * 1_000_000;
 
 #[inline]
-pub(crate) fn micros(nanos: u64) -> u64 {
+fn micros(nanos: u64) -> u64 {
     (nanos / 1000).min(MAX_MICROS)
 }
 
