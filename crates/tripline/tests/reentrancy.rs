@@ -116,8 +116,7 @@ fn seen_from_initial(look: fn(&Reg, &Key) -> Option<(State, bool)>) -> Vec<(Stat
             .unwrap()
             .state()
     });
-    let seen = seen.lock().unwrap().clone();
-    seen
+    seen.lock().unwrap().clone()
 }
 
 /// The breaker's state, and whether it admitted a call.
@@ -493,7 +492,7 @@ fn a_registry_clock_that_looks_a_key_up_never_deadlocks_its_rebuild() {
     let report = finishes("a rebuild on a clock that looks the key up", move || {
         r2.reload(shape).unwrap()
     });
-    assert_eq!(report.rebuilt, [key.clone()]);
+    assert_eq!(report.rebuilt, vec![key.clone()]);
     let b = r.get(&key).unwrap();
     assert_eq!(
         b.config().window(),
