@@ -1427,8 +1427,9 @@ impl Subject for RulesSubject {
         self.m.borrow().state
     }
     fn window(&self) -> WindowSnapshot {
-        // While Open, the window that tripped (as the breaker's metrics show it).
-        self.m.borrow().snapshot(false)
+        // While Open, the window that tripped (as the breaker's metrics show it), with its
+        // overdue calls in flight.
+        self.m.borrow().snapshot(true)
     }
     fn take_transitions(&self) -> Vec<(State, State)> {
         std::mem::take(&mut self.m.borrow_mut().transitions)
