@@ -497,25 +497,52 @@ mod metrics_export {
     pub(crate) struct DependencyGauges(std::collections::BTreeMap<String, [Gauge; 6]>);
 
     impl DependencyGauges {
+        /// The dependencies of `summary` that have no gauges yet (read under the registry's
+        /// lock; their gauges are registered after it is released, since registering runs the
+        /// recorder's code).
+        pub(crate) fn missing(
+            &self,
+            summary: &std::collections::BTreeMap<String, crate::registry::DependencySummary>,
+        ) -> Vec<String> {
+            summary
+                .keys()
+                .filter(|d| !self.0.contains_key(*d))
+                .cloned()
+                .collect()
+        }
+
+        /// Registers `dependency`'s gauges with the recorder (with no lock held).
+        pub(crate) fn register(dependency: String) -> (String, [Gauge; 6]) {
+            let gauges = State::ALL.map(|st| {
+                metrics::gauge!(
+                    "tripline_registry_breakers",
+                    vec![
+                        Label::new("dependency", dependency.clone()),
+                        Label::new("state", st.as_str()),
+                    ]
+                )
+            });
+            (dependency, gauges)
+        }
+
         /// The gauges to set for `summary` and their values (a dependency that has no breaker
         /// left reads 0 everywhere): worked out under the registry's lock, set after it.
+        /// `made` are the gauges registered since [`missing`](Self::missing) (a racing export
+        /// may have kept its own).
         pub(crate) fn plan(
             &mut self,
             summary: &std::collections::BTreeMap<String, crate::registry::DependencySummary>,
+            made: Vec<(String, [Gauge; 6])>,
         ) -> Vec<(Gauge, f64)> {
+            for (dep, gauges) in made {
+                self.0.entry(dep).or_insert(gauges);
+            }
             let mut sets = Vec::new();
             for (dep, s) in summary {
-                let gauges = self.0.entry(dep.clone()).or_insert_with(|| {
-                    State::ALL.map(|st| {
-                        metrics::gauge!(
-                            "tripline_registry_breakers",
-                            vec![
-                                Label::new("dependency", dep.clone()),
-                                Label::new("state", st.as_str()),
-                            ]
-                        )
-                    })
-                });
+                // Registered above or by an earlier export.
+                let Some(gauges) = self.0.get(dep) else {
+                    continue;
+                };
                 for (g, st) in gauges.iter().zip(State::ALL) {
                     sets.push((g.clone(), s.in_state(st) as f64));
                 }
