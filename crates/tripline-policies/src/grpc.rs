@@ -275,3 +275,51 @@ impl<B> Classify<http::Response<B>, BoxError> for GrpcClassifier {
         }
     }
 }
+
+/// A classifier of tonic call results `K` (a [`GrpcClassifier`]) whose failed statuses also
+/// carry the shard the server blamed, read from the status's metadata (a trailer such as
+/// `x-overloaded-shard`): the gRPC form of [`BlameHeader`](crate::http::BlameHeader), for a
+/// [`ServerDirected`](tripline::registry::ServerDirected) dependency. (Around a channel, the
+/// tower layer sees `http::Response`s: give it a `BlameHeader` of the [`GrpcClassifier`].)
+///
+/// ```
+/// use tripline::registry::Blame;
+/// use tripline::{Classify, Outcome};
+/// use tripline_policies::grpc::{BlameMetadata, GrpcClassifier};
+///
+/// let k = BlameMetadata::new(GrpcClassifier::default(), "x-overloaded-shard")?;
+/// let mut status = tonic::Status::unavailable("shard 17 is hot");
+/// status.metadata_mut().insert("x-overloaded-shard", "17".parse().unwrap());
+/// let result: Result<(), _> = Err(status);
+/// assert_eq!(k.classify(&result).outcome, Outcome::Failure);
+/// assert_eq!(k.blame(&result), Some(Blame::shard("17")));
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct BlameMetadata<K>(crate::http::BlameHeader<K>);
+
+impl<K> BlameMetadata<K> {
+    /// `classifier`'s verdicts, blaming the shard the metadata entry `name` names. Fails if
+    /// `name` is not a valid metadata key.
+    pub fn new(classifier: K, name: &str) -> Result<Self, tripline::ConfigError> {
+        crate::http::BlameHeader::new(classifier, name).map(Self)
+    }
+
+    /// The same classifier blaming another kind of part.
+    pub fn scope_kind(self, kind: tripline::registry::ScopeKind) -> Self {
+        Self(self.0.scope_kind(kind))
+    }
+}
+
+impl<T, K: Classify<T, Status>> Classify<T, Status> for BlameMetadata<K> {
+    fn classify(&self, result: &Result<T, Status>) -> Classification {
+        self.0.inner().classify(result)
+    }
+
+    fn blame(&self, result: &Result<T, Status>) -> Option<tripline::registry::Blame> {
+        match result {
+            Ok(_) => self.0.inner().blame(result),
+            Err(status) => self.0.blame_in(status.metadata().as_ref()),
+        }
+    }
+}

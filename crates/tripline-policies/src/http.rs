@@ -140,3 +140,101 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
+
+/// A classifier `K` whose results also carry the part of the dependency the server blamed,
+/// read from a response header (`x-overloaded-shard: 17`): a
+/// [`ServerDirected`](tripline::registry::ServerDirected) dependency records the result on
+/// `dependency/shard=17`'s breaker instead of the dependency-wide one (see
+/// [`ServerDirectedLayer`](crate::breaker::ServerDirectedLayer) and the reqwest
+/// `ServerDirectedMiddleware`). A header value that is not visible ASCII text is a refused
+/// blame ([`Blame::invalid`](tripline::registry::Blame::invalid)); one that is text is
+/// checked by the key rules when it becomes a key. Implemented for `http::Response` results
+/// here, for reqwest's (feature `reqwest`) and tonic's statuses' metadata (feature `grpc`).
+///
+/// ```
+/// use tripline::registry::{Blame, ScopeKind};
+/// use tripline::{Classify, Outcome};
+/// use tripline_policies::http::{BlameHeader, HttpClassifier};
+///
+/// let k = BlameHeader::new(HttpClassifier, "x-overloaded-shard")?;
+/// let resp = http::Response::builder().status(503).header("x-overloaded-shard", "17");
+/// let result = Ok::<_, std::io::Error>(resp.body(()).unwrap());
+/// assert_eq!(k.classify(&result).outcome, Outcome::Failure);
+/// assert_eq!(k.blame(&result), Some(Blame::shard("17")));
+///
+/// let err = BlameHeader::new(HttpClassifier, "x overloaded").unwrap_err();
+/// assert_eq!(err.field(), "blame header");
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct BlameHeader<K> {
+    classifier: K,
+    name: http::HeaderName,
+    kind: tripline::registry::ScopeKind,
+}
+
+impl<K> BlameHeader<K> {
+    /// `classifier`'s verdicts, blaming the shard the response's header `name` names. Fails
+    /// if `name` is not a valid header name.
+    pub fn new(classifier: K, name: &str) -> Result<Self, tripline::ConfigError> {
+        let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            tripline::ConfigError::new(
+                "blame header",
+                format!("{name:?}"),
+                "an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, no spaces)",
+            )
+        })?;
+        Ok(Self {
+            classifier,
+            name,
+            kind: tripline::registry::ScopeKind::Shard,
+        })
+    }
+
+    /// The same classifier blaming another kind of part (a cell named in the header is a
+    /// [`ScopeKind::Region`](tripline::registry::ScopeKind::Region), say).
+    pub fn scope_kind(mut self, kind: tripline::registry::ScopeKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// The header's name.
+    pub fn header(&self) -> &http::HeaderName {
+        &self.name
+    }
+
+    /// The blame in `headers`, if the header is there.
+    pub(crate) fn blame_in(&self, headers: &HeaderMap) -> Option<tripline::registry::Blame> {
+        use tripline::registry::Blame;
+        let value = headers.get(&self.name)?;
+        Some(match value.to_str() {
+            Ok(v) => Blame::new(self.kind, v.trim()),
+            Err(_) => Blame::invalid(
+                self.kind,
+                tripline::ConfigError::new(
+                    format!("header {}", self.name),
+                    format!("{:?}", value),
+                    "visible ASCII text naming a part of the dependency",
+                ),
+            ),
+        })
+    }
+
+    /// The classifier it wraps.
+    pub(crate) fn inner(&self) -> &K {
+        &self.classifier
+    }
+}
+
+impl<B, E, K: Classify<Response<B>, E>> Classify<Response<B>, E> for BlameHeader<K> {
+    fn classify(&self, result: &Result<Response<B>, E>) -> Classification {
+        self.classifier.classify(result)
+    }
+
+    fn blame(&self, result: &Result<Response<B>, E>) -> Option<tripline::registry::Blame> {
+        match result {
+            Ok(resp) => self.blame_in(resp.headers()),
+            Err(_) => self.classifier.blame(result),
+        }
+    }
+}

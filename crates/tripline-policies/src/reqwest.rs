@@ -99,7 +99,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 use std::marker::PhantomData;
-use tripline::registry::{Key, Registry, ScopeKind};
+use tripline::registry::{Key, Registry, ScopeKind, ServerDirected};
 
 use tripline::{
     Breaker as AnyBreaker, BreakerPermit as _, CircuitBreaker, Classification, Classify, Clock,
@@ -551,6 +551,175 @@ where
             .get(&key)
             .map_err(reqwest_middleware::Error::middleware)?;
         guarded(&breaker, &self.classifier, req, extensions, next).await
+    }
+}
+
+/// Reads the blamed shard from reqwest's responses (and from an `error_for_status` error's
+/// response, which keeps no headers: none there).
+impl<K: Classify<Response, reqwest_middleware::Error>> Classify<Response, reqwest_middleware::Error>
+    for crate::http::BlameHeader<K>
+{
+    fn classify(&self, result: &Result<Response, reqwest_middleware::Error>) -> Classification {
+        self.inner().classify(result)
+    }
+
+    fn blame(
+        &self,
+        result: &Result<Response, reqwest_middleware::Error>,
+    ) -> Option<tripline::registry::Blame> {
+        match result {
+            Ok(resp) => self.blame_in(resp.headers()),
+            Err(_) => self.inner().blame(result),
+        }
+    }
+}
+
+/// A [`reqwest_middleware::Middleware`] with per-shard mini breakers the server directs: a
+/// request is admitted by the dependency-wide breaker and by the breaker of the shard it
+/// names (if the server has blamed that shard before); its result is recorded on the breaker
+/// of the shard the response blames (`K`'s [`blame`](tripline::Classify::blame): a
+/// [`BlameHeader`](crate::http::BlameHeader) reading `x-overloaded-shard`) instead of the
+/// dependency-wide one. See [`tripline::registry::directed`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use tripline::registry::{Key, Registry, RegistryConfig, ServerDirected};
+/// use tripline_policies::http::BlameHeader;
+/// use tripline_policies::reqwest::{ReqwestClassifier, ServerDirectedMiddleware, rejection};
+///
+/// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+/// let catalog = ServerDirected::new(registry.clone(), Key::new("catalog")?)?;
+/// let middleware = ServerDirectedMiddleware::new(catalog)
+///     .classifier(BlameHeader::new(ReqwestClassifier, "x-overloaded-shard")?)
+///     .names_shard(|req: &reqwest::Request| {
+///         req.headers().get("x-shard")?.to_str().ok().map(str::to_owned)
+///     });
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(middleware)
+///     .build();
+///
+/// registry.get(&"catalog/shard=7".parse()?)?.force_open();
+/// let err = client.get("http://127.0.0.1:9/item").header("x-shard", "7").send().await.unwrap_err();
+/// assert_eq!(rejection(&err).unwrap().breaker(), "catalog/shard=7");
+/// # Ok(())
+/// # }
+/// ```
+pub struct ServerDirectedMiddleware<C: Clock + Clone = MonotonicClock, K = ReqwestClassifier, N = NoShard> {
+    directed: ServerDirected<C>,
+    classifier: K,
+    namer: N,
+}
+
+/// Names no shard (see [`ServerDirectedMiddleware::names_shard`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoShard;
+
+/// Names the shard a request goes to: implemented for closures
+/// `Fn(&reqwest::Request) -> Option<String>` and by [`NoShard`].
+pub trait NameShard: Send + Sync + 'static {
+    /// The shard `req` goes to.
+    fn shard(&self, req: &Request) -> Option<String>;
+}
+
+impl<F: Fn(&Request) -> Option<String> + Send + Sync + 'static> NameShard for F {
+    fn shard(&self, req: &Request) -> Option<String> {
+        self(req)
+    }
+}
+
+impl NameShard for NoShard {
+    fn shard(&self, _: &Request) -> Option<String> {
+        None
+    }
+}
+
+impl<C: Clock + Clone, K: Clone, N: Clone> Clone for ServerDirectedMiddleware<C, K, N> {
+    fn clone(&self) -> Self {
+        Self {
+            directed: self.directed.clone(),
+            classifier: self.classifier.clone(),
+            namer: self.namer.clone(),
+        }
+    }
+}
+
+impl<C: Clock + Clone, K, N> fmt::Debug for ServerDirectedMiddleware<C, K, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerDirectedMiddleware")
+            .field("directed", &self.directed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock + Clone> ServerDirectedMiddleware<C> {
+    /// A middleware for `directed`, classifying with [`ReqwestClassifier`] (which blames no
+    /// one: give a [`BlameHeader`](crate::http::BlameHeader) with
+    /// [`classifier`](Self::classifier)) and naming no shard.
+    pub fn new(directed: ServerDirected<C>) -> Self {
+        Self {
+            directed,
+            classifier: ReqwestClassifier,
+            namer: NoShard,
+        }
+    }
+}
+
+impl<C: Clock + Clone, K, N> ServerDirectedMiddleware<C, K, N> {
+    /// The same middleware with another classifier.
+    pub fn classifier<K2>(self, classifier: K2) -> ServerDirectedMiddleware<C, K2, N> {
+        ServerDirectedMiddleware {
+            directed: self.directed,
+            classifier,
+            namer: self.namer,
+        }
+    }
+
+    /// The same middleware naming each request's shard with `namer`.
+    pub fn names_shard<N2: NameShard>(self, namer: N2) -> ServerDirectedMiddleware<C, K, N2> {
+        ServerDirectedMiddleware {
+            directed: self.directed,
+            classifier: self.classifier,
+            namer,
+        }
+    }
+
+    /// The dependency.
+    pub fn directed(&self) -> &ServerDirected<C> {
+        &self.directed
+    }
+}
+
+#[async_trait::async_trait]
+impl<C, K, N> Middleware for ServerDirectedMiddleware<C, K, N>
+where
+    C: Clock + Clone + Send + Sync + 'static,
+    K: Classify<Response, reqwest_middleware::Error> + Send + Sync + 'static,
+    N: NameShard,
+{
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let shard = self.namer.shard(&req);
+        let permit = self
+            .directed
+            .admit(shard.as_deref())
+            .map_err(reqwest_middleware::Error::middleware)?;
+        let result = next.run(req, extensions).await;
+        let (classification, blame) = match &result {
+            Err(reqwest_middleware::Error::Middleware(e))
+                if e.chain().any(crate::is_local_rejection) =>
+            {
+                (Classification::new(Outcome::Ignored), None)
+            }
+            _ => (self.classifier.classify(&result), self.classifier.blame(&result)),
+        };
+        permit.record(classification, blame.as_ref());
+        result
     }
 }
 

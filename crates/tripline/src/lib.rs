@@ -149,6 +149,6 @@ pub use config::{
 pub use error::{BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError};
 pub use event::{Event, EventKind, EventLog, Listener, Reason};
 pub use host::{Breaker, BreakerPermit, OperatorError, Reach};
-pub use outcome::{Classification, Classify, FailureKind, Outcome, ResultClassifier};
+pub use outcome::{Blaming, Classification, Classify, FailureKind, Outcome, ResultClassifier};
 pub use state::State;
 pub use window::WindowSnapshot;

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::registry::Blame;
+
 /// The verdict on one call.
 ///
 /// ```
@@ -263,6 +265,59 @@ impl From<Outcome> for Classification {
 pub trait Classify<T, E> {
     /// The verdict on `result`.
     fn classify(&self, result: &Result<T, E>) -> Classification;
+
+    /// The part of the dependency the server blamed for `result`, if it said (a response
+    /// header naming the overloaded shard, an error type): a
+    /// [`ServerDirected`](crate::registry::ServerDirected) dependency records the result on
+    /// that part's breaker instead of the dependency-wide one. No blame by default; give one
+    /// with [`Blaming`].
+    fn blame(&self, result: &Result<T, E>) -> Option<Blame> {
+        let _ = result;
+        None
+    }
+}
+
+/// A classifier `K` with a blame read by `F` (`Fn(&Result<T, E>) -> Option<Blame>`): the way
+/// to say which shard an error type or a response names.
+///
+/// ```
+/// use tripline::registry::Blame;
+/// use tripline::{Blaming, Classify, ResultClassifier};
+///
+/// #[derive(Debug)]
+/// struct ShardOverloaded(String);
+/// let k = Blaming::new(ResultClassifier, |r: &Result<(), ShardOverloaded>| {
+///     r.as_ref().err().map(|e| Blame::shard(&e.0))
+/// });
+/// let failed = Err(ShardOverloaded("17".into()));
+/// assert_eq!(k.blame(&failed), Some(Blame::shard("17")));
+/// assert_eq!(k.blame(&Ok(())), None);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Blaming<K, F> {
+    classifier: K,
+    blame: F,
+}
+
+impl<K, F> Blaming<K, F> {
+    /// `classifier`'s verdicts, with the blame `blame` reads.
+    pub const fn new(classifier: K, blame: F) -> Self {
+        Self { classifier, blame }
+    }
+}
+
+impl<T, E, K, F> Classify<T, E> for Blaming<K, F>
+where
+    K: Classify<T, E>,
+    F: Fn(&Result<T, E>) -> Option<Blame>,
+{
+    fn classify(&self, result: &Result<T, E>) -> Classification {
+        self.classifier.classify(result)
+    }
+
+    fn blame(&self, result: &Result<T, E>) -> Option<Blame> {
+        (self.blame)(result)
+    }
 }
 
 impl<T, E, F> Classify<T, E> for F

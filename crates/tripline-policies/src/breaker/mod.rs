@@ -44,6 +44,7 @@
 //! # }
 //! ```
 
+mod directed;
 pub mod error;
 pub mod future;
 mod layer;
@@ -60,6 +61,7 @@ use tripline::{
 
 pub use error::Rejected;
 use future::ResponseFuture;
+pub use directed::{NameShard, NoShard, ServerDirectedBreaker, ServerDirectedLayer};
 pub use layer::BreakerLayer;
 
 use crate::BoxError;

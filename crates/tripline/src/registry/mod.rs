@@ -95,9 +95,11 @@
 //! ```
 
 mod config;
+pub mod directed;
 mod key;
 
 pub use config::RegistryConfig;
+pub use directed::{Attribution, Blame, BlameRefused, DirectedPermit, ServerDirected};
 pub use key::{Key, OperatorState, ScopeKind, Selector};
 
 use std::collections::BTreeMap;
