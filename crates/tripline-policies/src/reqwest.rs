@@ -606,7 +606,11 @@ impl<K: Classify<Response, reqwest_middleware::Error>> Classify<Response, reqwes
 /// # Ok(())
 /// # }
 /// ```
-pub struct ServerDirectedMiddleware<C: Clock + Clone = MonotonicClock, K = ReqwestClassifier, N = NoShard> {
+pub struct ServerDirectedMiddleware<
+    C: Clock + Clone = MonotonicClock,
+    K = ReqwestClassifier,
+    N = NoShard,
+> {
     directed: ServerDirected<C>,
     classifier: K,
     namer: N,
@@ -716,7 +720,10 @@ where
             {
                 (Classification::new(Outcome::Ignored), None)
             }
-            _ => (self.classifier.classify(&result), self.classifier.blame(&result)),
+            _ => (
+                self.classifier.classify(&result),
+                self.classifier.blame(&result),
+            ),
         };
         permit.record(classification, blame.as_ref());
         result

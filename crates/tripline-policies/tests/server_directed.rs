@@ -62,14 +62,20 @@ struct Shards {
 
 impl Shards {
     fn answer(&self, shard: &str) -> http::Response<()> {
-        *self.hits.lock().unwrap().entry(shard.to_owned()).or_default() += 1;
+        *self
+            .hits
+            .lock()
+            .unwrap()
+            .entry(shard.to_owned())
+            .or_default() += 1;
         let blamed = self.blame.lock().unwrap().clone();
         let mut resp = http::Response::builder();
         if shard == HOT || blamed.is_some() {
             let value = blamed.unwrap_or_else(|| shard.as_bytes().to_vec());
-            resp = resp
-                .status(503)
-                .header("x-overloaded-shard", http::HeaderValue::from_bytes(&value).unwrap());
+            resp = resp.status(503).header(
+                "x-overloaded-shard",
+                http::HeaderValue::from_bytes(&value).unwrap(),
+            );
         }
         resp.body(()).unwrap()
     }
@@ -80,7 +86,10 @@ impl Shards {
 }
 
 fn request(shard: &str) -> http::Request<()> {
-    http::Request::builder().header("x-shard", shard).body(()).unwrap()
+    http::Request::builder()
+        .header("x-shard", shard)
+        .body(())
+        .unwrap()
 }
 
 type Svc = tower::util::BoxCloneService<http::Request<()>, http::Response<()>, BoxError>;
@@ -177,17 +186,32 @@ async fn a_call_naming_a_tripped_shard_is_refused_by_its_breaker() {
     let client = client(directed.clone());
     let url = format!("http://{}/item", server.addr);
     for _ in 0..2 {
-        let resp = client.get(&url).header("x-shard", HOT).send().await.unwrap();
+        let resp = client
+            .get(&url)
+            .header("x-shard", HOT)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 503);
     }
-    let err = client.get(&url).header("x-shard", HOT).send().await.unwrap_err();
+    let err = client
+        .get(&url)
+        .header("x-shard", HOT)
+        .send()
+        .await
+        .unwrap_err();
     let rejected = rejection(&err).expect("refused by the shard's breaker, never sent");
     assert_eq!(rejected.breaker(), "catalog/shard=3");
     assert_eq!(rejected.state(), State::Open);
     assert_eq!(shards.hits(HOT), 2);
     // Healthy shards, and calls that name no shard, pass.
     for shard in ["0", "1"] {
-        let resp = client.get(&url).header("x-shard", shard).send().await.unwrap();
+        let resp = client
+            .get(&url)
+            .header("x-shard", shard)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200);
     }
     assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
@@ -218,8 +242,16 @@ async fn a_hostile_blamed_scope_is_refused_without_creating_keys_past_the_bound(
         let failed = directed.dependency_breaker().metrics().failed_calls;
         let resp = svc.clone().oneshot(request("0")).await.unwrap();
         assert_eq!(resp.status(), 503);
-        assert_eq!(registry.len(), 1, "no key for {:?}", String::from_utf8_lossy(value));
-        assert_eq!(directed.dependency_breaker().metrics().failed_calls, failed + 1);
+        assert_eq!(
+            registry.len(),
+            1,
+            "no key for {:?}",
+            String::from_utf8_lossy(value)
+        );
+        assert_eq!(
+            directed.dependency_breaker().metrics().failed_calls,
+            failed + 1
+        );
     }
 
     // A server blaming ever new valid shards cannot take the registry past its bound.

@@ -10,8 +10,7 @@ use tripline::registry::{
     Attribution, Blame, BlameRefused, Key, Registry, RegistryConfig, ScopeKind, ServerDirected,
 };
 use tripline::{
-    BreakerConfig, Classification, ConfigError, FailureKind, ManualClock, Outcome, Recorded,
-    State,
+    BreakerConfig, Classification, ConfigError, FailureKind, ManualClock, Outcome, Recorded, State,
 };
 
 fn small() -> BreakerConfig {
@@ -23,7 +22,13 @@ fn small() -> BreakerConfig {
         .unwrap()
 }
 
-fn catalog(max: usize) -> (ServerDirected<ManualClock>, Arc<Registry<ManualClock>>, ManualClock) {
+fn catalog(
+    max: usize,
+) -> (
+    ServerDirected<ManualClock>,
+    Arc<Registry<ManualClock>>,
+    ManualClock,
+) {
     let clock = ManualClock::new();
     let config = RegistryConfig::default()
         .with_config("default", small())
@@ -54,7 +59,10 @@ fn a_blamed_shard_trips_alone_and_healthy_shards_pass() {
             if shard == 3 {
                 let at = permit.record(unavailable(), Some(&Blame::shard("3")));
                 if round == 0 {
-                    assert_eq!(at, Attribution::Scope(shard_key("3"), Some(Recorded::Counted)));
+                    assert_eq!(
+                        at,
+                        Attribution::Scope(shard_key("3"), Some(Recorded::Counted))
+                    );
                 }
             } else {
                 assert_eq!(
@@ -111,7 +119,10 @@ fn a_call_naming_a_tripped_shard_is_refused_by_its_breaker() {
 fn a_failure_nobody_blamed_still_counts_dependency_wide() {
     let (catalog, registry, _clock) = catalog(100);
     for _ in 0..2 {
-        catalog.admit(Some("1")).unwrap().record(unavailable(), None);
+        catalog
+            .admit(Some("1"))
+            .unwrap()
+            .record(unavailable(), None);
     }
     assert_eq!(catalog.dependency_breaker().state(), State::Open);
     assert_eq!(catalog.admit(Some("2")).unwrap_err().breaker(), "catalog");
@@ -123,14 +134,22 @@ fn a_hostile_blamed_scope_is_refused_without_creating_keys_past_the_bound() {
     let (catalog, registry, _clock) = catalog(4);
     let long = "9".repeat(257);
     let hostile = [
-        "", "a/b", "shard=1", "a b", "tab\t", "nl\n", "\u{202E}71", "zero\u{200B}width", "{x}",
+        "",
+        "a/b",
+        "shard=1",
+        "a b",
+        "tab\t",
+        "nl\n",
+        "\u{202E}71",
+        "zero\u{200B}width",
+        "{x}",
         long.as_str(),
     ];
     for value in hostile {
-        let at = catalog
-            .admit(None)
-            .unwrap()
-            .record(Classification::new(Outcome::Success), Some(&Blame::shard(value)));
+        let at = catalog.admit(None).unwrap().record(
+            Classification::new(Outcome::Success),
+            Some(&Blame::shard(value)),
+        );
         match at {
             Attribution::Refused(BlameRefused::Key(e)) => assert_eq!(e.field(), "key.scope"),
             other => panic!("{value:?}: {other:?}"),
@@ -138,13 +157,19 @@ fn a_hostile_blamed_scope_is_refused_without_creating_keys_past_the_bound() {
     }
     let unreadable = Blame::invalid(
         ScopeKind::Shard,
-        ConfigError::new("header x-overloaded-shard", "\"\\xff\"", "visible ASCII text"),
+        ConfigError::new(
+            "header x-overloaded-shard",
+            "\"\\xff\"",
+            "visible ASCII text",
+        ),
     );
     let at = catalog
         .admit(None)
         .unwrap()
         .record(Classification::new(Outcome::Success), Some(&unreadable));
-    assert!(matches!(at, Attribution::Refused(BlameRefused::Key(ref e)) if e.field() == "header x-overloaded-shard"));
+    assert!(
+        matches!(at, Attribution::Refused(BlameRefused::Key(ref e)) if e.field() == "header x-overloaded-shard")
+    );
     assert_eq!(registry.len(), 1, "no key for a refused value");
 
     // A server blaming ever new shards: the registry's bound holds, the breakers holding

@@ -151,8 +151,12 @@ impl<S, C: Clock + Clone, K: Clone, N> Layer<S> for ServerDirectedLayer<C, K, N>
 
 /// A service behind a [`ServerDirected`] dependency; made by [`ServerDirectedLayer`].
 #[derive(Debug)]
-pub struct ServerDirectedBreaker<S, C: Clock + Clone = MonotonicClock, K = ResultClassifier, N = NoShard>
-{
+pub struct ServerDirectedBreaker<
+    S,
+    C: Clock + Clone = MonotonicClock,
+    K = ResultClassifier,
+    N = NoShard,
+> {
     inner: S,
     layer: ServerDirectedLayer<C, K, N>,
 }

@@ -59,9 +59,9 @@ use tripline::{
     MonotonicClock, Outcome, ResultClassifier,
 };
 
+pub use directed::{NameShard, NoShard, ServerDirectedBreaker, ServerDirectedLayer};
 pub use error::Rejected;
 use future::ResponseFuture;
-pub use directed::{NameShard, NoShard, ServerDirectedBreaker, ServerDirectedLayer};
 pub use layer::BreakerLayer;
 
 use crate::BoxError;

@@ -27,9 +27,8 @@
 //! let registry = Arc::new(Registry::new(RegistryConfig::default())?);
 //! let catalog = ServerDirected::new(registry.clone(), Key::new("catalog")?)?;
 //!
-//! // The server answers 503 and blames shard 7, again and again.
-//! for _ in 0..100 {
-//!     let permit = catalog.admit(Some("7"))?;
+//! // The server answers 503 and blames shard 7, until shard 7's breaker refuses the calls.
+//! while let Ok(permit) = catalog.admit(Some("7")) {
 //!     permit.record(Classification::failure(FailureKind::Unavailable), Some(&Blame::shard("7")));
 //! }
 //! assert_eq!(registry.get(&"catalog/shard=7".parse()?)?.state(), State::Open);
@@ -94,7 +93,7 @@ impl Blame {
 
     /// The value blamed, or why there is none.
     pub fn value(&self) -> Result<&str, &ConfigError> {
-        self.value.as_deref().map_err(|e| e)
+        self.value.as_deref()
     }
 
     /// The key of the blamed part of `dependency`, under the key rules of [`Key::scoped`].
