@@ -540,6 +540,14 @@ pub(crate) fn run(
             )
         })
         .collect();
+    let mut policies = policies;
+    if let Some(service) = policies.last_mut() {
+        service.blamed = model
+            .phases
+            .iter()
+            .filter_map(|p| Some((p.from, p.until, p.shards.clone()?)))
+            .collect();
+    }
     let mut out = {
         let hosts = model.hosts.as_ref().map(|h| {
             crate::hosts::Pool::new(

@@ -44,7 +44,12 @@ use std::sync::{Arc, Mutex};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
-use tripline::{BreakerConfig, CircuitBreaker, EventKind, ManualClock, Outcome, Permit, State};
+use tripline::registry::{
+    Blame, DirectedPermit, Key, Registry, RegistryConfig, ServerDirected,
+};
+use tripline::{
+    BreakerConfig, CircuitBreaker, Classification, EventKind, ManualClock, Outcome, Permit, State,
+};
 use tripline_policies::bulkhead::{Bulkhead, BulkheadPermit, BulkheadWaiter, Entry};
 use tripline_policies::chaos::Chaos;
 use tripline_policies::gate::{Gate, GateGuard};
@@ -241,6 +246,12 @@ pub struct ThrottleReport {
 pub(crate) struct TierPolicies {
     pub(crate) spec: ClientSpec,
     pub(crate) breakers: Vec<CircuitBreaker<ManualClock>>,
+    /// With `scope = "server-directed"`: per replica (or shared), the dependency whose
+    /// registry holds the dependency-wide breaker (`breakers`) and the blamed shards' ones.
+    directed: Vec<ServerDirected<ManualClock>>,
+    /// The shard-scoped faults, `(from, until, shards)`: a failure of a shard during one is
+    /// blamed on the shard by the server.
+    pub(crate) blamed: Vec<(u64, u64, Vec<u32>)>,
     pub(crate) retries: Vec<RetryPolicy>,
     gates: Vec<Gate>,
     bulkheads: Vec<Bulkhead>,
@@ -277,6 +288,7 @@ impl TierPolicies {
     ) -> Self {
         let tseed = mix(seed, 0x7153_0000 + tier as u64);
         let log: Arc<Mutex<Vec<Tr>>> = Arc::new(Mutex::new(Vec::new()));
+        let mut directed = Vec::new();
         let breakers = match &spec.breaker {
             None => Vec::new(),
             Some(b) => {
@@ -290,8 +302,14 @@ impl TierPolicies {
                 (0..n)
                     .map(|i| {
                         let config = seeded(&b.config, bseed, i);
-                        let cb =
-                            CircuitBreaker::with_clock(name.to_string(), config, clock.clone());
+                        let cb = if b.scope == Scope::ServerDirected {
+                            let d = server_directed(name, config, shards, clock);
+                            let cb = d.dependency_breaker().clone();
+                            directed.push(d);
+                            cb
+                        } else {
+                            CircuitBreaker::with_clock(name.to_string(), config, clock.clone())
+                        };
                         let log = log.clone();
                         let idx = i as u32;
                         cb.subscribe(move |e: &tripline::Event| {
@@ -392,6 +410,8 @@ impl TierPolicies {
         Self {
             spec,
             breakers,
+            directed,
+            blamed: Vec::new(),
             retries,
             gates,
             bulkheads,
@@ -414,7 +434,18 @@ impl TierPolicies {
         let mut outer: Layers<'_> = Vec::new();
         let mut inner: Layers<'_> = Vec::new();
         if let Some(b) = &self.spec.breaker {
-            let layer = Box::new(BreakerLayer {
+            let layer: Box<dyn Layer + '_> = if b.scope == Scope::ServerDirected {
+                Box::new(DirectedLayer {
+                    directed: &self.directed,
+                    blamed: &self.blamed,
+                    names: (0..self.shards).map(|s| s.to_string()).collect(),
+                    permits: Vec::new(),
+                    shared: b.sharing == Sharing::Shared,
+                    rejected: 0,
+                    ramping_up: 0,
+                })
+            } else {
+                Box::new(BreakerLayer {
                 breakers: &self.breakers,
                 permits: Vec::new(),
                 keys: if b.scope == Scope::Shard {
@@ -433,7 +464,8 @@ impl TierPolicies {
                 stale_view_calls: 0,
                 rejected: 0,
                 ramping_up: 0,
-            });
+                })
+            };
             if self.spec.retry_inside_breaker {
                 outer.push(layer);
             } else {
@@ -695,6 +727,95 @@ impl<'p> Layer for BreakerLayer<'p> {
             rejected: self.rejected,
             ramping_up: self.ramping_up,
             stale_view_calls: self.stale_view_calls,
+        });
+    }
+}
+
+/// A server-directed dependency of `name`: its registry holds the dependency-wide breaker
+/// and at most one breaker per shard, all with `config`.
+fn server_directed(
+    name: &str,
+    config: BreakerConfig,
+    shards: u32,
+    clock: &ManualClock,
+) -> ServerDirected<ManualClock> {
+    let registry = RegistryConfig::default()
+        .with_config("default", config)
+        .with_max_breakers(1 + shards as usize);
+    // Checked when the scenario was read: a dependency name is a key, the bound is valid.
+    let registry = Arc::new(
+        Registry::with_clock(registry, clock.clone())
+            .unwrap_or_else(|e| panic!("validated registry: {e}")),
+    );
+    let key = Key::new(name).unwrap_or_else(|e| panic!("validated dependency name: {e}"));
+    ServerDirected::new(registry, key).unwrap_or_else(|e| panic!("an empty registry: {e}"))
+}
+
+/// The server-directed breakers (`scope = "server-directed"`): a request is admitted by the
+/// dependency-wide breaker and by its shard's, if the server has blamed the shard before; a
+/// failure during a shard-scoped fault is blamed on the shard by the server and recorded on
+/// the shard's breaker instead. The real `tripline::registry::ServerDirected`.
+struct DirectedLayer<'p> {
+    directed: &'p [ServerDirected<ManualClock>],
+    blamed: &'p [(u64, u64, Vec<u32>)],
+    /// The shards' names, made once.
+    names: Vec<String>,
+    permits: Vec<Option<DirectedPermit<ManualClock>>>,
+    shared: bool,
+    rejected: u64,
+    ramping_up: u64,
+}
+
+impl DirectedLayer<'_> {
+    fn directed(&self, cx: &Cx) -> &ServerDirected<ManualClock> {
+        &self.directed[if self.shared { 0 } else { cx.replica as usize }]
+    }
+
+    fn name(&self, cx: &Cx) -> Option<&str> {
+        self.names.get(cx.shard as usize).map(String::as_str)
+    }
+}
+
+impl Layer for DirectedLayer<'_> {
+    fn admit(&mut self, cx: &Cx, _: &mut Vec<Woken>) -> Admit {
+        match self.directed(cx).admit(self.name(cx)) {
+            Ok(p) => {
+                put(&mut self.permits, cx.slot, p);
+                Admit::Go
+            }
+            Err(e) => {
+                self.rejected += 1;
+                if e.reason() == tripline::RejectReason::RampingUp {
+                    self.ramping_up += 1;
+                }
+                Admit::Refused(Policy::Breaker)
+            }
+        }
+    }
+
+    fn settle(&mut self, cx: &Cx, outcome: Option<Outcome>, _: &mut Vec<Woken>) {
+        let Some(p) = take(&mut self.permits, cx.slot) else {
+            return;
+        };
+        let outcome = outcome.unwrap_or(Outcome::Ignored);
+        let blamed = outcome == Outcome::Failure
+            && self.blamed.iter().any(|(from, until, shards)| {
+                (*from..*until).contains(&cx.now) && shards.binary_search(&cx.shard).is_ok()
+            });
+        let blame = if blamed {
+            self.name(cx).map(Blame::shard)
+        } else {
+            None
+        };
+        let _ = p.record(Classification::new(outcome), blame.as_ref());
+    }
+
+    fn report(&self, r: &mut PolicyReport) {
+        r.breaker = Some(BreakerReport {
+            count: self.directed.iter().map(|d| d.registry().len() as u32).sum(),
+            rejected: self.rejected,
+            ramping_up: self.ramping_up,
+            stale_view_calls: 0,
         });
     }
 }

@@ -375,6 +375,12 @@ pub enum Scope {
     Dependency,
     /// One breaker per shard of the dependency.
     Shard,
+    /// One breaker for the dependency, and a mini breaker per shard the server blames for a
+    /// failure (a shard-scoped fault: the server names the overloaded shard), made on demand
+    /// in a `tripline::registry::Registry` (`tripline::registry::ServerDirected`): blamed
+    /// failures are recorded on the shard's breaker instead of the dependency-wide one, and a
+    /// request to that shard must be admitted by both.
+    ServerDirected,
 }
 
 /// Where a breaker's state lives.
@@ -396,7 +402,7 @@ pub struct Protection {
     /// Its column title (default `"with"`).
     #[serde(default = "with_label")]
     pub label: String,
-    /// `"dependency"` (default) or `"shard"`.
+    /// `"dependency"` (default), `"shard"` or `"server-directed"`.
     #[serde(default)]
     pub scope: Scope,
     /// `"local"` (default) or `"shared"`.
@@ -664,6 +670,8 @@ impl Scenario {
         let keys = match p.scope {
             Scope::Dependency => 1,
             Scope::Shard => self.shards.map_or(1, |s| u64::from(s.count)),
+            // At most: the shards' breakers are made only for the shards a server blames.
+            Scope::ServerDirected => 1 + self.shards.map_or(0, |s| u64::from(s.count)),
         };
         replicas * keys
     }
@@ -1098,10 +1106,23 @@ impl Scenario {
                     "must be unique",
                 ));
             }
-            if p.scope == Scope::Shard && self.shards.is_none() {
+            if p.scope == Scope::ServerDirected
+                && let Err(e) = tripline::registry::Key::new(&self.dependency.name)
+            {
+                return Err(bad(
+                    "dependency.name".to_string(),
+                    format!("{:?}", self.dependency.name),
+                    format!("a name that can be a registry key, for a server-directed breaker ({})", e.allowed()),
+                ));
+            }
+            if p.scope != Scope::Dependency && self.shards.is_none() {
                 return Err(bad(
                     format!("protection[{i}].scope"),
-                    "\"shard\"",
+                    if p.scope == Scope::Shard {
+                        "\"shard\""
+                    } else {
+                        "\"server-directed\""
+                    },
                     "needs a [shards] table with the shard count",
                 ));
             }

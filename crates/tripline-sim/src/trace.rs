@@ -102,9 +102,11 @@ fn key(s: &Scenario, p: &crate::scenario::Protection, idx: u32) -> String {
     };
     let (replica, shard) = (idx / shards, idx % shards);
     match (p.sharing, p.scope) {
-        (Sharing::Shared, Scope::Dependency) => dep.clone(),
+        (Sharing::Shared, Scope::Dependency | Scope::ServerDirected) => dep.clone(),
         (Sharing::Shared, Scope::Shard) => format!("{dep}/shard={shard}"),
-        (Sharing::Local, Scope::Dependency) => format!("{dep}/host=replica-{replica}"),
+        (Sharing::Local, Scope::Dependency | Scope::ServerDirected) => {
+            format!("{dep}/host=replica-{replica}")
+        }
         (Sharing::Local, Scope::Shard) => format!("{dep}/shard={shard}@replica-{replica}"),
     }
 }

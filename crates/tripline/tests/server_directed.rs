@@ -193,3 +193,27 @@ fn a_hostile_blamed_scope_is_refused_without_creating_keys_past_the_bound() {
     assert_eq!(registry.len(), 4);
     assert_eq!(catalog.dependency_breaker().metrics().failed_calls, 1);
 }
+
+#[test]
+fn a_blamed_shard_costs_one_breaker_of_memory() {
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder().count_window(100).build().unwrap();
+    let registry = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default().with_config("default", config),
+            clock,
+        )
+        .unwrap(),
+    );
+    let catalog = ServerDirected::new(registry.clone(), Key::new("catalog").unwrap()).unwrap();
+    let closed = catalog.dependency_breaker().memory_bytes();
+    while let Ok(p) = catalog.admit(Some("3")) {
+        p.record(unavailable(), Some(&Blame::shard("3")));
+    }
+    let shard = registry.peek(&shard_key("3")).unwrap();
+    assert_eq!(shard.state(), State::Open);
+    let open = shard.memory_bytes();
+    println!("dependency-wide breaker (closed): {closed} bytes; blamed shard's (open): {open} bytes");
+    assert!(open < 2048, "{open}");
+    assert_eq!(registry.len(), 2);
+}
