@@ -26,6 +26,9 @@
 //!   event on the breakers' listeners.
 //! * [`Registry::reload`] applies a new configuration, keeping each breaker's state and window
 //!   where the window shape is unchanged.
+//! * Where the server says which part failed (`x-overloaded-shard: 17`), [`ServerDirected`]
+//!   records the result on that part's breaker, made on demand under the same bound and key
+//!   rules, instead of the dependency-wide one (see [`directed`]).
 //!
 //! # One record, followed by each breaker
 //! The registry keeps one record of what is in force: the active configuration and the table
