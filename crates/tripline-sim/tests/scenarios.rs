@@ -790,7 +790,7 @@ fn json_has_the_documented_fields() {
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["scenario"], "hot-shard");
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 5);
+    assert_eq!(runs.len(), 6);
     assert_eq!(runs[0]["label"], "without");
     assert_eq!(v["tiers"][0], "service");
     assert!(v["sweep"].is_null());

@@ -269,8 +269,8 @@ pub trait Classify<T, E> {
     /// The part of the dependency the server blamed for `result`, if it said (a response
     /// header naming the overloaded shard, an error type): a
     /// [`ServerDirected`](crate::registry::ServerDirected) dependency records the result on
-    /// that part's breaker instead of the dependency-wide one. No blame by default; give one
-    /// with [`Blaming`].
+    /// that part's breaker instead of the dependency-wide one (a failure's blame only). No
+    /// blame by default; give one with [`Blaming`].
     fn blame(&self, result: &Result<T, E>) -> Option<Blame> {
         let _ = result;
         None

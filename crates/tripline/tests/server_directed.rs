@@ -146,10 +146,13 @@ fn a_hostile_blamed_scope_is_refused_without_creating_keys_past_the_bound() {
         long.as_str(),
     ];
     for value in hostile {
-        let at = catalog.admit(None).unwrap().record(
-            Classification::new(Outcome::Success),
-            Some(&Blame::shard(value)),
-        );
+        // Refused blames' failures are recorded dependency-wide, so two of them open it:
+        // close it again for the next value.
+        catalog.dependency_breaker().reset();
+        let at = catalog
+            .admit(None)
+            .unwrap()
+            .record(unavailable(), Some(&Blame::shard(value)));
         match at {
             Attribution::Refused(BlameRefused::Key(e)) => assert_eq!(e.field(), "key.scope"),
             other => panic!("{value:?}: {other:?}"),
@@ -163,17 +166,28 @@ fn a_hostile_blamed_scope_is_refused_without_creating_keys_past_the_bound() {
             "visible ASCII text",
         ),
     );
+    catalog.dependency_breaker().reset();
     let at = catalog
         .admit(None)
         .unwrap()
-        .record(Classification::new(Outcome::Success), Some(&unreadable));
+        .record(unavailable(), Some(&unreadable));
     assert!(
         matches!(at, Attribution::Refused(BlameRefused::Key(ref e)) if e.field() == "header x-overloaded-shard")
     );
     assert_eq!(registry.len(), 1, "no key for a refused value");
 
+    // A server naming a shard on a success creates no key.
+    catalog.dependency_breaker().reset();
+    let at = catalog.admit(None).unwrap().record(
+        Classification::new(Outcome::Success),
+        Some(&Blame::shard("fine")),
+    );
+    assert_eq!(at, Attribution::Dependency);
+    assert_eq!(registry.len(), 1);
+
     // A server blaming ever new shards: the registry's bound holds, the breakers holding
     // failures are kept, and the refused blames' failures land dependency-wide, not lost.
+    let (catalog, registry, _clock) = self::catalog(4);
     let mut refused = 0;
     for i in 0..50 {
         let at = catalog

@@ -121,8 +121,8 @@ pub enum BlameRefused {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Attribution {
-    /// Nobody was blamed: the dependency-wide breaker (and the named scope's, if the call
-    /// named one that has a breaker) recorded it.
+    /// Nobody was blamed (or the result was not a failure): the dependency-wide breaker (and
+    /// the named scope's, if the call named one that has a breaker) recorded it.
     Dependency,
     /// The blamed scope's breaker recorded it (`Recorded::Stale` or a refusal there, when the
     /// scope's breaker is already open or its probes are taken, drops it: that breaker
@@ -237,16 +237,19 @@ impl<C: Clock + Clone> DirectedPermit<C> {
         self.scoped.as_ref().map(|(k, _)| k)
     }
 
-    /// Records the call's classification where `blame` directs: on the blamed scope's breaker
-    /// (made on demand) instead of the dependency-wide one; with no blame, or a blame that is
-    /// refused, on the dependency-wide one. The scope the call named records its successes,
-    /// and its failures only when the server blamed it.
+    /// Records the call's classification where `blame` directs: a failure on the blamed
+    /// scope's breaker (made on demand) instead of the dependency-wide one; with no blame, or
+    /// a blame that is refused, on the dependency-wide one. Only a failure's blame is
+    /// followed: a success or an ignored result goes where an unblamed one goes, so a server
+    /// that names a shard on every answer creates no keys until the shard fails. The scope
+    /// the call named records its successes, and its failures only when the server blamed it.
     pub fn record(self, c: Classification, blame: Option<&Blame>) -> Attribution {
         let Self {
             directed,
             dependency,
             scoped,
         } = self;
+        let blame = blame.filter(|_| c.outcome == Outcome::Failure);
         let target = match blame {
             None => None,
             Some(b) => match b.key(directed.dependency.dependency()) {
