@@ -43,7 +43,10 @@ async fn shard_breakers_a_server_blamed_are_grouped_under_their_dependency() {
     }
     let summary = registry.summary();
     assert_eq!(
-        (summary["catalog"].breakers, summary["catalog"].in_state(State::Open)),
+        (
+            summary["catalog"].breakers,
+            summary["catalog"].in_state(State::Open)
+        ),
         (3, 2)
     );
     assert_eq!(catalog.dependency_breaker().state(), State::Closed);
@@ -54,7 +57,9 @@ async fn shard_breakers_a_server_blamed_are_grouped_under_their_dependency() {
         .build()
         .unwrap();
     let router = Router::new().nest("/ops", dashboard.router());
-    let req = Request::get("/ops/api/breakers").body(Body::empty()).unwrap();
+    let req = Request::get("/ops/api/breakers")
+        .body(Body::empty())
+        .unwrap();
     let resp = router.oneshot(req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
@@ -83,8 +88,14 @@ async fn shard_breakers_a_server_blamed_are_grouped_under_their_dependency() {
     assert_eq!(
         shards,
         [
-            (&json!("catalog/shard=3"), &json!({"kind": "shard", "value": "3"})),
-            (&json!("catalog/shard=12"), &json!({"kind": "shard", "value": "12"})),
+            (
+                &json!("catalog/shard=3"),
+                &json!({"kind": "shard", "value": "3"})
+            ),
+            (
+                &json!("catalog/shard=12"),
+                &json!({"kind": "shard", "value": "12"})
+            ),
         ]
     );
 }

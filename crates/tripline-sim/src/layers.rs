@@ -44,9 +44,7 @@ use std::sync::{Arc, Mutex};
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 use serde::Serialize;
-use tripline::registry::{
-    Blame, DirectedPermit, Key, Registry, RegistryConfig, ServerDirected,
-};
+use tripline::registry::{Blame, DirectedPermit, Key, Registry, RegistryConfig, ServerDirected};
 use tripline::{
     BreakerConfig, CircuitBreaker, Classification, EventKind, ManualClock, Outcome, Permit, State,
 };
@@ -446,24 +444,24 @@ impl TierPolicies {
                 })
             } else {
                 Box::new(BreakerLayer {
-                breakers: &self.breakers,
-                permits: Vec::new(),
-                keys: if b.scope == Scope::Shard {
-                    self.shards
-                } else {
-                    1
-                },
-                shared: b.sharing == Sharing::Shared,
-                replicas: self.replicas,
-                view_ttl: nanos(b.view_ttl),
-                views: if b.sharing == Sharing::Shared && !b.view_ttl.is_zero() {
-                    vec![View::default(); self.replicas as usize * self.breakers.len()]
-                } else {
-                    Vec::new()
-                },
-                stale_view_calls: 0,
-                rejected: 0,
-                ramping_up: 0,
+                    breakers: &self.breakers,
+                    permits: Vec::new(),
+                    keys: if b.scope == Scope::Shard {
+                        self.shards
+                    } else {
+                        1
+                    },
+                    shared: b.sharing == Sharing::Shared,
+                    replicas: self.replicas,
+                    view_ttl: nanos(b.view_ttl),
+                    views: if b.sharing == Sharing::Shared && !b.view_ttl.is_zero() {
+                        vec![View::default(); self.replicas as usize * self.breakers.len()]
+                    } else {
+                        Vec::new()
+                    },
+                    stale_view_calls: 0,
+                    rejected: 0,
+                    ramping_up: 0,
                 })
             };
             if self.spec.retry_inside_breaker {
@@ -812,7 +810,11 @@ impl Layer for DirectedLayer<'_> {
 
     fn report(&self, r: &mut PolicyReport) {
         r.breaker = Some(BreakerReport {
-            count: self.directed.iter().map(|d| d.registry().len() as u32).sum(),
+            count: self
+                .directed
+                .iter()
+                .map(|d| d.registry().len() as u32)
+                .sum(),
             rejected: self.rejected,
             ramping_up: self.ramping_up,
             stale_view_calls: 0,

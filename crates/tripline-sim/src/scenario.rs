@@ -1112,7 +1112,10 @@ impl Scenario {
                 return Err(bad(
                     "dependency.name".to_string(),
                     format!("{:?}", self.dependency.name),
-                    format!("a name that can be a registry key, for a server-directed breaker ({})", e.allowed()),
+                    format!(
+                        "a name that can be a registry key, for a server-directed breaker ({})",
+                        e.allowed()
+                    ),
                 ));
             }
             if p.scope != Scope::Dependency && self.shards.is_none() {

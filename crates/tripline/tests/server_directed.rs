@@ -227,7 +227,9 @@ fn a_blamed_shard_costs_one_breaker_of_memory() {
     let shard = registry.peek(&shard_key("3")).unwrap();
     assert_eq!(shard.state(), State::Open);
     let open = shard.memory_bytes();
-    println!("dependency-wide breaker (closed): {closed} bytes; blamed shard's (open): {open} bytes");
+    println!(
+        "dependency-wide breaker (closed): {closed} bytes; blamed shard's (open): {open} bytes"
+    );
     assert!(open < 2048, "{open}");
     assert_eq!(registry.len(), 2);
 }
