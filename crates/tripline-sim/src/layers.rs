@@ -698,13 +698,7 @@ impl<'p> Layer for BreakerLayer<'p> {
                 put(&mut self.permits, cx.slot, p);
                 Admit::Go
             }
-            Err(e) => {
-                self.rejected += 1;
-                if e.reason() == tripline::RejectReason::RampingUp {
-                    self.ramping_up += 1;
-                }
-                Admit::Refused(Policy::Breaker)
-            }
+            Err(e) => refused(&e, &mut self.rejected, &mut self.ramping_up),
         }
     }
 
@@ -727,6 +721,15 @@ impl<'p> Layer for BreakerLayer<'p> {
             stale_view_calls: self.stale_view_calls,
         });
     }
+}
+
+/// A breaker's refusal, counted in `rejected` (and in `ramping_up` while it ramps up).
+fn refused(e: &tripline::Rejected, rejected: &mut u64, ramping_up: &mut u64) -> Admit {
+    *rejected += 1;
+    if e.reason() == tripline::RejectReason::RampingUp {
+        *ramping_up += 1;
+    }
+    Admit::Refused(Policy::Breaker)
 }
 
 /// A server-directed dependency of `name`: its registry holds the dependency-wide breaker
@@ -781,13 +784,7 @@ impl Layer for DirectedLayer<'_> {
                 put(&mut self.permits, cx.slot, p);
                 Admit::Go
             }
-            Err(e) => {
-                self.rejected += 1;
-                if e.reason() == tripline::RejectReason::RampingUp {
-                    self.ramping_up += 1;
-                }
-                Admit::Refused(Policy::Breaker)
-            }
+            Err(e) => refused(&e, &mut self.rejected, &mut self.ramping_up),
         }
     }
 
