@@ -597,6 +597,7 @@ const BUILTIN: &[(&str, &str)] = vectors![
     "slow-call-rule-off.toml",
     "operator-transitions.toml",
     "call-durations.toml",
+    "failure-count-in-time.toml",
 ];
 
 /// The in-process breaker as a [`Subject`], on a manual clock.
@@ -741,7 +742,7 @@ impl Rejected {
 /// agree on each of them.
 ///
 /// It models what the vectors exercise: count and time windows, both rates, the minimum calls,
-/// the consecutive rule, calls in flight, the open wait (with backoff and a seeded or no
+/// the consecutive and failure-count rules, calls in flight, the open wait (with backoff and a seeded or no
 /// jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
 /// transition and the operator actions. Ramps, lumping and failure kinds are not modelled.
 ///
@@ -808,6 +809,8 @@ struct Machine {
     next_call: u64,
     next_inflight_check: u64,
     run: u64,
+    /// The failure-count rule's times: the current Closed period's last failures.
+    failure_times: std::collections::VecDeque<u64>,
     open_until: u64,
     level: u32,
     ever_opened: bool,
@@ -852,6 +855,7 @@ impl RulesSubject {
                 next_call: 0,
                 next_inflight_check: width,
                 run: 0,
+                failure_times: Default::default(),
                 open_until: 0,
                 level: 0,
                 ever_opened: false,
@@ -979,6 +983,7 @@ impl Machine {
             self.next_inflight_check = self.now.saturating_add(self.width());
         }
         self.run = 0;
+        self.failure_times.clear();
         self.state = to;
         self.generation += 1;
         self.transitions.push((from, to));
@@ -1114,13 +1119,25 @@ impl Machine {
                 let consecutive = (failure
                     && rules::consecutive_fires(self.run, self.config.consecutive_failures()))
                 .then_some(self.run);
+                let mut failure_count = None;
+                if let (true, Some(rule)) = (failure, self.config.failure_count()) {
+                    self.failure_times.push_back(now);
+                    if self.failure_times.len() > rule.failures as usize {
+                        self.failure_times.pop_front();
+                    }
+                    failure_count = rules::failure_count_fires(
+                        self.failure_times.make_contiguous(),
+                        Some((rule.failures, crate::clock::nanos(rule.within))),
+                        now,
+                    );
+                }
                 if self.state == State::MetricsOnly {
                     return Recorded::Counted;
                 }
                 let evaluate = rules::result_evaluates(
                     failure,
                     slow,
-                    consecutive.is_some(),
+                    consecutive.is_some() || failure_count.is_some(),
                     || match &mut self.window {
                         PlainWindow::Count { .. } => rules::count_success_gate(filling),
                         PlainWindow::Time {
@@ -1138,8 +1155,14 @@ impl Machine {
                         }
                     },
                 );
-                if evaluate && self.fired(failure || slow, consecutive).any() {
-                    self.transition(State::Open, None);
+                if evaluate {
+                    let fired = crate::rules::Fired {
+                        failure_count,
+                        ..self.fired(failure || slow, consecutive)
+                    };
+                    if fired.any() {
+                        self.transition(State::Open, None);
+                    }
                 }
                 Recorded::Counted
             }

@@ -137,8 +137,8 @@ pub use breaker::{
 pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{
-    AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureKindWeights, HalfOpenPolicy,
-    RampCurve, RampUp, WindowConfig,
+    AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureCount, FailureKindWeights,
+    HalfOpenPolicy, RampCurve, RampUp, WindowConfig,
 };
 pub use error::{BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError};
 pub use event::{Event, EventKind, EventLog, Listener, Reason};

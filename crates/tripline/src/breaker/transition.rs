@@ -81,7 +81,7 @@ pub(crate) struct Cold {
     pub(super) lump_nanos: AtomicU64,
     /// Gradual recovery after closing.
     pub(super) ramp: Ramp,
-    /// MetricsOnly (which only a transition enters): `generation << 3 | rules that fired at
+    /// MetricsOnly (which only a transition enters): `generation << FIRED_BITS | rules that fired at
     /// the last evaluation`, so each rule is reported once each time it starts firing.
     pub(super) would_trip: AtomicU64,
     #[cfg(feature = "tokio")]
@@ -492,7 +492,9 @@ impl<C: Clock> Inner<C> {
                 // the word announcing the generation is published.
                 let g = new.generation();
                 self.window.begin(g);
-                self.cold().would_trip.store(g << 3, Ordering::Relaxed);
+                self.cold()
+                    .would_trip
+                    .store(g << super::closed::FIRED_BITS, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
                 self.closed_generation.store(g, Ordering::Release);
                 self.next_inflight_check.store(
