@@ -731,6 +731,7 @@ impl Rejected {
             state,
             reason,
             retry_after,
+            cause: None,
         }
     }
 }

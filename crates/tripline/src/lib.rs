@@ -140,7 +140,9 @@ pub use config::{
     AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureCount, FailureKindWeights,
     HalfOpenPolicy, RampCurve, RampUp, WindowConfig,
 };
-pub use error::{BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError};
+pub use error::{
+    BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError, TripCause,
+};
 pub use event::{Event, EventKind, EventLog, Listener, Reason};
 pub use outcome::{Classification, Classify, FailureKind, Outcome, ResultClassifier};
 pub use state::State;

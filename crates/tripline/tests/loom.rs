@@ -355,3 +355,41 @@ fn a_failure_racing_a_reset_never_counts_with_the_generation_before() {
         assert!(m.window.failures <= 1, "{m:?}");
     });
 }
+
+/// A rejection racing the trip that opened the breaker, and an operator's ForcedOpen racing
+/// both: a rejection by Open or ForcedOpen carries that period's cause (the cause is written
+/// before the word that lets anyone be refused), never a torn one or another period's; it
+/// carries none only when the breaker moved on to the next period while it was made.
+#[test]
+fn a_rejection_racing_transitions_carries_its_own_periods_cause() {
+    use tripline::Reason;
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let b = counting(1);
+        let tripper = {
+            let b = b.clone();
+            thread::spawn(move || {
+                if let Ok(p) = b.try_acquire() {
+                    let _ = p.record(Outcome::Failure);
+                }
+            })
+        };
+        let operator = {
+            let b = b.clone();
+            thread::spawn(move || b.force_open())
+        };
+        let r = b.try_acquire();
+        tripper.join().unwrap();
+        operator.join().unwrap();
+        if let Err(r) = r {
+            match (r.cause(), r.state()) {
+                (Some(c), State::Open) => assert_eq!(c.reason, Reason::FailureCount { count: 1 }),
+                (Some(c), State::ForcedOpen) => assert_eq!(c.reason, Reason::Operator),
+                // Refused by the Open period, whose cause the ForcedOpen replaced meanwhile.
+                (None, State::Open) => assert_eq!(b.state(), State::ForcedOpen),
+                (c, s) => panic!("refused in {s} with {c:?}"),
+            }
+        }
+    });
+}

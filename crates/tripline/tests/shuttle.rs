@@ -366,7 +366,8 @@ fn calls_in_flight_and_a_ramp_racing_lifecycle_operations_balance() {
 /// The failure-count rule's ring racing transitions (reset, shadow mode, a trip) with a
 /// listener that reads the breaker from inside each event: every trip by the rule names at
 /// least the rule's failures, all of them in the window of the generation it ends (a failure
-/// lands in its generation or nowhere), and shadow mode reports the rule only with as many.
+/// lands in its generation or nowhere), shadow mode reports the rule only with as many, and a
+/// rejection carries only such a trip's cause.
 #[test]
 fn failure_count_trips_racing_lifecycle_operations_count_only_their_generation() {
     use tripline::Reason;
@@ -416,10 +417,28 @@ fn failure_count_trips_racing_lifecycle_operations_count_only_their_generation()
                     b.reset();
                 })
             };
+            // Rejections racing the trips and the operator carry their own period's cause.
+            let reader = {
+                let b = breaker.clone();
+                thread::spawn(move || {
+                    for _ in 0..3 {
+                        if let Err(r) = b.try_acquire() {
+                            if let Some(c) = r.cause() {
+                                assert!(
+                                    matches!(c.reason, Reason::FailureCount { count } if count >= 3),
+                                    "{c:?}"
+                                );
+                                assert!(c.window.failures >= 3 && c.generation <= b.generation());
+                            }
+                        }
+                    }
+                })
+            };
             for w in writers {
                 w.join().unwrap();
             }
             operator.join().unwrap();
+            reader.join().unwrap();
             for e in log.events() {
                 match e.kind {
                     EventKind::Transition {

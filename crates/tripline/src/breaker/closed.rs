@@ -85,7 +85,7 @@ impl<C: Clock> Inner<C> {
                     let now = self.clock.recent();
                     let until = self.open_until.load(Ordering::Acquire);
                     if !rules::open_elapsed(until, now) {
-                        return Err(self.reject::<0>(Some(until - now), now));
+                        return Err(self.reject::<0>(Some(until - now), now, word.generation()));
                     }
                     self.open_to_half_open(word, self.now());
                 }
@@ -102,7 +102,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(self.reject::<2>(None, self.clock.recent()));
+                    return Err(self.reject::<2>(None, self.clock.recent(), word.generation()));
                 }
             }
         }
@@ -354,10 +354,16 @@ impl<C: Clock> Inner<C> {
     }
 
     /// A refusal by the state of slot `SLOT` of `Lane::rejected` (Open 0, HalfOpen 1,
-    /// ForcedOpen 2); the slot is a constant, so the counter, the state and the reason cost
-    /// nothing to find.
+    /// ForcedOpen 2) at `generation`; the slot is a constant, so the counter, the state and the
+    /// reason cost nothing to find. It carries what opened the breaker, when the cause written
+    /// is this open period's.
     #[cold]
-    pub(super) fn reject<const SLOT: usize>(&self, retry_after: Option<u64>, now: u64) -> Rejected {
+    pub(super) fn reject<const SLOT: usize>(
+        &self,
+        retry_after: Option<u64>,
+        now: u64,
+        generation: u64,
+    ) -> Rejected {
         const STATES: [State; 3] = [State::Open, State::HalfOpen, State::ForcedOpen];
         let state = STATES[SLOT];
         let reason = RejectReason::of_state(state);
@@ -377,6 +383,7 @@ impl<C: Clock> Inner<C> {
             state,
             reason,
             retry_after,
+            cause: self.cold().cause.read_for(state, generation),
         }
     }
 
@@ -532,7 +539,14 @@ impl<C: Clock> Inner<C> {
             if let Some((reason, snap)) =
                 self.trip_reason(generation, eval_now, events, failure || slow)
             {
-                self.trip_from(word, self.real_now(now), reason, snap, c.retry_after);
+                self.trip_from(
+                    word,
+                    self.real_now(now),
+                    reason,
+                    snap,
+                    c.retry_after,
+                    c.kind.filter(|_| failure),
+                );
             }
         }
         Recorded::Counted
@@ -608,7 +622,7 @@ impl<C: Clock> Inner<C> {
             return false;
         }
         match self.trip_reason(word.generation(), now, Fired::default(), true) {
-            Some((reason, snap)) => self.trip_from(word, now, reason, snap, None),
+            Some((reason, snap)) => self.trip_from(word, now, reason, snap, None, None),
             None => false,
         }
     }

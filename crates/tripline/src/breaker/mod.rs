@@ -7,6 +7,7 @@
 //!   atomics every call reads.
 //! * [`closed`]: admission and recording in Closed and MetricsOnly, and rejection in Open and
 //!   ForcedOpen: the lock-free paths.
+//! * [`cause`]: what opened the breaker, for its rejections to carry.
 //! * [`counted`]: the failure-count-in-time rule's ring of failure times.
 //! * [`round`]: the half-open round: probe leases, their results, the verdict.
 //! * [`transition`]: the transition (state word, generation, events), the open wait, the
@@ -45,6 +46,7 @@
 //! [`crate::event`]): a listener, a clock or a state gauge may call back into any public API
 //! of the breaker or its registry.
 
+mod cause;
 mod closed;
 mod counted;
 mod hot;
