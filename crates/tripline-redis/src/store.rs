@@ -604,6 +604,9 @@ impl Reply {
             self.expired.to_string(),
             self.origin.to_string(),
             self.notes.to_string(),
+            self.ramp_from
+                .map_or(0, |t| t.saturating_add(1))
+                .to_string(),
             "6".to_string(),
         ];
         v.extend(self.fields.iter().cloned());

@@ -743,9 +743,10 @@ impl Rejected {
 /// agree on each of them.
 ///
 /// It models what the vectors exercise: count and time windows, both rates, the minimum calls,
-/// the consecutive and failure-count rules, calls in flight, the open wait (with backoff and a seeded or no
-/// jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
-/// transition and the operator actions. Ramps, lumping and failure kinds are not modelled.
+/// the consecutive and failure-count rules, calls in flight, the open wait (with backoff and a
+/// seeded or no jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
+/// transition, the operator actions and transitions (exact and until-a-reading open waits),
+/// failure-kind weights, lumping, the ramp after recovery and the window's call durations.
 ///
 /// ```
 /// use tripline::conformance::{self, RulesSubject};
@@ -780,16 +781,16 @@ enum RulesKind {
 
 #[derive(Debug)]
 enum PlainWindow {
-    /// The last `size` outcomes: `(failed, slow)`.
+    /// The last `size` outcomes: `(failed, slow, duration in nanoseconds)`.
     Count {
         size: usize,
-        outcomes: std::collections::VecDeque<(bool, bool)>,
+        outcomes: std::collections::VecDeque<(bool, bool, u64)>,
     },
-    /// Every outcome with its bucket number (since the breaker's creation).
+    /// Every outcome with its bucket number (since the breaker's creation) and duration.
     Time {
         bucket: u64,
         buckets: u64,
-        outcomes: Vec<(u64, bool, bool)>,
+        outcomes: Vec<(u64, bool, bool, u64)>,
         /// When the next good result is judged, and whether the last judgement saw fewer than
         /// the minimum calls.
         next_boundary: u64,
@@ -822,6 +823,21 @@ struct Machine {
     next_token: u64,
     rng: Option<rand_pcg::Pcg64Mcg>,
     transitions: Vec<(State, State)>,
+    /// When the last failure that counted (not lumped) was recorded, this generation.
+    last_counted_failure: Option<u64>,
+    /// The ramp after a recovery, while one runs.
+    ramp: Option<PlainRamp>,
+}
+
+/// A ramp in progress ([`crate::RampUp`]): when it started, its step length, and the calls
+/// seen in its current step.
+#[derive(Debug)]
+struct PlainRamp {
+    config: crate::RampUp,
+    start: u64,
+    step_nanos: u64,
+    step: u64,
+    seen: u64,
 }
 
 impl RulesSubject {
@@ -866,6 +882,8 @@ impl RulesSubject {
                 round: Default::default(),
                 next_token: 1,
                 transitions: Vec::new(),
+                last_counted_failure: None,
+                ramp: None,
             }),
         }
     }
@@ -898,7 +916,7 @@ impl Machine {
         };
         match &self.window {
             PlainWindow::Count { outcomes, .. } => {
-                outcomes.iter().for_each(|(f, sl)| add(*f, *sl));
+                outcomes.iter().for_each(|(f, sl, _)| add(*f, *sl));
             }
             PlainWindow::Time {
                 bucket,
@@ -910,7 +928,7 @@ impl Machine {
                 outcomes
                     .iter()
                     .filter(|(b, ..)| *b <= e && b + buckets > e)
-                    .for_each(|(_, f, sl)| add(*f, *sl));
+                    .for_each(|(_, f, sl, _)| add(*f, *sl));
             }
         }
         if with_in_flight && self.config.counts_in_flight() {
@@ -925,6 +943,41 @@ impl Machine {
                 .count() as u64;
         }
         s
+    }
+
+    /// The window's calls' total and mean duration (`call_durations`), as the breaker's
+    /// metrics report them: in whole microseconds, a mean only when the window holds calls.
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        if !self.config.call_durations {
+            return (None, None);
+        }
+        let micros: Vec<u64> = match &self.window {
+            PlainWindow::Count { outcomes, .. } => {
+                outcomes.iter().map(|(.., d)| d / 1_000).collect()
+            }
+            PlainWindow::Time {
+                bucket,
+                buckets,
+                outcomes,
+                ..
+            } => {
+                let e = self.now / bucket;
+                outcomes
+                    .iter()
+                    .filter(|(b, ..)| *b <= e && b + buckets > e)
+                    .map(|(.., d)| d / 1_000)
+                    .collect()
+            }
+        };
+        if micros.is_empty() {
+            return (Some(Duration::ZERO), None);
+        }
+        let total = micros.iter().fold(0u64, |a, d| a.saturating_add(*d));
+        let mean = total / micros.len() as u64;
+        (
+            Some(Duration::from_micros(total)),
+            Some(Duration::from_micros(mean)),
+        )
     }
 
     /// Judges the window (noting, for a time window, whether it held the minimum).
@@ -985,9 +1038,54 @@ impl Machine {
         }
         self.run = 0;
         self.failure_times.clear();
+        self.last_counted_failure = None;
+        self.ramp = None;
         self.state = to;
         self.generation += 1;
         self.transitions.push((from, to));
+    }
+
+    /// Ends a half-open round with the probes' verdict: to Open, or to Closed and, with a
+    /// `ramp_up`, a ramp (only probes start one; an operator's close or a timeout does not).
+    fn end_round(&mut self, to: State) {
+        self.transition(to, None);
+        if to == State::Closed {
+            if let Some(r) = self.config.ramp_up {
+                self.ramp = Some(PlainRamp {
+                    config: r,
+                    start: self.now,
+                    step_nanos: (crate::clock::nanos(r.over) / u64::from(r.steps.max(1))).max(1),
+                    step: 0,
+                    seen: 0,
+                });
+            }
+        }
+    }
+
+    /// Whether the ramp (if one runs) admits a call now; ends it once it is over.
+    fn ramp_admits(&mut self) -> bool {
+        let now = self.now;
+        let Some(r) = &mut self.ramp else {
+            return true;
+        };
+        let i = crate::rules::ramp_step(r.start, r.step_nanos, now);
+        if i >= u64::from(r.config.steps.max(1)) {
+            self.ramp = None;
+            return true;
+        }
+        if i != r.step {
+            r.step = i;
+            r.seen = 0;
+        }
+        let share = crate::rules::ramp_share_ppm(
+            r.config.from,
+            r.config.steps.max(1),
+            r.config.curve,
+            u32::try_from(i).unwrap_or(u32::MAX),
+        );
+        let n = r.seen;
+        r.seen += 1;
+        crate::rules::ramp_admits(n, share)
     }
 
     fn reject(&self, state: State, retry_after: Option<u64>) -> Rejected {
@@ -1003,6 +1101,14 @@ impl Machine {
         loop {
             match self.state {
                 State::Closed | State::MetricsOnly => {
+                    if !self.ramp_admits() {
+                        return Err(Rejected::with_reason(
+                            self.name.clone(),
+                            State::Closed,
+                            crate::RejectReason::RampingUp,
+                            None,
+                        ));
+                    }
                     if self.config.counts_in_flight() && self.now >= self.next_inflight_check {
                         self.next_inflight_check = self.now.saturating_add(self.width());
                         let fired = self.fired(true, None);
@@ -1046,7 +1152,7 @@ impl Machine {
                     );
                     let t = self.thresholds();
                     if let Some(v) = rules::settled_verdict(policy, k, &self.round, &t) {
-                        self.transition(v.state(), None);
+                        self.end_round(v.state());
                         continue;
                     }
                     let in_flight = self.leases.iter().filter(|l| l.is_some()).count() as u32;
@@ -1083,9 +1189,15 @@ impl Machine {
         }
     }
 
-    fn record(&mut self, p: RulesPermit, outcome: Outcome) -> Recorded {
+    fn record(&mut self, p: RulesPermit, c: Classification) -> Recorded {
         use crate::rules;
-        let slow = rules::is_slow(self.now.saturating_sub(p.started), self.slow_nanos());
+        let elapsed = self.now.saturating_sub(p.started);
+        let slow = rules::is_slow(elapsed, self.slow_nanos());
+        // A failure's weight (`failure_kinds`): 0 makes it an ignored outcome.
+        let weight = match (c.outcome, c.kind) {
+            (Outcome::Failure, Some(kind)) => u64::from(self.config.failure_kinds.get(kind)),
+            _ => 1,
+        };
         match p.kind {
             RulesKind::Passthrough => Recorded::Disabled,
             RulesKind::Window(id) => {
@@ -1095,35 +1207,57 @@ impl Machine {
                 if p.generation != self.generation {
                     return Recorded::Stale;
                 }
-                let failure = match outcome {
+                let failure = match c.outcome {
                     Outcome::Ignored => return Recorded::Ignored,
+                    _ if weight == 0 => return Recorded::Ignored,
                     o => o == Outcome::Failure,
                 };
                 let now = self.now;
-                let filling = match &mut self.window {
-                    PlainWindow::Count { size, outcomes } => {
-                        let filling = outcomes.len() < *size;
-                        outcomes.push_back((failure, slow));
-                        if outcomes.len() > *size {
-                            outcomes.pop_front();
+                if failure {
+                    // Lumping: a failure within the interval of the last counted one counts
+                    // only in the metrics (it adds nothing to the run).
+                    if let Some(interval) = self.config.lumping_interval {
+                        let interval = crate::clock::nanos(interval);
+                        if rules::lumped(self.last_counted_failure, interval, now) {
+                            return Recorded::Lumped;
                         }
-                        filling
+                        self.last_counted_failure = Some(now);
                     }
-                    PlainWindow::Time {
-                        bucket, outcomes, ..
-                    } => {
-                        outcomes.push((now / *bucket, failure, slow));
-                        false
+                }
+                let mut filling = false;
+                // A weighted failure lands as `weight` failed outcomes.
+                for n in 0..weight {
+                    let f = match &mut self.window {
+                        PlainWindow::Count { size, outcomes } => {
+                            let f = outcomes.len() < *size;
+                            outcomes.push_back((failure, slow, elapsed));
+                            if outcomes.len() > *size {
+                                outcomes.pop_front();
+                            }
+                            f
+                        }
+                        PlainWindow::Time {
+                            bucket, outcomes, ..
+                        } => {
+                            outcomes.push((now / *bucket, failure, slow, elapsed));
+                            false
+                        }
+                    };
+                    if n == 0 {
+                        filling = f;
                     }
-                };
-                self.run = if failure { self.run + 1 } else { 0 };
+                }
+                self.run = if failure { self.run + weight } else { 0 };
                 let consecutive = (failure
                     && rules::consecutive_fires(self.run, self.config.consecutive_failures()))
                 .then_some(self.run);
                 let mut failure_count = None;
                 if let (true, Some(rule)) = (failure, self.config.failure_count()) {
-                    self.failure_times.push_back(now);
-                    if self.failure_times.len() > rule.failures as usize {
+                    // A weighted failure counts its weight; a lumped one returned above.
+                    for _ in 0..weight {
+                        self.failure_times.push_back(now);
+                    }
+                    while self.failure_times.len() > rule.failures as usize {
                         self.failure_times.pop_front();
                     }
                     failure_count = rules::failure_count_fires(
@@ -1178,8 +1312,10 @@ impl Machine {
                     return Recorded::Stale;
                 }
                 self.leases[slot] = None;
-                let failure = match outcome {
+                // A probe is one sample of the round, whatever its kind's weight (above 0).
+                let failure = match c.outcome {
                     Outcome::Ignored => return Recorded::Ignored,
+                    _ if weight == 0 => return Recorded::Ignored,
                     o => o == Outcome::Failure,
                 };
                 self.round = self.round.with(failure, slow);
@@ -1194,9 +1330,41 @@ impl Machine {
                     failure || slow,
                     &self.thresholds(),
                 ) {
-                    self.transition(v.state(), None);
+                    self.end_round(v.state());
                 }
                 Recorded::Counted
+            }
+        }
+    }
+
+    /// An operator's transition along an edge of [`State::operator_targets`]: asking for the
+    /// current state changes nothing, except that Closed starts a fresh window and Open a new
+    /// wait (exactly `wait` when given, at most 7 days).
+    fn operator_transition(&mut self, to: State, wait: Wait) -> Result<(), String> {
+        let explicit = match wait {
+            Wait::Configured => None,
+            Wait::For(d) => Some(("open_for", d)),
+            Wait::Until(at) => Some((
+                "open_until",
+                Duration::from_nanos(crate::clock::nanos(at).saturating_sub(self.now)),
+            )),
+        };
+        let explicit = match explicit {
+            Some((field, d)) if to == State::Open => {
+                Some(crate::operator::explicit_wait(field, d).map_err(|e| e.to_string())?)
+            }
+            _ => None,
+        };
+        match crate::rules::operator_edge(self.state, to) {
+            None => Err(format!(
+                "no operator transition from {} to {to}",
+                self.state
+            )),
+            Some(moves) => {
+                if moves {
+                    self.transition(to, explicit);
+                }
+                Ok(())
             }
         }
     }
@@ -1253,7 +1421,16 @@ impl Subject for RulesSubject {
         matches!(permit.kind, RulesKind::Probe { .. })
     }
     fn record(&self, permit: Self::Permit<'_>, outcome: Outcome) -> Recorded {
-        self.m.borrow_mut().record(permit, outcome)
+        self.m.borrow_mut().record(permit, outcome.into())
+    }
+    fn record_classified(&self, permit: Self::Permit<'_>, c: Classification) -> Recorded {
+        self.m.borrow_mut().record(permit, c)
+    }
+    fn transition(&self, to: State, wait: Wait) -> Result<(), String> {
+        self.m.borrow_mut().operator_transition(to, wait)
+    }
+    fn durations(&self) -> (Option<Duration>, Option<Duration>) {
+        self.m.borrow().durations()
     }
     fn abandon(&self, permit: Self::Permit<'_>) {
         self.m.borrow_mut().abandon(permit)
@@ -1277,8 +1454,9 @@ impl Subject for RulesSubject {
         self.m.borrow().state
     }
     fn window(&self) -> WindowSnapshot {
-        // While Open, the window that tripped (as the breaker's metrics show it).
-        self.m.borrow().snapshot(false)
+        // While Open, the window that tripped (as the breaker's metrics show it), with its
+        // overdue calls in flight.
+        self.m.borrow().snapshot(true)
     }
     fn take_transitions(&self) -> Vec<(State, State)> {
         std::mem::take(&mut self.m.borrow_mut().transitions)

@@ -62,6 +62,12 @@ use crate::{CircuitBreaker, State};
 const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 fn explicit(field: &str, wait: Duration) -> Result<OpenWait, TransitionError> {
+    explicit_wait(field, wait)?;
+    Ok(OpenWait::Exactly(nanos(wait)))
+}
+
+/// An operator's explicit open wait in nanoseconds, if it is at most 7 days.
+pub(crate) fn explicit_wait(field: &str, wait: Duration) -> Result<u64, TransitionError> {
     if wait > MAX_WAIT {
         return Err(ConfigError::new(
             field,
@@ -70,7 +76,7 @@ fn explicit(field: &str, wait: Duration) -> Result<OpenWait, TransitionError> {
         )
         .into());
     }
-    Ok(OpenWait::Exactly(nanos(wait)))
+    Ok(nanos(wait))
 }
 
 impl<C: Clock> CircuitBreaker<C> {

@@ -15,7 +15,9 @@
 //!   plain values (a ring, a list of buckets), one step at a time. The conformance vectors
 //!   run against it, against the in-process breaker and against the Redis store's Lua
 //!   functions (a second implementation of these rules that must decide alike), so all three
-//!   agree on every vector;
+//!   agree on every vector; beyond the vectors, a property test drives the in-process breaker
+//!   and this subject through random configurations and steps and compares every decision
+//!   (`tests/rules_differential.rs`);
 //! * the simulator (`tripline-sim`), which drives the in-process breaker itself.
 //!
 //! Rates are compared in integers, in parts per million ([`PPM`]): `bad × 10⁶ ≥ ppm × total`,

@@ -96,9 +96,9 @@ pub(crate) fn parse_reply(raw: Vec<Value>) {
     let Some(summary) = fuzzing::parse_reply(raw) else {
         return;
     };
-    assert!(summary.len() >= 15, "{summary:?}");
+    assert!(summary.len() >= 16, "{summary:?}");
     let epoch: u64 = summary[2].parse().expect("the epoch is a number");
-    let epochs: Vec<u64> = summary[15..]
+    let epochs: Vec<u64> = summary[16..]
         .iter()
         .map(|t| {
             t.rsplit_once('@')
@@ -114,7 +114,7 @@ pub(crate) fn parse_reply(raw: Vec<Value>) {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let s = if i >= 15 {
+            let s = if i >= 16 {
                 s.rsplit_once('@').expect("an epoch").0
             } else {
                 s.as_str()
