@@ -225,8 +225,9 @@ impl PartialEq for Rejected {
 impl Eq for Rejected {}
 
 /// What opened the breaker that refused a call ([`Rejected::cause`]): the rule that tripped
-/// it (or [`Reason::Operator`] for an operator's Open or ForcedOpen, [`Reason::ProbesFailed`]
-/// for failed probes, [`Reason::HalfOpenTimeout`]), the kind of the failure whose result
+/// it (or [`Operator`](crate::Reason::Operator) for an operator's Open or ForcedOpen,
+/// [`ProbesFailed`](crate::Reason::ProbesFailed) for failed probes,
+/// [`HalfOpenTimeout`](crate::Reason::HalfOpenTimeout)), the kind of the failure whose result
 /// tripped it (as its classifier labelled it: `None` for an unlabelled failure, a slow call,
 /// a trip by calls in flight or by a reconfiguration, an operator), the window behind the
 /// decision, and the generation the trip began. Polly hands the last exception to its
