@@ -372,6 +372,15 @@ struct Row {
     id: Option<String>,
 }
 
+/// The breaker of any host registered by hand under `key` (a row of source `manual` that no
+/// hand-registered in-process breaker has), by its index.
+fn fleet_of<C: Clock + Clone>(sh: &Shared<C>, source: Source, key: &Key) -> Option<usize> {
+    if source != Source::Manual || sh.manual.iter().any(|m| &m.key == key) {
+        return None;
+    }
+    sh.fleet.iter().position(|f| &f.key == key)
+}
+
 /// Keys of one dependency by scope, numbers in numeric order (`shard=2` before `shard=10`).
 fn by_scope(a: &Key, b: &Key) -> std::cmp::Ordering {
     match (a.scope(), b.scope()) {
@@ -407,6 +416,9 @@ fn rows<C: Clock + Clone>(sh: &Shared<C>, p: &Principal, source: Option<Source>)
         for m in &sh.manual {
             push(Source::Manual, &m.key, m.breaker.state());
         }
+        for f in &sh.fleet {
+            push(Source::Manual, &f.key, f.breaker.state());
+        }
     }
     if source != Some(Source::Manual) {
         if let Some(r) = &sh.registry {
@@ -416,20 +428,38 @@ fn rows<C: Clock + Clone>(sh: &Shared<C>, p: &Principal, source: Option<Source>)
     out
 }
 
-/// The breaker of a row and the override holding it, if it still exists.
+/// What a row shows of its breaker and the override holding it, if it still exists.
 fn resolve_row<C: Clock + Clone>(
     sh: &Shared<C>,
     source: Source,
     key: &Key,
-) -> Option<(CircuitBreaker<C>, Held)> {
+) -> Option<view::Resolved> {
+    let of = |b: &CircuitBreaker<C>, held| view::Resolved {
+        metrics: b.metrics(),
+        config: b.config(),
+        held,
+        reach: tripline::Reach::Process,
+    };
+    if let Some(i) = fleet_of(sh, source, key) {
+        let b = &sh.fleet[i].breaker;
+        return Some(view::Resolved {
+            metrics: b.metrics(),
+            config: b.config(),
+            held: Held {
+                state: OperatorState::Auto,
+                layer: None,
+            },
+            reach: b.reach(),
+        });
+    }
     match source {
         Source::Manual => {
             let i = sh.manual.iter().position(|m| &m.key == key)?;
-            Some((sh.manual[i].breaker.clone(), manual_held(sh, i)))
+            Some(of(&sh.manual[i].breaker, manual_held(sh, i)))
         }
         Source::Registry => {
             let r = sh.registry.as_ref()?;
-            r.peek(key).map(|b| (b, registry_held(r, key)))
+            r.peek(key).map(|b| of(&b, registry_held(r, key)))
         }
     }
 }
@@ -593,9 +623,9 @@ pub(crate) async fn list<C: Clock + Clone>(
         .skip(q.offset)
         .take(q.limit)
         .filter_map(|r| {
-            let (b, held) = resolve_row(&sh, r.source, &r.key)?;
+            let resolved = resolve_row(&sh, r.source, &r.key)?;
             let id = (r.source, r.key.clone());
-            let mut e = view::entry(&sh, &p, r.source, &r.key, &b, held, now);
+            let mut e = view::entry(&sh, &p, r.source, &r.key, &resolved, now);
             e["rates"] = latest.get(&id).map_or(Value::Null, view::rates);
             e["spark"] = view::spark(&sh.history.recent_rates(&id, view::SPARK));
             Some(e)
@@ -648,6 +678,13 @@ fn find_id<C: Clock + Clone>(sh: &Shared<C>, id: &str) -> Option<(Source, Key)> 
     {
         return Some((Source::Manual, m.key.clone()));
     }
+    if let Some(f) = sh
+        .fleet
+        .iter()
+        .find(|f| sh.id_number(Source::Manual, &f.key) == want)
+    {
+        return Some((Source::Manual, f.key.clone()));
+    }
     let mut found = None;
     if let Some(r) = &sh.registry {
         r.for_each(|k, _| {
@@ -690,10 +727,10 @@ pub(crate) async fn detail<C: Clock + Clone>(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (p, source, key) = reader_and_breaker(&sh, &parts, id)?;
-    let (breaker, held) =
+    let resolved =
         resolve_row(&sh, source, &key).ok_or_else(|| unknown_id(&sh.id(source, &key)))?;
     let now = sh.clock.now();
-    let mut out = view::entry(&sh, &p, source, &key, &breaker, held, now);
+    let mut out = view::entry(&sh, &p, source, &key, &resolved, now);
     let (latest, _) = sh.history.latest();
     out["rates"] = latest
         .get(&(source, key.clone()))
@@ -710,7 +747,7 @@ pub(crate) async fn detail<C: Clock + Clone>(
         .iter()
         .map(|r| view::record(&sh, &p, r, now))
         .collect();
-    out["config"] = serde_json::to_value(breaker.config()).unwrap_or(Value::Null);
+    out["config"] = serde_json::to_value(&resolved.config).unwrap_or(Value::Null);
     Ok(json_response(StatusCode::OK, out))
 }
 
@@ -1040,9 +1077,39 @@ pub(crate) async fn control<C: Clock + Clone>(
         }
         Aim::Dependency(d) => (Target::Dependency(d), None),
     };
-    let (changed, in_force, slots) = match &target {
-        Target::Key(k) => act_on_key(&sh, &p, action, k, only)?,
-        Target::Dependency(d) => act_on_dependency(&sh, action, d)?,
+    // Breakers of other hosts registered by hand (fleet-wide ones): their own operator moves.
+    let fleet: Vec<usize> = sh
+        .fleet
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| match &target {
+            Target::Key(k) => {
+                &f.key == k
+                    && only != Some(Source::Registry)
+                    && fleet_of(&sh, Source::Manual, k).is_some()
+            }
+            Target::Dependency(d) => f.key.dependency() == d,
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let local = match &target {
+        // The id named the row of a breaker of another host.
+        Target::Key(_) if !fleet.is_empty() && only == Some(Source::Manual) => None,
+        Target::Key(k) => Some(act_on_key(&sh, &p, action, k, only)),
+        Target::Dependency(d) => Some(act_on_dependency(&sh, action, d)),
+    };
+    let (changed, in_force, slots) = match local {
+        // Nothing but fleet breakers there: they alone answer.
+        Some(Err(e)) if e.status == StatusCode::NOT_FOUND && !fleet.is_empty() => {
+            act_on_fleet(&sh, action, &fleet).await?
+        }
+        Some(Err(e)) => return Err(e),
+        Some(Ok((changed, in_force, mut slots))) => {
+            let (more, _, fleet_slots) = act_on_fleet(&sh, action, &fleet).await?;
+            slots.extend(fleet_slots);
+            (changed + more, in_force, slots)
+        }
+        None => act_on_fleet(&sh, action, &fleet).await?,
     };
     let record = AuditRecord {
         principal: p.name().to_string(),
@@ -1077,6 +1144,47 @@ pub(crate) async fn control<C: Clock + Clone>(
 }
 
 type Acted = (usize, OperatorState, Vec<(Source, Key)>);
+
+/// Applies `action` to the breakers of other hosts registered by hand, `fleet` (by index):
+/// each one's own operator move, in its store (Redis, for a shared breaker), so a kill switch
+/// holds on every replica. `reset`, `clear` and `auto` close it. One the store did not answer
+/// is a 503 naming the store's reason (the others already moved stay moved, and say so in the
+/// error); a move the breaker refuses is a 409.
+async fn act_on_fleet<C: Clock + Clone>(
+    sh: &Shared<C>,
+    action: Action,
+    fleet: &[usize],
+) -> Result<Acted, ApiError> {
+    let (to, in_force) = match action {
+        Action::ForceOpen => (BreakerState::ForcedOpen, OperatorState::ForcedOpen),
+        Action::Disable => (BreakerState::Disabled, OperatorState::Disabled),
+        Action::MetricsOnly => (BreakerState::MetricsOnly, OperatorState::MetricsOnly),
+        Action::Reset | Action::Clear | Action::Auto => (BreakerState::Closed, OperatorState::Auto),
+    };
+    let mut changed = 0;
+    let mut slots = Vec::new();
+    for (done, &i) in fleet.iter().enumerate() {
+        let f = &sh.fleet[i];
+        let before = f.breaker.state();
+        match f.breaker.transition_to(to).await {
+            Ok(()) => {}
+            Err(tripline::OperatorError::Refused(e)) => {
+                return Err(ApiError::new(StatusCode::CONFLICT, e.to_string()));
+            }
+            Err(e) => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("{e} (breakers moved before this one: {done})"),
+                ));
+            }
+        }
+        if before != to {
+            changed += 1;
+        }
+        slots.push((Source::Manual, f.key.clone()));
+    }
+    Ok((changed, in_force, slots))
+}
 
 /// The hand-registered breakers an action reaches, by index.
 type ManualAim = Vec<usize>;

@@ -1,7 +1,8 @@
 //! # tripline-dashboard
 //!
 //! An operator's page for tripline's circuit breakers, served by the application itself:
-//! the breakers of a [`Registry`] (and any registered by hand) as a live grid, each one's
+//! the breakers of a [`Registry`] (and any registered by hand, fleet-wide ones in Redis too:
+//! [`DashboardBuilder::shared_breaker`], whose kill switch holds on every replica) as a live grid, each one's
 //! transitions as a timeline, and the operator controls (force open, disable, metrics-only,
 //! reset, clear an override) per key and per dependency, guarded so that only someone the
 //! application says may control can press them. Every transition is visible as it happens,
@@ -169,6 +170,7 @@ mod api;
 mod assets;
 mod auth;
 mod error;
+mod fleet;
 mod history;
 mod manual;
 mod store;
@@ -239,6 +241,8 @@ type AddressFn = Box<dyn Fn(&Parts) -> Option<IpAddr> + Send + Sync>;
 pub(crate) struct Shared<C: Clock + Clone> {
     pub(crate) registry: Option<Arc<Registry<C>>>,
     pub(crate) manual: Vec<Manual<C>>,
+    /// Breakers of any host registered by hand (fleet-wide ones), in the order given.
+    pub(crate) fleet: Vec<fleet::Fleet>,
     pub(crate) auth: Vec<Box<dyn Authenticate>>,
     pub(crate) anonymous: Permissions,
     pub(crate) sensitive: Option<SensitiveFn>,
@@ -306,6 +310,14 @@ impl<C: Clock + Clone> Shared<C> {
                     let metrics = m.breaker.metrics();
                     seen.push((
                         (Source::Manual, m.key.clone()),
+                        Counts::of(&metrics),
+                        metrics.state,
+                    ));
+                }
+                for f in &self.fleet {
+                    let metrics = f.breaker.metrics();
+                    seen.push((
+                        (Source::Manual, f.key.clone()),
                         Counts::of(&metrics),
                         metrics.state,
                     ));
@@ -542,6 +554,7 @@ pub struct DashboardBuilder<C: Clock + Clone = MonotonicClock> {
     clock: C,
     registry: Option<Arc<Registry<C>>>,
     manual: Vec<(Key, CircuitBreaker<C>)>,
+    fleet: Vec<fleet::Fleet>,
     tokens: Vec<(String, String, Permissions)>,
     hooks: Vec<Box<dyn Authenticate>>,
     anonymous: Option<Permissions>,
@@ -593,6 +606,7 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
             clock,
             registry: None,
             manual: Vec::new(),
+            fleet: Vec::new(),
             tokens: Vec::new(),
             hooks: Vec::new(),
             anonymous: None,
@@ -643,6 +657,37 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
     /// ```
     pub fn breaker(mut self, key: Key, breaker: CircuitBreaker<C>) -> Self {
         self.manual.push((key, breaker));
+        self
+    }
+
+    /// Shows `breaker`, of any host of the [`tripline::Breaker`] interface, under `key`: a
+    /// fleet-wide `tripline_redis::SharedBreaker` above all. Its card shows the fleet's state
+    /// (as this replica last saw it) with this replica's figures, marked fleet-wide; its
+    /// controls are the breaker's own operator moves, so a force open (the kill switch) is
+    /// thrown in Redis and holds on every replica, and `reset`, `clear` and `auto` close it
+    /// fleet-wide. It has no override layers of the dashboard's (the store's state is the
+    /// operator's word), and a control that cannot reach the store is answered 503 with the
+    /// store's reason, changing nothing. Its id, history and audit records are those of a
+    /// breaker registered by hand ([`Source::Manual`]); a key given here may not also be given
+    /// to [`breaker`](Self::breaker) or here twice ([`build`](Self::build) refuses it).
+    ///
+    /// ```
+    /// use tripline::{BreakerConfig, CircuitBreaker};
+    /// use tripline_dashboard::Dashboard;
+    ///
+    /// // Here an in-process breaker; a `tripline_redis::SharedBreaker` goes the same way.
+    /// let breaker = CircuitBreaker::new("payments", BreakerConfig::default());
+    /// let dashboard = Dashboard::builder()
+    ///     .shared_breaker("payments".parse()?, breaker)
+    ///     .build()?;
+    /// # drop(dashboard);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shared_breaker<B: tripline::Breaker>(mut self, key: Key, breaker: B) -> Self {
+        self.fleet.push(fleet::Fleet {
+            key,
+            breaker: Box::new(breaker),
+        });
         self
     }
 
@@ -1078,6 +1123,20 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
                 ));
             }
         }
+        let mut seen = std::collections::BTreeSet::new();
+        for key in manual
+            .iter()
+            .map(|m| &m.key)
+            .chain(self.fleet.iter().map(|f| &f.key))
+        {
+            if !seen.insert(key) && self.fleet.iter().any(|f| &f.key == key) {
+                return Err(ConfigError::new(
+                    "shared_breaker",
+                    key,
+                    "a key no other breaker registered by hand has",
+                ));
+            }
+        }
         if let Some(registry) = &self.registry {
             registry.subscribe(RegistryListener {
                 store: store.clone(),
@@ -1090,6 +1149,7 @@ impl<C: Clock + Clone> DashboardBuilder<C> {
         let shared = Arc::new(Shared {
             registry: self.registry,
             manual,
+            fleet: self.fleet,
             auth,
             anonymous,
             sensitive: self.sensitive,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tripline::registry::{Key, OperatorState};
-use tripline::{CircuitBreaker, Clock, Reason, WindowSnapshot};
+use tripline::{Clock, Reason, WindowSnapshot};
 
 use crate::history::{Figures, Incident, Point, SLOT_NANOS, rate};
 use crate::manual::{Held, Layer};
@@ -176,20 +176,28 @@ pub(crate) fn record<C: Clock + Clone>(
 }
 
 /// One breaker's row: figures, state, override, last transition.
+/// What a row shows of its breaker, whichever host it has.
+pub(crate) struct Resolved {
+    pub(crate) metrics: tripline::Metrics,
+    pub(crate) config: tripline::BreakerConfig,
+    pub(crate) held: Held,
+    pub(crate) reach: tripline::Reach,
+}
+
 pub(crate) fn entry<C: Clock + Clone>(
     sh: &Shared<C>,
     principal: &Principal,
     source: Source,
     key: &Key,
-    breaker: &CircuitBreaker<C>,
-    held: Held,
+    resolved: &Resolved,
     now: u64,
 ) -> Value {
-    let m = breaker.metrics();
-    let config = breaker.config();
+    let (m, config, held) = (&resolved.metrics, &resolved.config, resolved.held);
     let mut out = serde_json::Map::new();
     out.insert("id".into(), sh.id(source, key).into());
     out.insert("source".into(), source.as_str().into());
+    // `fleet`: the state is the fleet's, kept in a shared store; the figures this replica's.
+    out.insert("reach".into(), resolved.reach.as_str().into());
     key_fields(sh, principal, key, &mut out);
     out.insert("state".into(), m.state.as_str().into());
     out.insert("generation".into(), m.generation.into());

@@ -438,9 +438,9 @@ pub struct PipelineMetrics {
 impl PipelineMetrics {
     /// Registers the handles for `pipeline`, called `name`, and for each stage it has, with
     /// `extra` labels.
-    pub fn new<C: Clock, P, K, M>(
+    pub fn new<C: Clock, P, K, M, B: tripline::Breaker>(
         name: &str,
-        pipeline: &crate::pipeline::Pipeline<C, P, K, M>,
+        pipeline: &crate::pipeline::Pipeline<C, P, K, M, B>,
         extra: Vec<Label>,
     ) -> Self {
         let l = labels("pipeline", name, extra.clone());
@@ -455,7 +455,9 @@ impl PipelineMetrics {
             ]
             .map(|s| metrics::counter!("tripline_pipeline_refused_total", with(&l, "stage", s))),
             fallbacks: metrics::counter!("tripline_pipeline_fallbacks_total", l.clone()),
-            breaker: pipeline.breaker().map(|b| BreakerMetrics::new(b, e())),
+            breaker: pipeline
+                .breaker()
+                .map(|b| BreakerMetrics::for_breaker(b, e())),
             retry: pipeline.retry().map(|_| RetryMetrics::new(name, e())),
             partial: pipeline
                 .partial()
@@ -471,7 +473,10 @@ impl PipelineMetrics {
     }
 
     /// Publishes the pipeline's counters and each stage's figures.
-    pub fn update<C: Clock, P, K, M>(&self, pipeline: &crate::pipeline::Pipeline<C, P, K, M>) {
+    pub fn update<C: Clock, P, K, M, B: tripline::Breaker>(
+        &self,
+        pipeline: &crate::pipeline::Pipeline<C, P, K, M, B>,
+    ) {
         let s = pipeline.stats();
         let r = s.refused;
         set_all(
@@ -493,7 +498,7 @@ impl PipelineMetrics {
         );
         self.fallbacks.absolute(s.fallbacks);
         if let (Some(m), Some(b)) = (&self.breaker, pipeline.breaker()) {
-            m.update(b);
+            m.update_from(b);
         }
         if let (Some(m), Some(p)) = (&self.retry, pipeline.retry()) {
             m.update(p);
@@ -570,15 +575,26 @@ impl Metrics {
         self
     }
 
+    /// Exports any host of the [`tripline::Breaker`] interface (a fleet-wide
+    /// `tripline_redis::SharedBreaker`) under the series and labels of
+    /// [`breaker`](Self::breaker) ([`BreakerMetrics::for_breaker`]).
+    pub fn any_breaker<B: tripline::Breaker>(mut self, breaker: &B) -> Self {
+        let m = BreakerMetrics::for_breaker(breaker, Vec::new());
+        let b = breaker.clone();
+        self.updates.push(Box::new(move || m.update_from(&b)));
+        self
+    }
+
     /// Exports `pipeline`, called `name`, and each of its stages ([`PipelineMetrics`]).
     #[cfg(feature = "pipeline")]
-    pub fn pipeline<C, P, K, M>(
+    pub fn pipeline<C, P, K, M, B>(
         mut self,
         name: &str,
-        pipeline: &crate::pipeline::Pipeline<C, P, K, M>,
+        pipeline: &crate::pipeline::Pipeline<C, P, K, M, B>,
     ) -> Self
     where
         C: Clock,
+        B: tripline::Breaker,
         P: Clone + Send + Sync + 'static,
         K: Clone + Send + Sync + 'static,
         M: Clone + Send + Sync + 'static,

@@ -98,10 +98,12 @@ use std::sync::Arc;
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
+use std::marker::PhantomData;
 use tripline::registry::{Key, Registry, ScopeKind};
+
 use tripline::{
-    CircuitBreaker, Classification, Classify, Clock, ConfigError, FailureKind, MonotonicClock,
-    Outcome, Rejected,
+    Breaker as AnyBreaker, BreakerPermit as _, CircuitBreaker, Classification, Classify, Clock,
+    ConfigError, FailureKind, MonotonicClock, Outcome, Rejected,
 };
 
 /// Classifies reqwest's results for a breaker. See the [module docs](self) for the table.
@@ -288,19 +290,20 @@ pub fn rejection(err: &reqwest_middleware::Error) -> Option<&Rejected> {
 
 /// Runs the request through `breaker`: refused at once while it is open, else sent on and its
 /// result classified and recorded. A dropped future abandons the permit.
-async fn guarded<C, K>(
-    breaker: &CircuitBreaker<C>,
+async fn guarded<B, K>(
+    breaker: &B,
     classifier: &K,
     req: Request,
     extensions: &mut Extensions,
     next: Next<'_>,
 ) -> reqwest_middleware::Result<Response>
 where
-    C: Clock,
+    B: AnyBreaker,
     K: Classify<Response, reqwest_middleware::Error>,
 {
     let permit = breaker
-        .try_acquire_owned()
+        .acquire()
+        .await
         .map_err(reqwest_middleware::Error::middleware)?;
     let result = next.run(req, extensions).await;
     let classification = match &result {
@@ -311,30 +314,39 @@ where
         }
         _ => classifier.classify(&result),
     };
-    let _ = permit.record_classified(classification);
+    let _ = permit.record_classified(classification).await;
     result
 }
 
 /// A [`reqwest_middleware::Middleware`] that runs every request through one
-/// [`CircuitBreaker`]. See the [module docs](self).
+/// [`CircuitBreaker`], or through any host of the
+/// [`tripline::Breaker`] interface (a fleet-wide `tripline_redis::SharedBreaker`, whose
+/// admission may wait for a round trip and whose recording is awaited before the response is
+/// returned). See the [module docs](self).
 ///
 /// `K` classifies each result ([`ReqwestClassifier`] unless [`classifier`](Self::classifier)
 /// sets another); refusals by local policies further down the chain are always ignored.
-pub struct BreakerMiddleware<C: Clock = MonotonicClock, K = ReqwestClassifier> {
-    breaker: CircuitBreaker<C>,
+pub struct BreakerMiddleware<
+    C: Clock = MonotonicClock,
+    K = ReqwestClassifier,
+    B: AnyBreaker = CircuitBreaker<C>,
+> {
+    breaker: B,
     classifier: K,
+    clock: PhantomData<fn() -> C>,
 }
 
-impl<C: Clock, K: Clone> Clone for BreakerMiddleware<C, K> {
+impl<C: Clock, K: Clone, B: AnyBreaker> Clone for BreakerMiddleware<C, K, B> {
     fn clone(&self) -> Self {
         Self {
             breaker: self.breaker.clone(),
             classifier: self.classifier.clone(),
+            clock: PhantomData,
         }
     }
 }
 
-impl<C: Clock, K> fmt::Debug for BreakerMiddleware<C, K> {
+impl<C: Clock, K, B: AnyBreaker> fmt::Debug for BreakerMiddleware<C, K, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BreakerMiddleware")
             .field("breaker", &self.breaker)
@@ -342,17 +354,20 @@ impl<C: Clock, K> fmt::Debug for BreakerMiddleware<C, K> {
     }
 }
 
-impl<C: Clock> BreakerMiddleware<C> {
-    /// A middleware for `breaker`, classifying with [`ReqwestClassifier`].
-    pub const fn new(breaker: CircuitBreaker<C>) -> Self {
+impl<B: AnyBreaker> BreakerMiddleware<B::Clock, ReqwestClassifier, B> {
+    /// A middleware for `breaker` (a [`CircuitBreaker`], or any host of the
+    /// [`tripline::Breaker`] interface: a fleet-wide shared one), classifying with
+    /// [`ReqwestClassifier`].
+    pub const fn new(breaker: B) -> Self {
         Self {
             breaker,
             classifier: ReqwestClassifier,
+            clock: PhantomData,
         }
     }
 }
 
-impl<C: Clock, K> BreakerMiddleware<C, K> {
+impl<C: Clock, K, B: AnyBreaker> BreakerMiddleware<C, K, B> {
     /// The same middleware with another classifier.
     ///
     /// ```
@@ -369,23 +384,25 @@ impl<C: Clock, K> BreakerMiddleware<C, K> {
     /// );
     /// # let _ = middleware;
     /// ```
-    pub fn classifier<K2>(self, classifier: K2) -> BreakerMiddleware<C, K2> {
+    pub fn classifier<K2>(self, classifier: K2) -> BreakerMiddleware<C, K2, B> {
         BreakerMiddleware {
             breaker: self.breaker,
             classifier,
+            clock: PhantomData,
         }
     }
 
     /// The breaker.
-    pub fn breaker(&self) -> &CircuitBreaker<C> {
+    pub fn breaker(&self) -> &B {
         &self.breaker
     }
 }
 
 #[async_trait::async_trait]
-impl<C, K> Middleware for BreakerMiddleware<C, K>
+impl<C, K, B> Middleware for BreakerMiddleware<C, K, B>
 where
     C: Clock,
+    B: AnyBreaker,
     K: Classify<Response, reqwest_middleware::Error> + Send + Sync + 'static,
 {
     async fn handle(

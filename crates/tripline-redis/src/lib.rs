@@ -27,6 +27,18 @@
 //! # }
 //! ```
 //!
+//! # Where the in-process breaker goes, this one goes
+//! [`SharedBreaker`] implements [`tripline::Breaker`], the interface of every host of the
+//! rules, so it takes the in-process breaker's place unchanged: in the pipeline
+//! (`Pipeline::builder().breaker(shared)`), the tower `BreakerLayer` and the gRPC layer (it is
+//! asked in `poll_ready`, since admission may need a round trip), the reqwest
+//! `BreakerMiddleware`, the metrics (`BreakerMetrics::for_breaker`: the in-process breaker's
+//! series and labels, the hashed label where scopes are hashed) and the operator's page
+//! (`DashboardBuilder::shared_breaker`: its kill switch is thrown in Redis). The change from one
+//! replica to a fleet is the line that builds the breaker. [`SharedRegistry`] holds one per
+//! key (endpoint, tenant, shard), keyed, configured and bounded as the in-process registry is
+//! (its docs say why it is a holder of its own).
+//!
 //! # How it works
 //! * **One library, the same rules.** Admission, recording, probe release, timers and operator
 //!   actions are functions of one Redis Functions library (`tripline_6`), called with `FCALL`;
@@ -307,6 +319,7 @@ mod config;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+mod registry;
 #[cfg(feature = "server")]
 pub mod server;
 mod store;
@@ -316,6 +329,7 @@ pub use config::{
     Batching, Fallback, MAX_BATCH, Quorum, SharedConfig, SharedConfigBuilder, TimeSource,
 };
 pub use health::{ACL_COMMANDS, CheckError, Health, acl_rules};
+pub use registry::{SharedRegistry, SharedRegistryError};
 pub use store::{
     FleetEvent, Keys, Mode, REDIRECTIONS_FORGIVEN, SharedBreaker, SharedMetrics, SharedPermit,
     SharedTransitionError, Snapshot, Transition,

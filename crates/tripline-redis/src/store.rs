@@ -20,6 +20,8 @@ use crate::backend::{Backend, FUNCTION_PREFIX, Reconnected, is_redirection};
 use crate::config::{Batching, Fallback, SharedConfig, TimeSource};
 use crate::health::{CheckError, Health};
 
+mod host;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -249,6 +251,15 @@ struct Counters {
     ramp_rejections: AtomicU64,
     lumped: AtomicU64,
     loss_holds: AtomicU64,
+    /// Refusals by the state that refused them: Open, HalfOpen, ForcedOpen, Closed (ramping
+    /// up), as `tripline::Rejections` counts them.
+    rejected_in: [AtomicU64; 4],
+    /// This replica's recorded results, as the in-process breaker counts them: successes,
+    /// failures (lumped ones included), ignored; slow successes and slow failures; failures
+    /// by kind.
+    outcomes: [AtomicU64; 3],
+    slow_outcomes: [AtomicU64; 2],
+    kinds: [AtomicU64; 7],
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -849,6 +860,12 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         Ok(Self { inner })
     }
 
+    /// Whether handles other than the caller's `holders` exist (a call in flight, a caller
+    /// keeping one, a flusher with outcomes to send).
+    pub(crate) fn in_use(&self, holders: usize) -> bool {
+        Arc::strong_count(&self.inner) > holders
+    }
+
     /// The scope, as given (it stays in this process: with [`SharedConfigBuilder::hash_scopes`]
     /// nothing that leaves it carries the scope, see [`SharedBreaker::label`]).
     ///
@@ -1045,7 +1062,19 @@ impl<C: Clock + Clone> SharedBreaker<C> {
 
     /// Asks for a permit.
     pub async fn acquire(&self) -> Result<SharedPermit<C>, Rejected> {
-        let ticket = self.inner.acquire(self.inner.clock.now()).await?;
+        let ticket = match self.inner.acquire(self.inner.clock.now()).await {
+            Ok(t) => t,
+            Err(rejected) => {
+                let i = match rejected.state() {
+                    State::Open => 0,
+                    State::HalfOpen => 1,
+                    State::ForcedOpen => 2,
+                    _ => 3,
+                };
+                bump(&self.inner.counters.rejected_in[i], 1);
+                return Err(rejected);
+            }
+        };
         let shadow = match ticket.kind {
             Kind::Local(_) => None,
             _ => self.inner.shadow.try_acquire_owned().ok(),
@@ -1408,6 +1437,36 @@ struct Ticket<C: Clock> {
 }
 
 impl<C: Clock + Clone> Inner<C> {
+    /// Counts a result this replica recorded, as the in-process breaker counts its own: a
+    /// counted success or failure (slow when it took the slow-call duration or longer, under
+    /// the slow-call rule), a lumped failure, an ignored outcome; stale and Disabled results
+    /// count nowhere here.
+    fn count_result(&self, c: Classification, elapsed: u64, recorded: Recorded) {
+        let c_ = &self.counters;
+        let slow = self.slow_rule && elapsed >= self.slow_nanos;
+        match (recorded, c.outcome) {
+            (Recorded::Ignored, _) | (Recorded::Counted, Outcome::Ignored) => {
+                bump(&c_.outcomes[2], 1)
+            }
+            (Recorded::Counted, Outcome::Success) => {
+                bump(&c_.outcomes[0], 1);
+                if slow {
+                    bump(&c_.slow_outcomes[0], 1);
+                }
+            }
+            (Recorded::Counted | Recorded::Lumped, Outcome::Failure) => {
+                bump(&c_.outcomes[1], 1);
+                if slow && recorded == Recorded::Counted {
+                    bump(&c_.slow_outcomes[1], 1);
+                }
+                if let Some(kind) = c.kind {
+                    bump(&c_.kinds[kind.index()], 1);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn ticket(
         &self,
         kind: Kind<OwnedPermit<C>>,
@@ -2780,7 +2839,7 @@ impl<C: Clock + Clone> SharedPermit<C> {
         let elapsed = now.saturating_sub(self.started);
         inner.exit_flight(self.cohort);
         let shadow = self.shadow.take().map(|p| p.record_classified(c));
-        match self.kind {
+        let recorded = match self.kind {
             Kind::Local(()) => shadow.unwrap_or(Recorded::Counted),
             Kind::Pass => Recorded::Disabled,
             Kind::Window => {
@@ -2793,7 +2852,9 @@ impl<C: Clock + Clone> SharedPermit<C> {
                     .record_probe(self.epoch, slot, token, elapsed, now, c)
                     .await
             }
-        }
+        };
+        inner.count_result(c, elapsed, recorded);
+        recorded
     }
 }
 

@@ -196,6 +196,13 @@ pub enum Reason {
 /// metrics): the events its calls make are delivered after it returns. A slow listener holds up
 /// only the thread delivering, and the events queued behind it.
 ///
+/// The queue has no bound, and the thread delivering goes on while events keep coming: a
+/// listener that asks for per-call events ([`wants_call_events`](Self::wants_call_events),
+/// [`wants_outcome_events`](Self::wants_outcome_events)) runs once per call on whichever
+/// caller's thread is delivering, so while it is slower than the calls that make its events,
+/// that caller's call does not return and the queue grows. Keep such a listener short (count,
+/// or hand the event to a channel of your own).
+///
 /// ```
 /// use tripline::{BreakerConfig, CircuitBreaker, EventKind};
 /// use std::sync::{Arc, Mutex};

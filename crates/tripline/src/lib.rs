@@ -83,6 +83,11 @@
 //! [`shadow::ShadowCandidate`] runs a candidate configuration beside the live breaker on the
 //! live traffic and reports where the two would have decided differently.
 //!
+//! [`Breaker`] is the one interface of every host of the rules (this in-process breaker and
+//! the fleet-wide one in `tripline-redis`): the policies, the metrics and the operator's page
+//! are generic over it, so going from one replica to a fleet changes the line that builds the
+//! breaker, not the call path (see [`host`]).
+//!
 //! [`registry::Registry`] keeps keyed breakers (per dependency, endpoint, host, tenant, shard),
 //! bounded in memory and never evicting one that is not Closed.
 //!
@@ -116,6 +121,7 @@ pub mod config;
 pub mod conformance;
 mod error;
 mod event;
+pub mod host;
 pub mod inflight;
 mod lifecycle;
 pub mod observe;
@@ -144,6 +150,7 @@ pub use error::{
     BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError, TripCause,
 };
 pub use event::{Event, EventKind, EventLog, Listener, Reason};
+pub use host::{Breaker, BreakerPermit, OperatorError, Reach};
 pub use outcome::{Classification, Classify, FailureKind, Outcome, ResultClassifier};
 pub use state::State;
 pub use window::WindowSnapshot;

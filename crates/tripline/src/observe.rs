@@ -163,6 +163,12 @@ mod metrics_export {
                     |o| metrics::histogram!("tripline_breaker_call_duration_seconds", outcome(o)),
                 )));
             }
+            Self::handles(l, state, state_attached)
+        }
+
+        /// Every handle but the state gauges' and the histogram's, under `l`.
+        fn handles(l: &[Label], state: StateGauges, state_attached: bool) -> Self {
+            let outcome = |v| with(l, "outcome", v);
             Self {
                 calls: ["success", "failure", "ignored"]
                     .map(|o| metrics::counter!("tripline_breaker_calls_total", outcome(o))),
@@ -209,9 +215,65 @@ mod metrics_export {
             }
         }
 
+        /// The handles for any host of the [`Breaker`](crate::Breaker) interface (a fleet-wide
+        /// `tripline_redis::SharedBreaker`), with `extra` labels beside `breaker`: the same
+        /// series, names and labels as [`new`](Self::new) makes for an in-process breaker,
+        /// published from [`Breaker::metrics`](crate::Breaker::metrics) by
+        /// [`update_from`](Self::update_from) on each scrape. The `breaker` label is the
+        /// breaker's [`label`](crate::Breaker::label) (a shared breaker with hashed scopes
+        /// shows the hash, never the scope). For an in-process breaker this is
+        /// [`new`](Self::new) (the state gauges follow every transition as it happens); for a
+        /// shared one the state gauges show the state as of the last update, and there is no
+        /// per-call histogram (its call durations are in its figures' `mean_duration`).
+        ///
+        /// ```
+        /// use tripline::{Breaker, BreakerConfig, CircuitBreaker};
+        /// use tripline::observe::BreakerMetrics;
+        ///
+        /// fn export<B: Breaker>(breaker: &B) -> BreakerMetrics {
+        ///     let metrics = BreakerMetrics::for_breaker(breaker, Vec::new());
+        ///     metrics.update_from(breaker); // on each scrape
+        ///     metrics
+        /// }
+        /// let _ = export(&CircuitBreaker::new("catalog", BreakerConfig::default()));
+        /// ```
+        pub fn for_breaker<B: crate::Breaker>(breaker: &B, extra: Vec<Label>) -> Self {
+            breaker.breaker_metrics(extra)
+        }
+
+        /// [`for_breaker`](Self::for_breaker) for a host that does not make its own handles:
+        /// every series from its figures, the state as of the last update.
+        pub(crate) fn from_figures<B: crate::Breaker>(breaker: &B, extra: Vec<Label>) -> Self {
+            let mut labels = vec![Label::new("breaker", breaker.label().to_string())];
+            labels.extend(extra);
+            let m = Self::handles(&labels, StateGauges::new(&labels), false);
+            m.state.show(breaker.state());
+            m
+        }
+
+        /// [`for_breaker`](Self::for_breaker) with the labels a registry gives its keys:
+        /// `dependency`, and `scope_kind` and `scope` for a scoped key (a keyed holder of
+        /// fleet-wide breakers, `tripline_redis::SharedRegistry`, exports its keys so).
+        pub fn for_keyed_breaker<B: crate::Breaker>(
+            breaker: &B,
+            key: &crate::registry::Key,
+        ) -> Self {
+            Self::for_breaker(breaker, key_labels(key))
+        }
+
+        /// Publishes the current figures of any host of the [`Breaker`](crate::Breaker)
+        /// interface (see [`for_breaker`](Self::for_breaker)).
+        pub fn update_from<B: crate::Breaker>(&self, breaker: &B) {
+            self.publish(&breaker.metrics());
+        }
+
         /// Publishes the breaker's current figures.
         pub fn update<C: Clock>(&self, breaker: &CircuitBreaker<C>) {
-            let m = breaker.metrics();
+            self.publish(&breaker.metrics());
+        }
+
+        /// Publishes a snapshot's figures.
+        fn publish(&self, m: &crate::Metrics) {
             let r = m.rejections;
             let mut now = [0u64; COUNTERS];
             now[..3].copy_from_slice(&[m.successful_calls, m.failed_calls, m.ignored_calls]);
@@ -414,13 +476,18 @@ mod metrics_export {
             breaker: &CircuitBreaker<C>,
             key: &crate::registry::Key,
         ) -> Self {
-            let mut extra = vec![Label::new("dependency", key.dependency().to_string())];
-            if let Some((kind, v)) = key.scope() {
-                extra.push(Label::new("scope_kind", kind.as_str()));
-                extra.push(Label::new("scope", v.to_string()));
-            }
-            Self::new(breaker, extra)
+            Self::new(breaker, key_labels(key))
         }
+    }
+
+    /// The labels of a registry's key.
+    fn key_labels(key: &crate::registry::Key) -> Vec<Label> {
+        let mut extra = vec![Label::new("dependency", key.dependency().to_string())];
+        if let Some((kind, v)) = key.scope() {
+            extra.push(Label::new("scope_kind", kind.as_str()));
+            extra.push(Label::new("scope", v.to_string()));
+        }
+        extra
     }
 
     /// A registry's summary series, one set per dependency (bounded by the dependencies, not
@@ -430,25 +497,52 @@ mod metrics_export {
     pub(crate) struct DependencyGauges(std::collections::BTreeMap<String, [Gauge; 6]>);
 
     impl DependencyGauges {
+        /// The dependencies of `summary` that have no gauges yet (read under the registry's
+        /// lock; their gauges are registered after it is released, since registering runs the
+        /// recorder's code).
+        pub(crate) fn missing(
+            &self,
+            summary: &std::collections::BTreeMap<String, crate::registry::DependencySummary>,
+        ) -> Vec<String> {
+            summary
+                .keys()
+                .filter(|d| !self.0.contains_key(*d))
+                .cloned()
+                .collect()
+        }
+
+        /// Registers `dependency`'s gauges with the recorder (with no lock held).
+        pub(crate) fn register(dependency: String) -> (String, [Gauge; 6]) {
+            let gauges = State::ALL.map(|st| {
+                metrics::gauge!(
+                    "tripline_registry_breakers",
+                    vec![
+                        Label::new("dependency", dependency.clone()),
+                        Label::new("state", st.as_str()),
+                    ]
+                )
+            });
+            (dependency, gauges)
+        }
+
         /// The gauges to set for `summary` and their values (a dependency that has no breaker
         /// left reads 0 everywhere): worked out under the registry's lock, set after it.
+        /// `made` are the gauges registered since [`missing`](Self::missing) (a racing export
+        /// may have kept its own).
         pub(crate) fn plan(
             &mut self,
             summary: &std::collections::BTreeMap<String, crate::registry::DependencySummary>,
+            made: Vec<(String, [Gauge; 6])>,
         ) -> Vec<(Gauge, f64)> {
+            for (dep, gauges) in made {
+                self.0.entry(dep).or_insert(gauges);
+            }
             let mut sets = Vec::new();
             for (dep, s) in summary {
-                let gauges = self.0.entry(dep.clone()).or_insert_with(|| {
-                    State::ALL.map(|st| {
-                        metrics::gauge!(
-                            "tripline_registry_breakers",
-                            vec![
-                                Label::new("dependency", dep.clone()),
-                                Label::new("state", st.as_str()),
-                            ]
-                        )
-                    })
-                });
+                // Registered above or by an earlier export.
+                let Some(gauges) = self.0.get(dep) else {
+                    continue;
+                };
                 for (g, st) in gauges.iter().zip(State::ALL) {
                     sets.push((g.clone(), s.in_state(st) as f64));
                 }

@@ -293,7 +293,7 @@ pub fn fired(window: &WindowSnapshot, t: &Thresholds, consecutive: Option<u64>) 
             && rate_reached(window.failures, window.calls, t.failure_ppm),
         slow_call_rate: minimum_reached(slow_total, t.minimum_calls)
             && rate_reached(
-                window.slow_calls + window.in_flight_slow,
+                window.slow_calls.saturating_add(window.in_flight_slow),
                 slow_total,
                 t.slow_ppm,
             ),
@@ -375,10 +375,10 @@ impl RoundCounts {
     /// ```
     pub fn with(self, failure: bool, slow: bool) -> Self {
         Self {
-            results: self.results + 1,
-            failures: self.failures + u32::from(failure),
-            slow: self.slow + u32::from(slow),
-            successes: self.successes + u32::from(!failure && !slow),
+            results: self.results.saturating_add(1),
+            failures: self.failures.saturating_add(u32::from(failure)),
+            slow: self.slow.saturating_add(u32::from(slow)),
+            successes: self.successes.saturating_add(u32::from(!failure && !slow)),
         }
     }
 
@@ -657,7 +657,9 @@ pub fn open_wait(rule: &OpenWaitRule, level: u32, jitter_draw: u64, hint: Option
             Duration::from_nanos(rule.base).as_secs_f64() * multiplier.powi(level.min(1000) as i32);
         let room = max.saturating_sub(rule.jitter).max(rule.base);
         wait = if grown.is_finite() && grown < room as f64 / 1e9 {
-            crate::clock::nanos(Duration::from_secs_f64(grown))
+            // Never below the base (a multiplier below 1, or a negative one, a caller of
+            // these functions may pass).
+            crate::clock::nanos(Duration::from_secs_f64(grown.max(0.0))).max(rule.base)
         } else {
             room
         };
@@ -721,7 +723,8 @@ pub fn ramp_step(start: u64, step_nanos: u64, now: u64) -> u64 {
 /// assert!(ramp_admits(0, 1_000_000));
 /// ```
 pub fn ramp_admits(n: u64, share: u64) -> bool {
-    (n + 1) * share / PPM > n * share / PPM
+    let (n, share) = (u128::from(n), u128::from(share));
+    (n + 1) * share / u128::from(PPM) > n * share / u128::from(PPM)
 }
 
 /// Whether a call of the cohort that ends at `end` is overdue at `now` with a slow-call

@@ -69,3 +69,41 @@ fn a_registry_reloaded_with_a_fine_rule_reads_precise_time() {
     let b = r.get(&key).unwrap();
     assert_eq!(slow_calls(&b, &clock.0), 0, "0.2 ms calls counted as slow");
 }
+
+/// A clock whose cheap reading runs ahead of its full one (a contract no clock should break,
+/// but one a hand-written clock may).
+#[derive(Clone, Debug, Default)]
+struct Ahead(ManualClock);
+
+impl Clock for Ahead {
+    fn now(&self) -> u64 {
+        self.0.now()
+    }
+    fn recent(&self) -> u64 {
+        self.0.now() + 1_000_000_000
+    }
+}
+
+#[test]
+fn an_open_breaker_on_a_clock_whose_recent_reading_runs_ahead_rejects_instead_of_spinning() {
+    let clock = Ahead::default();
+    let config = BreakerConfig::builder()
+        .open_duration(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("ahead", config, clock.clone());
+    b.trip();
+    clock.0.advance(Duration::from_millis(9_500));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let b2 = b.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(b2.try_acquire().map(|_| ()).map_err(|r| r.retry_after()));
+    });
+    // A liveness bound on a spin, not a measure of speed.
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("try_acquire spun for 10 s");
+    assert_eq!(got, Err(Some(Duration::from_millis(500))));
+    clock.0.advance(Duration::from_millis(500));
+    assert!(b.try_acquire().unwrap().is_probe());
+}

@@ -93,6 +93,64 @@ fn the_first_lookup_of_a_key_under_a_dependency_kill_switch_does_not_deadlock() 
     assert_eq!(state, State::ForcedOpen);
 }
 
+/// What a listener saw of a new key's breaker when it looked at it from the breaker's Initial
+/// event, through `peek` and `for_each` (the entry is in the map, its set-up under way).
+fn seen_from_initial(look: fn(&Reg, &Key) -> Option<(State, bool)>) -> Vec<(State, bool)> {
+    let (r, h) = registry(RegistryConfig::default());
+    r.set_operator(
+        &Selector::Dependency("payments".into()),
+        OperatorState::ForcedOpen,
+    );
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    r.subscribe(move |e: &Event| {
+        if matches!(e.kind, EventKind::Initial { .. }) {
+            if let Some(r) = h.get().and_then(Weak::upgrade) {
+                s.lock().unwrap().extend(look(&r, &key_of(e)));
+            }
+        }
+    });
+    let r2 = r.clone();
+    finishes("the first lookup", move || {
+        r2.get(&"payments/tenant=acme".parse().unwrap())
+            .unwrap()
+            .state()
+    });
+    seen.lock().unwrap().clone()
+}
+
+/// The breaker's state, and whether it admitted a call.
+fn admits<C: Clock>(b: &CircuitBreaker<C>) -> (State, bool) {
+    let admitted = b.try_acquire().map(|p| p.record(Outcome::Success)).is_ok();
+    (b.state(), admitted)
+}
+
+#[test]
+fn a_peek_at_a_new_key_under_a_kill_switch_never_admits_a_call() {
+    let seen = seen_from_initial(|r, k| r.peek(k).map(|b| admits(&b)));
+    assert_eq!(seen, [(State::ForcedOpen, false)]);
+}
+
+#[test]
+fn a_lookup_of_a_new_key_from_its_initial_event_gets_it_held() {
+    let seen = seen_from_initial(|r, k| r.get(k).ok().map(|b| admits(&b)));
+    assert_eq!(seen, [(State::ForcedOpen, false)]);
+}
+
+#[test]
+fn a_for_each_over_a_new_key_under_a_kill_switch_never_admits_a_call() {
+    let seen = seen_from_initial(|r, k| {
+        let mut out = None;
+        r.for_each(|key, b| {
+            if key == k {
+                out = Some(admits(b));
+            }
+        });
+        out
+    });
+    assert_eq!(seen, [(State::ForcedOpen, false)]);
+}
+
 #[test]
 fn a_reload_that_forces_a_key_open_on_a_full_registry_lets_listeners_look_up_new_keys() {
     let (r, h) = registry(RegistryConfig::default().with_max_breakers(4));
@@ -296,6 +354,152 @@ fn a_clock_that_reads_its_breaker_never_deadlocks_it() {
     });
 }
 
+/// A clock whose every method, `resolution` included, runs `read` (not when called from
+/// inside it).
+#[derive(Clone)]
+struct CallingClock {
+    time: ManualClock,
+    resolution: Duration,
+    read: Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>,
+}
+
+impl CallingClock {
+    fn new(resolution: Duration) -> Self {
+        Self {
+            time: ManualClock::new(),
+            resolution,
+            read: Arc::default(),
+        }
+    }
+
+    fn call(&self) {
+        if !IN_CLOCK.with(|c| c.replace(true)) {
+            if let Some(read) = self.read.get() {
+                read();
+            }
+            IN_CLOCK.with(|c| c.set(false));
+        }
+    }
+}
+
+impl Clock for CallingClock {
+    fn now(&self) -> u64 {
+        self.call();
+        self.time.now()
+    }
+    fn recent(&self) -> u64 {
+        self.call();
+        self.time.now()
+    }
+    fn precise_now(&self) -> u64 {
+        self.call();
+        self.time.now()
+    }
+    fn resolution(&self) -> Duration {
+        self.call();
+        self.resolution
+    }
+}
+
+#[test]
+fn a_clock_whose_resolution_reads_its_breaker_never_deadlocks_a_reconfiguration() {
+    let clock = CallingClock::new(Duration::from_millis(1));
+    let config = BreakerConfig::builder()
+        .count_window(4)
+        .minimum_calls(2)
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("resolution", config.clone(), clock.clone());
+    let target = b.clone();
+    let _ = clock.read.set(Box::new(move || {
+        let _ = target.metrics();
+        let _ = target.config();
+    }));
+    // A slow-call rule finer than the clock resolves: the breaker asks the clock again.
+    let finer = config
+        .to_builder()
+        .slow_call_duration(Duration::from_millis(5))
+        .build()
+        .unwrap();
+    finishes(
+        "a reconfiguration on a clock that reads its breaker",
+        move || {
+            b.reconfigure(finer).unwrap();
+            b.trip();
+            b.reset();
+            b.metrics().state
+        },
+    );
+}
+
+#[test]
+fn a_registry_clock_that_calls_back_into_the_registry_never_deadlocks_maintenance() {
+    let clock = CallingClock::new(Duration::from_millis(1));
+    let r = Arc::new(
+        Registry::with_clock(
+            RegistryConfig::default()
+                .with_max_breakers(2)
+                .with_idle_after(Duration::from_secs(1)),
+            clock.clone(),
+        )
+        .unwrap(),
+    );
+    let weak = Arc::downgrade(&r);
+    let _ = clock.read.set(Box::new(move || {
+        if let Some(r) = weak.upgrade() {
+            r.evict_idle();
+            let _ = r.len();
+        }
+    }));
+    let r2 = r.clone();
+    let t = clock.time.clone();
+    let evicted = finishes("maintenance on a clock that calls back in", move || {
+        r2.get(&Key::new("a").unwrap()).unwrap();
+        r2.get(&Key::new("b").unwrap()).unwrap();
+        t.advance(Duration::from_secs(5));
+        // Full: the lookup makes room, then an explicit sweep.
+        r2.get(&Key::new("c").unwrap()).unwrap();
+        r2.evict_idle()
+    });
+    assert!(evicted <= 1, "{evicted}");
+    assert!(r.len() <= 2);
+}
+
+#[test]
+fn a_registry_clock_that_looks_a_key_up_never_deadlocks_its_rebuild() {
+    let clock = CallingClock::new(Duration::ZERO);
+    let r = Arc::new(Registry::with_clock(RegistryConfig::default(), clock.clone()).unwrap());
+    let key = Key::new("catalog").unwrap();
+    r.get(&key).unwrap();
+    let weak = Arc::downgrade(&r);
+    let k = key.clone();
+    let _ = clock.read.set(Box::new(move || {
+        if let Some(r) = weak.upgrade() {
+            let _ = r.get(&k);
+        }
+    }));
+    // Another window shape: the Closed, unused breaker is rebuilt, and building its
+    // replacement reads the clock.
+    let shape = RegistryConfig::default().with_config(
+        "default",
+        BreakerConfig::builder()
+            .count_window(50)
+            .minimum_calls(10)
+            .build()
+            .unwrap(),
+    );
+    let r2 = r.clone();
+    let report = finishes("a rebuild on a clock that looks the key up", move || {
+        r2.reload(shape).unwrap()
+    });
+    assert_eq!(report.rebuilt, vec![key.clone()]);
+    let b = r.get(&key).unwrap();
+    assert_eq!(
+        b.config().window(),
+        tripline::WindowConfig::Count { size: 50 }
+    );
+}
+
 #[cfg(feature = "metrics")]
 mod recorder {
     use super::*;
@@ -412,5 +616,43 @@ mod recorder {
         });
         release_tx.send(()).unwrap();
         slow.join().unwrap();
+    }
+
+    /// A recorder that runs `on_register` whenever a gauge is registered.
+    struct RegisteringRecorder(OnSet);
+
+    impl Recorder for RegisteringRecorder {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &MKey, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &MKey, _: &Metadata<'_>) -> Gauge {
+            (self.0)();
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &MKey, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn a_recorder_that_exports_while_registering_a_gauge_never_deadlocks_the_registry() {
+        let (r, handle) = registry(RegistryConfig::default());
+        r.get(&Key::new("payments").unwrap()).unwrap();
+        let r2 = r.clone();
+        finishes("an export whose recorder exports again", move || {
+            let inside = Arc::new(AtomicBool::new(false));
+            let recorder = RegisteringRecorder(Arc::new(move || {
+                if !inside.swap(true, Ordering::SeqCst) {
+                    if let Some(r) = handle.get().and_then(Weak::upgrade) {
+                        r.export_metrics();
+                    }
+                    inside.store(false, Ordering::SeqCst);
+                }
+            }));
+            metrics::with_local_recorder(&recorder, || r2.export_metrics());
+        });
     }
 }

@@ -401,7 +401,8 @@ function updateCard(card, b) {
   const ov = card.querySelector('.override');
   ov.textContent = b.override ? 'override: ' + b.override : '';
   ov.hidden = !b.override;
-  card.querySelector('.source').textContent = b.source === 'manual' ? 'registered by hand' : '';
+  card.querySelector('.source').textContent =
+    b.reach === 'fleet' ? 'fleet-wide' : b.source === 'manual' ? 'registered by hand' : '';
   card.title = visible(b.key || b.dependency + ' (sensitive scope)') + ' · generation ' + b.generation;
 }
 

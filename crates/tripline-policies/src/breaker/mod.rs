@@ -1,7 +1,8 @@
 //! The circuit breaker as a tower layer.
 //!
-//! The breaker itself is the core's [`CircuitBreaker`]; this module
-//! only adapts it to tower. Each call asks the breaker for a permit; a refusal fails the call
+//! The breaker itself is the core's [`CircuitBreaker`], or any other host of the
+//! [`tripline::Breaker`] interface (the fleet-wide `tripline_redis::SharedBreaker`, through
+//! [`BreakerLayer::new`]); this module only adapts it to tower. Each call asks the breaker for a permit; a refusal fails the call
 //! at once with the core's [`Rejected`] (downcastable from the `BoxError`), without calling the
 //! inner service; an admitted call's result is classified and recorded. A response future
 //! dropped before it completes abandons its permit, which frees a half-open probe slot and
@@ -14,6 +15,10 @@
 //! a failure: that is why the timeout goes inside the breaker.
 //!
 //! # Cost
+//!
+//! With a breaker that may wait (the shared one) the permit is acquired in `poll_ready` (see
+//! [`Breaker`]) and the response future awaits the recording of the result (one round trip
+//! unless batched) before it yields the response. With the in-process breaker:
 //!
 //! The permit is acquired in `call` (an [`OwnedPermit`](tripline::OwnedPermit), one
 //! reference-count increment) and travels in an unboxed response future: no allocation per
@@ -43,12 +48,14 @@ pub mod error;
 pub mod future;
 mod layer;
 
-use std::task::{Context, Poll};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use tower_service::Service;
 use tripline::{
-    CircuitBreaker, Classification, Classify, Clock, FailureKind, MonotonicClock, Outcome,
-    ResultClassifier,
+    Breaker as AnyBreaker, CircuitBreaker, Classification, Classify, Clock, FailureKind,
+    MonotonicClock, Outcome, ResultClassifier,
 };
 
 pub use error::Rejected;
@@ -57,36 +64,87 @@ pub use layer::BreakerLayer;
 
 use crate::BoxError;
 
-/// A service behind a [`CircuitBreaker`]. Made by [`BreakerLayer`].
-#[derive(Debug)]
-pub struct Breaker<S, C: Clock = MonotonicClock, K = ResultClassifier> {
+/// A service behind a breaker: the in-process [`CircuitBreaker`] by default, or any host of
+/// the [`tripline::Breaker`] interface (`B`: a fleet-wide `tripline_redis::SharedBreaker`).
+/// Made by [`BreakerLayer`].
+///
+/// A breaker that admits at once (the in-process one: [`tripline::Breaker::ADMITS_AT_ONCE`])
+/// is asked in `call`, as always. One that may wait for a round trip is asked in `poll_ready`,
+/// after the inner service is ready: the service is ready once the breaker has decided, and
+/// `call` then sends the request under the permit, or fails it with the refusal. A permit
+/// taken in `poll_ready` and never used (the service dropped before `call`) is abandoned.
+pub struct Breaker<
+    S,
+    C: Clock = MonotonicClock,
+    K = ResultClassifier,
+    B: AnyBreaker = CircuitBreaker<C>,
+> {
     inner: S,
-    breaker: CircuitBreaker<C>,
+    breaker: B,
     classifier: K,
+    /// A breaker that may wait: its decision, in `poll_ready`, for the next `call`.
+    admission: Option<Admission<B>>,
+    clock: PhantomData<fn() -> C>,
 }
 
-impl<S: Clone, C: Clock, K: Clone> Clone for Breaker<S, C, K> {
+/// An admission in progress, or decided and waiting for `call`.
+enum Admission<B: AnyBreaker> {
+    Deciding(B::Acquire),
+    Decided(Result<B::Permit, tripline::Rejected>),
+}
+
+impl<S: std::fmt::Debug, C: Clock, K: std::fmt::Debug, B: AnyBreaker> std::fmt::Debug
+    for Breaker<S, C, K, B>
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Breaker")
+            .field("inner", &self.inner)
+            .field("breaker", &self.breaker)
+            .field("classifier", &self.classifier)
+            .field(
+                "admission",
+                &match &self.admission {
+                    None => "none",
+                    Some(Admission::Deciding(_)) => "deciding",
+                    Some(Admission::Decided(Ok(_))) => "admitted",
+                    Some(Admission::Decided(Err(_))) => "refused",
+                },
+            )
+            .finish()
+    }
+}
+
+impl<S: Clone, C: Clock, K: Clone, B: AnyBreaker> Clone for Breaker<S, C, K, B> {
+    /// A clone is a service of its own: it shares the breaker, not a decision made for this
+    /// one's next call.
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             breaker: self.breaker.clone(),
             classifier: self.classifier.clone(),
+            admission: None,
+            clock: PhantomData,
         }
     }
 }
 
-impl<S, C: Clock, K> Breaker<S, C, K> {
-    /// `inner` behind `breaker`, its results classified by `classifier`.
-    pub const fn new(inner: S, breaker: CircuitBreaker<C>, classifier: K) -> Self {
+impl<S, K, B: AnyBreaker> Breaker<S, B::Clock, K, B> {
+    /// `inner` behind `breaker` (a [`CircuitBreaker`], or any host of the
+    /// [`tripline::Breaker`] interface), its results classified by `classifier`.
+    pub const fn new(inner: S, breaker: B, classifier: K) -> Self {
         Self {
             inner,
             breaker,
             classifier,
+            admission: None,
+            clock: PhantomData,
         }
     }
+}
 
+impl<S, C: Clock, K, B: AnyBreaker> Breaker<S, C, K, B> {
     /// The breaker.
-    pub fn breaker(&self) -> &CircuitBreaker<C> {
+    pub fn breaker(&self) -> &B {
         &self.breaker
     }
 
@@ -126,27 +184,66 @@ pub(crate) fn classify<T, K: Classify<T, BoxError>>(
     }
 }
 
-impl<S, C, K, Req> Service<Req> for Breaker<S, C, K>
+/// `call` on a breaker service whose breaker had not decided: `poll_ready` was not called (or
+/// did not return ready) first, as tower's contract asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotReady;
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the breaker service was called before poll_ready returned ready")
+    }
+}
+
+impl std::error::Error for NotReady {}
+
+impl<S, C, K, B, Req> Service<Req> for Breaker<S, C, K, B>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
     C: Clock,
+    B: AnyBreaker,
     K: Classify<S::Response, BoxError> + Clone,
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, C, K>;
+    type Future = ResponseFuture<S::Future, C, K, B, S::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        ready!(self.inner.poll_ready(cx)).map_err(Into::into)?;
+        if B::ADMITS_AT_ONCE {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            match &mut self.admission {
+                None => self.admission = Some(Admission::Deciding(self.breaker.acquire())),
+                Some(Admission::Deciding(decision)) => {
+                    let decided = ready!(Pin::new(decision).poll(cx));
+                    self.admission = Some(Admission::Decided(decided));
+                }
+                Some(Admission::Decided(_)) => return Poll::Ready(Ok(())),
+            }
+        }
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        match self.breaker.try_acquire_owned() {
-            Ok(permit) => {
+        let decided = if B::ADMITS_AT_ONCE {
+            self.breaker.try_acquire_now()
+        } else {
+            match self.admission.take() {
+                Some(Admission::Decided(d)) => Some(d),
+                other => {
+                    self.admission = other;
+                    None
+                }
+            }
+        };
+        match decided {
+            Some(Ok(permit)) => {
                 ResponseFuture::called(self.inner.call(req), permit, self.classifier.clone())
             }
-            Err(rejected) => ResponseFuture::rejected(rejected, self.classifier.clone()),
+            Some(Err(rejected)) => ResponseFuture::failed(rejected.into(), self.classifier.clone()),
+            None => ResponseFuture::failed(NotReady.into(), self.classifier.clone()),
         }
     }
 }

@@ -91,12 +91,13 @@ mod stats;
 
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tripline::{
-    CircuitBreaker, Classification, Classify, Clock, ConfigError, MonotonicClock, Outcome,
-    ResultClassifier,
+    Breaker as AnyBreaker, BreakerPermit as _, CircuitBreaker, Classification, Classify, Clock,
+    ConfigError, MonotonicClock, Outcome, ResultClassifier,
 };
 
 use crate::bulkhead::{Admission, Bulkhead, BulkheadPermit};
@@ -245,9 +246,11 @@ pub struct Pipeline<
     P = RetryOnError,
     K = ResultClassifier,
     M = KeepFailures,
+    B: AnyBreaker = CircuitBreaker<C>,
 > {
     retry: Option<RetryPolicy<P>>,
-    breaker: Option<CircuitBreaker<C>>,
+    clock: PhantomData<fn() -> C>,
+    breaker: Option<B>,
     stages: Stages,
     placement: RetryPlacement,
     classifier: K,
@@ -268,10 +271,11 @@ struct Stages {
     chaos: Option<Chaos>,
 }
 
-impl<C: Clock, P: Clone, K: Clone, M: Clone> Clone for Pipeline<C, P, K, M> {
+impl<C: Clock, P: Clone, K: Clone, M: Clone, B: AnyBreaker> Clone for Pipeline<C, P, K, M, B> {
     fn clone(&self) -> Self {
         Self {
             retry: self.retry.clone(),
+            clock: PhantomData,
             breaker: self.breaker.clone(),
             stages: self.stages.clone(),
             placement: self.placement,
@@ -282,7 +286,7 @@ impl<C: Clock, P: Clone, K: Clone, M: Clone> Clone for Pipeline<C, P, K, M> {
     }
 }
 
-impl<C: Clock, P, K, M> fmt::Debug for Pipeline<C, P, K, M> {
+impl<C: Clock, P, K, M, B: AnyBreaker> fmt::Debug for Pipeline<C, P, K, M, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pipeline")
             .field("order", &self.order())
@@ -298,6 +302,7 @@ impl Pipeline {
     pub fn builder() -> PipelineBuilder {
         PipelineBuilder {
             retry: None,
+            clock: PhantomData,
             breaker: None,
             stages: Stages::default(),
             placement: RetryPlacement::OutsideBreaker,
@@ -309,7 +314,7 @@ impl Pipeline {
 
 type Attempt<T, E> = Result<Result<T, E>, PipelineError<E>>;
 
-impl<C: Clock, P, K, M> Pipeline<C, P, K, M> {
+impl<C: Clock, P, K, M, B: AnyBreaker> Pipeline<C, P, K, M, B> {
     /// The stages built, from the outside in.
     pub fn order(&self) -> Vec<Stage> {
         let retry = self.retry.is_some().then_some(Stage::Retry);
@@ -342,7 +347,7 @@ impl<C: Clock, P, K, M> Pipeline<C, P, K, M> {
     }
 
     /// The breaker, if any.
-    pub fn breaker(&self) -> Option<&CircuitBreaker<C>> {
+    pub fn breaker(&self) -> Option<&B> {
         self.breaker.as_ref()
     }
 
@@ -423,7 +428,7 @@ impl<C: Clock, P, K, M> Pipeline<C, P, K, M> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn with_breaker<C2: Clock>(&self, breaker: CircuitBreaker<C2>) -> Pipeline<C2, P, K, M>
+    pub fn with_breaker<B2: AnyBreaker>(&self, breaker: B2) -> Pipeline<B2::Clock, P, K, M, B2>
     where
         P: Clone,
         K: Clone,
@@ -431,6 +436,7 @@ impl<C: Clock, P, K, M> Pipeline<C, P, K, M> {
     {
         Pipeline {
             retry: self.retry.clone(),
+            clock: PhantomData,
             breaker: Some(breaker),
             stages: self.stages.clone(),
             placement: self.placement,
@@ -491,10 +497,12 @@ impl<C: Clock, P, K, M> Pipeline<C, P, K, M> {
         Fut: Future<Output = Result<T, E>>,
     {
         let attempt = match (self.placement, &self.breaker) {
-            (RetryPlacement::InsideBreaker, Some(breaker)) => match breaker.try_acquire() {
+            (RetryPlacement::InsideBreaker, Some(breaker)) => match breaker.acquire().await {
                 Ok(permit) => {
                     let r = self.attempts(&mut f, false, priority).await;
-                    let _ = permit.record_classified(self.breaker_classification(&r));
+                    let _ = permit
+                        .record_classified(self.breaker_classification(&r))
+                        .await;
                     r
                 }
                 Err(rejected) => Err(PipelineError::Rejected(rejected)),
@@ -627,12 +635,14 @@ impl<C: Clock, P, K, M> Pipeline<C, P, K, M> {
         Fut: Future<Output = Result<T, E>>,
     {
         let permit = match &self.breaker {
-            Some(b) if through_breaker => Some(b.try_acquire().map_err(PipelineError::Rejected)?),
+            Some(b) if through_breaker => Some(b.acquire().await.map_err(PipelineError::Rejected)?),
             _ => None,
         };
         let r = self.admitted(f, priority).await;
         if let Some(permit) = permit {
-            let _ = permit.record_classified(self.breaker_classification(&r));
+            let _ = permit
+                .record_classified(self.breaker_classification(&r))
+                .await;
         }
         r
     }
@@ -776,20 +786,23 @@ pub struct PipelineBuilder<
     P = RetryOnError,
     K = ResultClassifier,
     M = KeepFailures,
+    B: AnyBreaker = CircuitBreaker<C>,
 > {
     retry: Option<RetryPolicy<P>>,
-    breaker: Option<CircuitBreaker<C>>,
+    clock: PhantomData<fn() -> C>,
+    breaker: Option<B>,
     stages: Stages,
     placement: RetryPlacement,
     classifier: K,
     failures: M,
 }
 
-impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
+impl<C: Clock, P, K, M, B: AnyBreaker> PipelineBuilder<C, P, K, M, B> {
     /// Retries with `policy`.
-    pub fn retry<P2>(self, policy: RetryPolicy<P2>) -> PipelineBuilder<C, P2, K, M> {
+    pub fn retry<P2>(self, policy: RetryPolicy<P2>) -> PipelineBuilder<C, P2, K, M, B> {
         PipelineBuilder {
             retry: Some(policy),
+            clock: PhantomData,
             breaker: self.breaker,
             stages: self.stages,
             placement: self.placement,
@@ -801,9 +814,10 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
     /// Retries what `predicate` says is worth retrying, with the retry policy already set (a
     /// policy read from a configuration file retries every `Err`): see
     /// [`RetryPolicy::with_predicate`]. Without a retry policy, nothing is retried.
-    pub fn retry_if<P2>(self, predicate: P2) -> PipelineBuilder<C, P2, K, M> {
+    pub fn retry_if<P2>(self, predicate: P2) -> PipelineBuilder<C, P2, K, M, B> {
         PipelineBuilder {
             retry: self.retry.map(|p| p.with_predicate(predicate)),
+            clock: PhantomData,
             breaker: self.breaker,
             stages: self.stages,
             placement: self.placement,
@@ -817,6 +831,7 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
     pub(crate) fn without_breaker<C2: Clock>(self) -> PipelineBuilder<C2, P, K, M> {
         PipelineBuilder {
             retry: self.retry,
+            clock: PhantomData,
             breaker: None,
             stages: self.stages,
             placement: self.placement,
@@ -825,10 +840,14 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
         }
     }
 
-    /// Guards calls with `breaker`.
-    pub fn breaker<C2: Clock>(self, breaker: CircuitBreaker<C2>) -> PipelineBuilder<C2, P, K, M> {
+    /// Guards calls with `breaker`: a [`CircuitBreaker`], or any host of the
+    /// [`tripline::Breaker`] interface (a fleet-wide `tripline_redis::SharedBreaker` here is
+    /// the whole change from one replica to a fleet; its admission may wait for a round trip,
+    /// and each attempt's result is recorded before the next stage sees it).
+    pub fn breaker<B2: AnyBreaker>(self, breaker: B2) -> PipelineBuilder<B2::Clock, P, K, M, B2> {
         PipelineBuilder {
             retry: self.retry,
+            clock: PhantomData,
             breaker: Some(breaker),
             stages: self.stages,
             placement: self.placement,
@@ -839,9 +858,10 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
 
     /// Classifies results with `classifier` (for the breaker, and for the throttle's accepts:
     /// anything not a failure is accepted). Default: `Ok` succeeds, `Err` fails.
-    pub fn classifier<K2>(self, classifier: K2) -> PipelineBuilder<C, P, K2, M> {
+    pub fn classifier<K2>(self, classifier: K2) -> PipelineBuilder<C, P, K2, M, B> {
         PipelineBuilder {
             retry: self.retry,
+            clock: PhantomData,
             breaker: self.breaker,
             stages: self.stages,
             placement: self.placement,
@@ -854,9 +874,10 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
     /// error, with `failures` ([`FailureToError`]), so the caller's error path and the
     /// fallback of [`call_or_else`](Pipeline::call_or_else) see it. The retry predicate, the
     /// breaker and the budget still see the value itself (a 503 with its `Retry-After`).
-    pub fn failures_as_errors<M2>(self, failures: M2) -> PipelineBuilder<C, P, K, M2> {
+    pub fn failures_as_errors<M2>(self, failures: M2) -> PipelineBuilder<C, P, K, M2, B> {
         PipelineBuilder {
             retry: self.retry,
+            clock: PhantomData,
             breaker: self.breaker,
             stages: self.stages,
             placement: self.placement,
@@ -878,6 +899,7 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
         crate::http::HttpRetryable,
         crate::reqwest::ReqwestClassifier,
         crate::reqwest::StatusError,
+        B,
     > {
         self.retry_if(crate::http::HttpRetryable)
             .classifier(crate::reqwest::ReqwestClassifier)
@@ -954,7 +976,7 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
     /// let err = Pipeline::builder().timeout(Duration::ZERO).build().unwrap_err();
     /// assert_eq!(err.to_string(), "timeout must be in (0ns, 86400s], got 0ns");
     /// ```
-    pub fn build(self) -> Result<Pipeline<C, P, K, M>, ConfigError> {
+    pub fn build(self) -> Result<Pipeline<C, P, K, M, B>, ConfigError> {
         let mut stages = self.stages;
         stages.timeout = stages
             .timeout
@@ -962,6 +984,7 @@ impl<C: Clock, P, K, M> PipelineBuilder<C, P, K, M> {
             .transpose()?;
         Ok(Pipeline {
             retry: self.retry,
+            clock: PhantomData,
             breaker: self.breaker,
             stages,
             placement: self.placement,

@@ -82,12 +82,18 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::Open => {
-                    let now = self.clock.recent();
                     let until = self.open_until.load(Ordering::Acquire);
+                    let recent = self.clock.recent();
+                    if !rules::open_elapsed(until, recent) {
+                        return Err(self.reject::<0>(Some(until - recent), recent));
+                    }
+                    // The cheap reading says the wait is over: the full one decides (and a
+                    // clock whose cheap reading runs ahead gets a rejection, not a spin).
+                    let now = self.now();
                     if !rules::open_elapsed(until, now) {
                         return Err(self.reject::<0>(Some(until - now), now, word.generation()));
                     }
-                    self.open_to_half_open(word, self.now());
+                    self.open_to_half_open(word, now);
                 }
                 State::HalfOpen => {
                     if let Some(r) = self.claim_probe(word) {

@@ -87,6 +87,19 @@ pub struct ProbeCounts {
 pub struct KindCounts([u64; 7]);
 
 impl KindCounts {
+    /// Counts given in [`FailureKind::ALL`] order (for a host of the rules that counts them
+    /// itself, such as the shared breaker).
+    ///
+    /// ```
+    /// use tripline::{FailureKind, KindCounts};
+    /// let counts = KindCounts::from_counts([0, 0, 0, 0, 0, 0, 3]);
+    /// assert_eq!(counts.get(FailureKind::ALL[6]), 3);
+    /// assert_eq!(counts.total(), 3);
+    /// ```
+    pub const fn from_counts(counts: [u64; 7]) -> Self {
+        Self(counts)
+    }
+
     /// Failures of `kind`.
     pub fn get(&self, kind: FailureKind) -> u64 {
         self.0[kind.index()]

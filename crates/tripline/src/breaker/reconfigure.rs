@@ -37,12 +37,12 @@ pub(crate) struct Followed {
 
 impl<C: Clock> CircuitBreaker<C> {
     /// Replaces the configuration, keeping state, generation and window. The window's shape
-    /// (kind, size, length, bucket, stripes) is fixed for a breaker's life: a configuration
-    /// that changes it is refused, and the breaker is left untouched. A Closed breaker's
-    /// window is judged at once by the new thresholds (lower ones may trip it then), a waiting
-    /// timer task (`run_timer`, feature `tokio`) follows the new schedule, and a configuration
-    /// that compares call times against durations finer than the clock's readings resolve
-    /// makes the breaker read the clock's precise readings from then on
+    /// (kind, size, length, bucket, stripes, call durations) is fixed for a breaker's life: a
+    /// configuration that changes it is refused, and the breaker is left untouched. A Closed
+    /// breaker's window is judged at once by the new thresholds (lower ones may trip it then),
+    /// a waiting timer task (`run_timer`, feature `tokio`) follows the new schedule, and a
+    /// configuration that compares call times against durations finer than the clock's
+    /// readings resolve makes the breaker read the clock's precise readings from then on
     /// ([`Clock::precise_now`]).
     ///
     /// ```
@@ -58,7 +58,8 @@ impl<C: Clock> CircuitBreaker<C> {
         let config = config.into();
         config.validate()?;
         let inner = &*self.inner;
-        let now = inner.now();
+        // The clock is user code: read before the core lock.
+        let (now, resolution) = (inner.now(), inner.clock.resolution());
         let cold = inner.cold();
         {
             let mut core = lock(&cold.core);
@@ -84,7 +85,7 @@ impl<C: Clock> CircuitBreaker<C> {
                     ),
                 ));
             }
-            inner.reconfigure_locked(&mut core, config, now);
+            inner.reconfigure_locked(&mut core, config, now, resolution);
         }
         cold.hub.drain();
         Ok(())
@@ -129,8 +130,15 @@ impl<C: Clock> CircuitBreaker<C> {
 impl<C: Clock> Inner<C> {
     /// Applies `config` (of the same shape) under the core lock: the round's size, the
     /// in-flight cohorts' width, the thresholds, a `Reconfigured` event, and an evaluation of a
-    /// Closed breaker's window by the new thresholds.
-    fn reconfigure_locked(&self, core: &mut Core, config: Arc<BreakerConfig>, now: u64) {
+    /// Closed breaker's window by the new thresholds. `now` and the clock's `resolution` were
+    /// read before the lock (a clock is user code).
+    fn reconfigure_locked(
+        &self,
+        core: &mut Core,
+        config: Arc<BreakerConfig>,
+        now: u64,
+        resolution: std::time::Duration,
+    ) {
         let word = self.word();
         if word.state() == State::HalfOpen {
             // Probes already out keep their leases (and count against the new number); the
@@ -156,7 +164,7 @@ impl<C: Clock> Inner<C> {
             // A ramp in progress ends with the setting.
             self.hot.ramping.store(false, Ordering::Relaxed);
         }
-        self.hot.set(&config, self.clock.resolution());
+        self.hot.set(&config, resolution);
         core.config = config;
         self.cold().hub.push(
             now,
@@ -206,7 +214,8 @@ impl<C: Clock> Inner<C> {
                 return Followed::default();
             }
         }
-        let now = self.now();
+        // The clock is user code: read before the core lock.
+        let (now, resolution) = (self.now(), self.clock.resolution());
         let cold = self.cold();
         let done = {
             let mut core = lock(&cold.core);
@@ -214,7 +223,7 @@ impl<C: Clock> Inner<C> {
             let mut done = Followed::default();
             if !Arc::ptr_eq(&config, &core.config) && *config != *core.config {
                 if config.same_shape(&core.config) {
-                    self.reconfigure_locked(&mut core, config, now);
+                    self.reconfigure_locked(&mut core, config, now, resolution);
                     done.reconfigured = true;
                 } else {
                     done.new_shape = true;

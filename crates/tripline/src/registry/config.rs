@@ -201,6 +201,49 @@ impl RegistryConfig {
         Ok(())
     }
 
+    /// The most breakers the registry holds.
+    ///
+    /// ```
+    /// use tripline::registry::RegistryConfig;
+    /// assert_eq!(RegistryConfig::default().with_max_breakers(64).max_breakers(), 64);
+    /// ```
+    pub fn max_breakers(&self) -> usize {
+        self.max_breakers
+    }
+
+    /// How long a breaker may go unused before [`Registry::evict_idle`](super::Registry::evict_idle)
+    /// may drop it.
+    pub fn idle_after(&self) -> Duration {
+        self.idle_after
+    }
+
+    /// The breaker configuration `key` uses: the key's own, else its dependency's, else
+    /// `default` (the default configuration when none is named so), as the registry resolves
+    /// it. Keyed holders of other breakers (the fleet-wide ones of `tripline-redis`) resolve
+    /// keys the same way with it.
+    ///
+    /// ```
+    /// use tripline::BreakerConfig;
+    /// use tripline::registry::{Key, RegistryConfig, ScopeKind};
+    ///
+    /// let strict = BreakerConfig::builder().minimum_calls(5).build()?;
+    /// let config = RegistryConfig::default()
+    ///     .with_config("strict", strict.clone())
+    ///     .with_dependency("payments", "strict");
+    /// let key = Key::scoped("payments", ScopeKind::Tenant, "acme")?;
+    /// assert_eq!(config.config_for(&key), strict);
+    /// assert_eq!(config.config_for(&Key::new("search")?), BreakerConfig::default());
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn config_for(&self, key: &Key) -> BreakerConfig {
+        let name = self.config_name_for(key);
+        self.configs
+            .get(name)
+            .or_else(|| self.configs.get("default"))
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The name of the configuration `key` uses.
     pub(super) fn config_name_for(&self, key: &Key) -> &str {
         self.keys

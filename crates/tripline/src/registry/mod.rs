@@ -66,7 +66,7 @@
 //!   run only the breakers' own checks (state, window, handles held); the clock is read before
 //!   it is taken, and evicted breakers' gauges are cleared after it is released.
 //! * `dependency_gauges` (feature `metrics`), a mutex: the per-dependency gauge handles; the
-//!   gauges are set after it is released.
+//!   gauges are registered with the recorder and set after it is released.
 //!
 //! No listener, clock reading, metrics recorder or `for_each` callback runs under any of these,
 //! nor under a breaker's lock: a listener may call back into the registry (look a key up, make
@@ -402,15 +402,27 @@ impl<C: Clock + Clone> Registry<C> {
         }
     }
 
-    /// The breaker for `key` if it exists, without creating it or marking it used.
+    /// The breaker for `key` if it exists, without creating it or marking it used. A breaker
+    /// whose lookup is still setting it up is set up first (given the registry's listeners and
+    /// the override in force), so a peek never hands out a breaker that has not yet followed a
+    /// kill switch.
     pub fn peek(&self, key: &Key) -> Option<CircuitBreaker<C>> {
         loop {
-            let map = self.map.pin();
-            let e = map.get(key)?;
-            if let Some(b) = hold(e) {
+            let e = {
+                let map = self.map.pin();
+                let e = map.get(key)?;
+                match self.ready(e) {
+                    Ok(b) => return Some(b),
+                    Err(true) => e.clone(),
+                    Err(false) => {
+                        crate::sync::spin(0);
+                        continue;
+                    }
+                }
+            };
+            if let Some(b) = self.settle(key, &e) {
                 return Some(b);
             }
-            crate::sync::spin(0);
         }
     }
 
@@ -421,6 +433,15 @@ impl<C: Clock + Clone> Registry<C> {
     /// [`hand_out`]: Self::hand_out
     #[inline]
     fn hand_out_ready(&self, e: &Entry<C>, now: u64) -> Result<CircuitBreaker<C>, bool> {
+        let b = self.ready(e)?;
+        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
+        Ok(b)
+    }
+
+    /// A handle to a live entry's breaker that needs nothing more, without marking it used;
+    /// errors as [`hand_out_ready`](Self::hand_out_ready).
+    #[inline]
+    fn ready(&self, e: &Entry<C>) -> Result<CircuitBreaker<C>, bool> {
         let b = hold(e).ok_or(false)?;
         if !e.ready.load(Ordering::Acquire)
             || e.listeners_added.load(Ordering::Acquire)
@@ -428,7 +449,6 @@ impl<C: Clock + Clone> Registry<C> {
         {
             return Err(true);
         }
-        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
         Ok(b)
     }
 
@@ -436,6 +456,14 @@ impl<C: Clock + Clone> Registry<C> {
     /// `None` when the entry is being retired (or was just rebuilt): look again.
     #[cold]
     fn hand_out(&self, key: &Key, e: &Arc<Entry<C>>, now: u64) -> Option<CircuitBreaker<C>> {
+        let b = self.settle(key, e)?;
+        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
+        Some(b)
+    }
+
+    /// [`hand_out`](Self::hand_out) without marking the entry used.
+    #[cold]
+    fn settle(&self, key: &Key, e: &Arc<Entry<C>>) -> Option<CircuitBreaker<C>> {
         // Live now? (The handle is let go at once: a set-up may rebuild the entry, which it
         // can only do with no handle out.)
         hold(e)?;
@@ -443,9 +471,7 @@ impl<C: Clock + Clone> Registry<C> {
             self.set_up(key, e);
         }
         self.catch_up(e);
-        let b = hold(e)?;
-        touch(e, now, self.touch_granularity.load(Ordering::Relaxed));
-        Some(b)
+        hold(e)
     }
 
     /// Sets a new entry up (any lookup that finds it not ready may, and each step is done
@@ -493,13 +519,15 @@ impl<C: Clock + Clone> Registry<C> {
     /// fresh one would forget. Whether it did.
     fn rebuild(&self, key: &Key, e: &Arc<Entry<C>>) -> bool {
         let now = self.clock.now();
+        // Made before the entry retires: making it runs user code (the clock, a metrics
+        // recorder), which may look the key up, and a lookup waits while its entry retires.
+        let fresh = self.create(key, self.clock.recent());
         if !e.life.retire(|| {
             let b = &e.breaker;
             b.state() == State::Closed && !b.in_use(1) && !b.remembers_recovery(now)
         }) {
             return false;
         }
-        let fresh = self.create(key, self.clock.recent());
         self.map.pin().insert(key.clone(), fresh);
         e.life.finish(true);
         true
@@ -531,13 +559,14 @@ impl<C: Clock + Clone> Registry<C> {
     /// Makes room for one more breaker: idle ones go first, then the least recently used
     /// evictable ones down to 7/8 of `max`. `false` when the registry is full and none may go.
     fn make_room(&self, max: usize) -> bool {
-        let now = self.clock.now();
+        // The clock is user code: read before the maintenance lock.
+        let (now, resolution) = (self.clock.now(), self.clock.resolution());
         let (room, evicted) = {
             let _g = lock(&self.maintenance);
             if self.count.load(Ordering::Acquire) < max {
                 return true;
             }
-            let mut evicted = self.evict_idle_locked(now);
+            let mut evicted = self.evict_idle_locked(now, resolution);
             if self.count.load(Ordering::Acquire) >= max {
                 evicted.extend(self.evict_lru_locked(max, now));
             }
@@ -585,21 +614,22 @@ impl<C: Clock + Clone> Registry<C> {
     /// A breaker handed out within `idle_after` is never evicted; one unused for `idle_after`
     /// and a sixty-fourth more (the granularity at which lookups note their use) always may be.
     pub fn evict_idle(&self) -> usize {
-        let now = self.clock.now();
+        // The clock is user code: read before the maintenance lock.
+        let (now, resolution) = (self.clock.now(), self.clock.resolution());
         let evicted = {
             let _g = lock(&self.maintenance);
-            self.evict_idle_locked(now)
+            self.evict_idle_locked(now, resolution)
         };
         self.gone(evicted)
     }
 
-    fn evict_idle_locked(&self, now: u64) -> Vec<Arc<Entry<C>>> {
+    fn evict_idle_locked(&self, now: u64, resolution: std::time::Duration) -> Vec<Arc<Entry<C>>> {
         let idle = nanos(read(&self.record).active.config.idle_after);
         // `last_used` lags a use by less than the granularity, and by the clock's resolution.
         let slack = self
             .touch_granularity
             .load(Ordering::Relaxed)
-            .saturating_add(nanos(self.clock.resolution()));
+            .saturating_add(nanos(resolution));
         let idle_for = |e: &Entry<C>| {
             now.saturating_sub(e.last_used.load(Ordering::Relaxed)) >= idle.saturating_add(slack)
         };
@@ -618,8 +648,10 @@ impl<C: Clock + Clone> Registry<C> {
     }
 
     /// Visits every breaker the registry holds now, with its key, in no particular order,
-    /// without creating or touching any (a read never makes state). `f` may call back into the
-    /// registry: it runs on a copy of the entries, with no lock held.
+    /// without creating or touching any (a read never makes state). A breaker whose lookup is
+    /// still setting it up is set up first, as [`peek`](Self::peek) does, so `f` never sees a
+    /// breaker that has not yet followed a kill switch. `f` may call back into the registry: it
+    /// runs on a copy of the entries, with no lock held.
     ///
     /// ```
     /// use tripline::registry::{Key, Registry, RegistryConfig};
@@ -635,6 +667,10 @@ impl<C: Clock + Clone> Registry<C> {
     /// ```
     pub fn for_each(&self, mut f: impl FnMut(&Key, &CircuitBreaker<C>)) {
         for (k, e) in self.entries() {
+            // A breaker whose lookup is still setting it up is set up first, as `peek` does.
+            if !e.ready.load(Ordering::Acquire) && self.settle(&k, &e).is_none() {
+                continue;
+            }
             f(&k, &e.breaker);
         }
     }
@@ -831,7 +867,13 @@ impl<C: Clock + Clone> Registry<C> {
             e.metrics.update(&e.breaker);
         }
         let summary = self.summary();
-        let sets = lock(&self.dependency_gauges).plan(&summary);
+        // Registering a gauge runs the recorder's code: not under the lock.
+        let missing = lock(&self.dependency_gauges).missing(&summary);
+        let made = missing
+            .into_iter()
+            .map(crate::observe::DependencyGauges::register)
+            .collect();
+        let sets = lock(&self.dependency_gauges).plan(&summary, made);
         for (g, v) in sets {
             g.set(v);
         }

@@ -68,7 +68,7 @@ pub struct WindowSnapshot {
 impl WindowSnapshot {
     /// Calls the slow-call rule counts: recorded plus overdue in-flight ones.
     pub fn total(&self) -> u64 {
-        self.calls + self.in_flight_slow
+        self.calls.saturating_add(self.in_flight_slow)
     }
 
     /// Failure rate in percent of recorded calls (0 when empty). In-flight calls have no
@@ -79,7 +79,10 @@ impl WindowSnapshot {
 
     /// Slow-call rate in percent of [`total`](Self::total), in-flight overdue calls included.
     pub fn slow_rate(&self) -> f64 {
-        pct(self.slow_calls + self.in_flight_slow, self.total())
+        pct(
+            self.slow_calls.saturating_add(self.in_flight_slow),
+            self.total(),
+        )
     }
 }
 
