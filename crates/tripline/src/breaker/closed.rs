@@ -85,7 +85,11 @@ impl<C: Clock> Inner<C> {
                     let until = self.open_until.load(Ordering::Acquire);
                     let recent = self.clock.recent();
                     if !rules::open_elapsed(until, recent) {
-                        return Err(self.reject::<0>(Some(until - recent), recent));
+                        return Err(self.reject::<0>(
+                            Some(until - recent),
+                            recent,
+                            word.generation(),
+                        ));
                     }
                     // The cheap reading says the wait is over: the full one decides (and a
                     // clock whose cheap reading runs ahead gets a rejection, not a spin).
