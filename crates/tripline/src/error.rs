@@ -210,7 +210,9 @@ pub struct Rejected {
     pub(crate) state: State,
     pub(crate) reason: RejectReason,
     pub(crate) retry_after: Option<Duration>,
-    pub(crate) cause: Option<TripCause>,
+    /// The cause as the breaker stores it, decoded only when asked for ([`Rejected::cause`]),
+    /// so that a rejection copies a few words and decodes nothing.
+    pub(crate) cause: Option<crate::breaker::RawCause>,
 }
 
 impl PartialEq for Rejected {
@@ -290,8 +292,10 @@ impl Rejected {
     /// moved on to its next open period (the cause it carries is always its own period's,
     /// never another's), and for stores that do not keep one (the Redis store's rejections
     /// carry none).
-    pub fn cause(&self) -> Option<&TripCause> {
-        self.cause.as_ref()
+    pub fn cause(&self) -> Option<TripCause> {
+        self.cause
+            .as_ref()
+            .and_then(crate::breaker::RawCause::decode)
     }
 }
 

@@ -47,6 +47,7 @@
 //! of the breaker or its registry.
 
 mod cause;
+pub(crate) use cause::RawCause;
 mod closed;
 mod counted;
 mod hot;
