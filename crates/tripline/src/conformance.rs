@@ -906,18 +906,10 @@ impl Machine {
         (crate::clock::nanos(self.config.slow_call_duration()) / 2).max(1)
     }
 
-    /// The window now, with the overdue calls in flight when asked (and counted).
-    fn snapshot(&self, with_in_flight: bool) -> WindowSnapshot {
-        let mut s = WindowSnapshot::default();
-        let mut add = |failed: bool, slow: bool| {
-            s.calls += 1;
-            s.failures += u64::from(failed);
-            s.slow_calls += u64::from(slow);
-        };
+    /// The outcomes the window holds now: `(failed, slow, duration in nanoseconds)`.
+    fn live(&self) -> Vec<(bool, bool, u64)> {
         match &self.window {
-            PlainWindow::Count { outcomes, .. } => {
-                outcomes.iter().for_each(|(f, sl, _)| add(*f, *sl));
-            }
+            PlainWindow::Count { outcomes, .. } => outcomes.iter().copied().collect(),
             PlainWindow::Time {
                 bucket,
                 buckets,
@@ -928,8 +920,19 @@ impl Machine {
                 outcomes
                     .iter()
                     .filter(|(b, ..)| *b <= e && b + buckets > e)
-                    .for_each(|(_, f, sl, _)| add(*f, *sl));
+                    .map(|(_, f, sl, d)| (*f, *sl, *d))
+                    .collect()
             }
+        }
+    }
+
+    /// The window now, with the overdue calls in flight when asked (and counted).
+    fn snapshot(&self, with_in_flight: bool) -> WindowSnapshot {
+        let mut s = WindowSnapshot::default();
+        for (failed, slow, _) in self.live() {
+            s.calls += 1;
+            s.failures += u64::from(failed);
+            s.slow_calls += u64::from(slow);
         }
         if with_in_flight && self.config.counts_in_flight() {
             let (w, slow) = (self.width(), self.slow_nanos());
@@ -951,24 +954,7 @@ impl Machine {
         if !self.config.call_durations {
             return (None, None);
         }
-        let micros: Vec<u64> = match &self.window {
-            PlainWindow::Count { outcomes, .. } => {
-                outcomes.iter().map(|(.., d)| d / 1_000).collect()
-            }
-            PlainWindow::Time {
-                bucket,
-                buckets,
-                outcomes,
-                ..
-            } => {
-                let e = self.now / bucket;
-                outcomes
-                    .iter()
-                    .filter(|(b, ..)| *b <= e && b + buckets > e)
-                    .map(|(.., d)| d / 1_000)
-                    .collect()
-            }
-        };
+        let micros: Vec<u64> = self.live().iter().map(|(.., d)| d / 1_000).collect();
         if micros.is_empty() {
             return (Some(Duration::ZERO), None);
         }
