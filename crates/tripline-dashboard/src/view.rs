@@ -46,6 +46,7 @@ pub(crate) fn reason(r: &Reason) -> Value {
         Reason::ConsecutiveFailures { count } => {
             json!({ "rule": "consecutive-failures", "count": count })
         }
+        Reason::FailureCount { count } => json!({ "rule": "failure-count", "count": count }),
         Reason::OpenElapsed => json!({ "rule": "open-elapsed" }),
         Reason::ProbesSucceeded {
             probes,

@@ -26,9 +26,9 @@ pub(crate) const LIBRARY: &str = include_str!("breaker.lua");
 /// text's hash to the name), so a node that holds a library of this name holds this text, and
 /// loading it needs no `REPLACE`: the first replica to load it wins, the others are told it
 /// exists (a cheap refusal that compiles nothing).
-pub(crate) const LIBRARY_NAME: &str = "tripline_5";
+pub(crate) const LIBRARY_NAME: &str = "tripline_6";
 /// The library's function names start with this (the library's name and layout version).
-pub(crate) const FUNCTION_PREFIX: &str = "tripline_5_";
+pub(crate) const FUNCTION_PREFIX: &str = "tripline_6_";
 
 /// How long one connection attempt (TCP, TLS, `AUTH`, `SELECT`) may take. It runs in the
 /// supervisor, never inside a call's bound.
@@ -607,7 +607,7 @@ impl Backend {
         cmd.arg("LOAD").arg(LIBRARY);
         match self.query::<Value>(&cmd).await {
             Ok(_) => {}
-            // "Library 'tripline_5' already exists": another replica's load won.
+            // "Library 'tripline_6' already exists": another replica's load won.
             Err(e)
                 if e.to_string()
                     .contains(&format!("'{LIBRARY_NAME}' already exists")) => {}
@@ -717,7 +717,7 @@ mod tests {
     use super::*;
 
     /// The SHA-1 of `breaker.lua` as released under [`LIBRARY_NAME`].
-    const PINNED: &str = "fa559764767ba00559e12b9c545773f5088ff167";
+    const PINNED: &str = "7463c181bae3630614ec27f78992a856a54b3d8e";
 
     /// A node that holds a library of this name holds this text (loads use no `REPLACE`):
     /// any change of the text must come with a new name.
@@ -728,7 +728,7 @@ mod tests {
             .to_string();
         assert_eq!(
             (LIBRARY_NAME, digest.as_str()),
-            ("tripline_5", PINNED),
+            ("tripline_6", PINNED),
             "breaker.lua changed: give it a new name (its shebang, LIBRARY_NAME, \
              FUNCTION_PREFIX) and pin the new text here"
         );

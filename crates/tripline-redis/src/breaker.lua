@@ -1,4 +1,4 @@
-#!lua name=tripline_5
+#!lua name=tripline_6
 -- tripline shared breaker: the rules of tripline's in-process breaker as a Redis 7 Functions
 -- library. Loaded once per node (FUNCTION LOAD); every helper below is created at load time,
 -- not per call. Each function runs atomically.
@@ -15,7 +15,11 @@
 --   5 events    stream of transitions, capped.
 --   6 config    hash: version -> configuration (comma-separated numbers, see FIELDS).
 --
--- ARGV (every function but tripline_5_config)
+-- The failure-count-in-time rule keeps, in the record, the times of the epoch's last fcount
+-- failures (field 'ft', oldest first, with 'fe' the epoch they belong to: a record written by a
+-- release without the rule keeps them, and a new epoch makes them another epoch's).
+--
+-- ARGV (every function but tripline_6_config)
 --   1 now in microseconds, or "" to use Redis TIME (clamped so it never goes backwards)
 --   2 replica id
 --   3 configuration version (a field of the config hash)
@@ -58,6 +62,8 @@ local FIELDS = {
   'qwithin', -- how recent a replica's failure must be to count, us
   'jitter',  -- the open wait's jitter range, us
   'amw',     -- where HalfOpen goes after its max wait: 0 Open, 1 Closed
+  'fcount',  -- failure-count-in-time rule: failures that trip, 0 = off
+  'fwithin', -- within this long, us
 }
 local MAX_VOTERS = 10000
 local MAX_BATCH = 100000
@@ -71,7 +77,7 @@ local R, W, I, Q, E, C
 local CFG, now, replica, jitter
 local rec, dirty, trans
 local fresh, st, ep, expired, notes, ttl_due, wrote_window
--- The call only reads (tripline_5_read): a missing record is answered, not created.
+-- The call only reads (tripline_6_read): a missing record is answered, not created.
 local readonly = false
 local NO_TRANSITIONS = {}
 
@@ -155,8 +161,11 @@ local NUMBERS = {
   ab = true, cf = true, cs = true, eo = true, ep = true, hs = true, lk = true, ln = true,
   lv = true, nse = true, o = true, ou = true, ox = true, rf = true, rr = true, rs = true,
   ru = true, tc = true, tf = true, th = true, tr = true, ts = true, wc = true, wf = true,
-  wq = true, ws = true, wx = true, xa = true,
+  wq = true, ws = true, wx = true, xa = true, fe = true,
 }
+
+-- The most failure times the failure-count rule keeps (failure_count.failures is at most 1000).
+local MAX_FAILURE_TIMES = 1000
 
 -- Whether an unpacked record is one this library can read: a map whose 'st' is a state,
 -- whose 'wr' (the inline ring) is a string, whose number fields are whole numbers in
@@ -176,6 +185,15 @@ local function well_formed(r)
     elseif k == 'wr' then
       if type(v) ~= 'string' then
         return false
+      end
+    elseif k == 'ft' then
+      if type(v) ~= 'table' or #v > MAX_FAILURE_TIMES then
+        return false
+      end
+      for _, t in ipairs(v) do
+        if type(t) ~= 'number' or not (t >= 0 and t <= 9007199254740992) then
+          return false
+        end
       end
     elseif type(k) == 'string' and (NUMBERS[k] or string.find(k, '^l[td]%d+$')) then
       if type(v) ~= 'number' or not (v >= 0 and v <= 9007199254740992) or v ~= math.floor(v) then
@@ -561,7 +579,7 @@ end
 local function window_reset()
   redis.call('DEL', W, I, Q)
   ring, ring_dirty, tw_cur = nil, false, nil
-  for _, f in ipairs({ 'wc', 'wf', 'ws', 'wq', 'wr', 'tc', 'tf', 'ts', 'th', 'cf', 'wx', 'ab', 'nse' }) do
+  for _, f in ipairs({ 'wc', 'wf', 'ws', 'wq', 'wr', 'tc', 'tf', 'ts', 'th', 'cf', 'wx', 'ab', 'nse', 'ft', 'fe' }) do
     unset(f)
   end
 end
@@ -746,11 +764,49 @@ local function after_max_wait()
   return 'open'
 end
 
+-- The failure-count-in-time rule: adds `w` failures at now to the epoch's failure times, keeps
+-- the last fcount of them that are at most fwithin old (a time exactly fwithin old counts, as
+-- in-process), and returns whether they reach fcount.
+local function count_failure(w)
+  if CFG.fcount <= 0 then
+    return false
+  end
+  local times = rec.ft
+  if rec.fe ~= ep or type(times) ~= 'table' then
+    times = {}
+  end
+  local kept = {}
+  for _, t in ipairs(times) do
+    if now - t <= CFG.fwithin then
+      kept[#kept + 1] = t
+    end
+  end
+  for _ = 1, w do
+    kept[#kept + 1] = now
+  end
+  local drop = #kept - CFG.fcount
+  if drop > 0 then
+    local last = {}
+    for i = drop + 1, #kept do
+      last[#last + 1] = kept[i]
+    end
+    kept = last
+  end
+  set('ft', kept)
+  if rec.fe ~= ep then
+    set('fe', ep)
+  end
+  return #kept >= CFG.fcount
+end
+
 -- The trip rules. Returns a reason or nil. Every evaluation notes whether the window held
 -- minimum_calls ('ab': at or above), for the time window's success gate.
-local function trip_reason(consecutive, with_in_flight)
+local function trip_reason(consecutive, with_in_flight, counted)
   if consecutive then
     return 'consecutive-failures'
+  end
+  if counted then
+    return 'failure-count'
   end
   local c, f, s = window()
   local min = CFG.min
@@ -777,8 +833,8 @@ local function trip_reason(consecutive, with_in_flight)
   return nil
 end
 
-local function try_trip(consecutive, with_in_flight, hint)
-  local reason = trip_reason(consecutive, with_in_flight)
+local function try_trip(consecutive, with_in_flight, hint, counted)
+  local reason = trip_reason(consecutive, with_in_flight, counted)
   if reason and (CFG.quorum <= 1 or quorum_met()) then
     transition('open', reason, hint)
     return true
@@ -932,6 +988,10 @@ local function record_window(epoch, outcome, slow, hint, weight)
       set('cf', 0)
     end
   end
+  local counted = false
+  if failure == 1 then
+    counted = count_failure(w)
+  end
   if (failure == 1 or slow == 1) and CFG.quorum > 1 then
     vote()
   end
@@ -949,7 +1009,7 @@ local function record_window(epoch, outcome, slow, hint, weight)
       evaluate = true
     end
     if evaluate then
-      try_trip(consecutive, failure == 1 or slow == 1, hint)
+      try_trip(consecutive, failure == 1 or slow == 1, hint, counted)
     end
   end
   return 'counted'
@@ -1372,13 +1432,13 @@ local function config(keys, args)
 end
 
 local OOM = { 'allow-oom' }
-redis.register_function { function_name = 'tripline_5_admit', callback = entry(admit), flags = OOM }
-redis.register_function { function_name = 'tripline_5_record', callback = entry(record), flags = OOM }
-redis.register_function { function_name = 'tripline_5_batch', callback = entry(batch), flags = OOM }
-redis.register_function { function_name = 'tripline_5_probe', callback = entry(probe), flags = OOM }
-redis.register_function { function_name = 'tripline_5_release', callback = entry(release), flags = OOM }
-redis.register_function { function_name = 'tripline_5_tick', callback = entry(tick), flags = OOM }
-redis.register_function { function_name = 'tripline_5_operator', callback = entry(operator), flags = OOM }
-redis.register_function { function_name = 'tripline_5_restore', callback = entry(restore), flags = OOM }
-redis.register_function { function_name = 'tripline_5_read', callback = entry(read, true), flags = OOM }
-redis.register_function { function_name = 'tripline_5_config', callback = config, flags = OOM }
+redis.register_function { function_name = 'tripline_6_admit', callback = entry(admit), flags = OOM }
+redis.register_function { function_name = 'tripline_6_record', callback = entry(record), flags = OOM }
+redis.register_function { function_name = 'tripline_6_batch', callback = entry(batch), flags = OOM }
+redis.register_function { function_name = 'tripline_6_probe', callback = entry(probe), flags = OOM }
+redis.register_function { function_name = 'tripline_6_release', callback = entry(release), flags = OOM }
+redis.register_function { function_name = 'tripline_6_tick', callback = entry(tick), flags = OOM }
+redis.register_function { function_name = 'tripline_6_operator', callback = entry(operator), flags = OOM }
+redis.register_function { function_name = 'tripline_6_restore', callback = entry(restore), flags = OOM }
+redis.register_function { function_name = 'tripline_6_read', callback = entry(read, true), flags = OOM }
+redis.register_function { function_name = 'tripline_6_config', callback = config, flags = OOM }

@@ -41,7 +41,7 @@
 //!
 //! # How it works
 //! * **One library, the same rules.** Admission, recording, probe release, timers and operator
-//!   actions are functions of one Redis Functions library (`tripline_5`), called with `FCALL`;
+//!   actions are functions of one Redis Functions library (`tripline_6`), called with `FCALL`;
 //!   each runs atomically. A node that answers that it lacks the library is given it with
 //!   `FUNCTION LOAD` (without `REPLACE`), once per backend at a time: when a node loses it
 //!   (a restart, a `FUNCTION FLUSH`) the first replica's load wins and every other replica's
@@ -303,12 +303,14 @@
 //!   server reads the greeting as an unfinished command) until the 2 s connect timeout; calls
 //!   meanwhile fall back, and `check` and [`SharedBreaker::last_redis_error`] say that the
 //!   handshake did not finish and what that usually means.
-//! * **Rolling upgrades.** A release whose library has another name (`tripline_5` here) runs
+//! * **Rolling upgrades.** A release whose library has another name (`tripline_6` here) runs
 //!   beside the previous one over the same keys: the record's layout is the same from
 //!   `tripline_3` on (the record as one MessagePack string), fields a release adds are kept by
 //!   the other, and each replica's calls go to its own library. The crate's tests run a fleet
-//!   of `tripline_4` and `tripline_5` replicas as one breaker (a trip by either, K probes
-//!   across both). From `tripline_2` or older (the record as a hash) there is no rolling
+//!   of `tripline_5` and `tripline_6` replicas as one breaker (a trip by either, K probes
+//!   across both). `tripline_6` adds the failure-count-in-time rule (two configuration fields,
+//!   the record's failure times tagged with their epoch, so a `tripline_5` replica's transitions
+//!   leave none behind that count): during the upgrade only the new replicas apply it. From `tripline_2` or older (the record as a hash) there is no rolling
 //!   upgrade: stop the old replicas first (the new ones then start Closed).
 
 mod backend;

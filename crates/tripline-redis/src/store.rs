@@ -90,7 +90,7 @@ pub struct Transition {
     /// The epoch after the transition.
     pub epoch: u64,
     /// Why, in kebab case: `failure-rate`, `slow-call-rate`, `consecutive-failures`,
-    /// `open-elapsed`, `probes-failed`, `probes-succeeded`, `half-open-timeout`, `operator`,
+    /// `failure-count`, `open-elapsed`, `probes-failed`, `probes-succeeded`, `half-open-timeout`, `operator`,
     /// `restored` (a replica brought back an Open breaker that Redis had lost).
     pub reason: String,
 }
@@ -684,7 +684,8 @@ fn function_config(config: &BreakerConfig, shared: &SharedConfig) -> String {
     };
     let backoff = config.open_backoff();
     let mult = backoff.map_or(0.0, |b| b.multiplier);
-    let fields: [String; 23] = [
+    let counted = config.failure_count();
+    let fields: [String; 25] = [
         kind.to_string(),
         size.to_string(),
         bucket.to_string(),
@@ -712,6 +713,8 @@ fn function_config(config: &BreakerConfig, shared: &SharedConfig) -> String {
         shared.quorum.map_or(0, |q| micros(q.within)).to_string(),
         micros(config.open_jitter()).to_string(),
         u8::from(config.after_max_wait() == tripline::AfterMaxWait::Closed).to_string(),
+        counted.map_or(0, |f| f.failures).to_string(),
+        counted.map_or(0, |f| micros(f.within)).to_string(),
     ];
     fields.join(",")
 }
@@ -3051,6 +3054,7 @@ mod tests {
                 curve: tripline::RampCurve::Linear,
             }),
             b().slow_call_rule(false),
+            b().failure_count(12, Duration::from_secs(20)),
         ] {
             let config = config.build().unwrap();
             SharedBreaker::new("dep:x", config, SharedConfig::default(), backend.clone()).unwrap();

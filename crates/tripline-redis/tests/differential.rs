@@ -2,8 +2,8 @@
 //! the Redis store: every decision, `Retry-After`, verdict, state and window must agree, with
 //! calls in flight past the slow-call duration and quiet periods of hours and a year, and
 //! every rule: failure-kind weights, lumping, ramps after recovery, where HalfOpen goes after
-//! its maximum wait, the slow-call rule off, call durations, and operator transitions (Open for
-//! a wait or until a time, HalfOpen, refused edges).
+//! its maximum wait, the slow-call rule off, call durations, the failure-count-in-time rule,
+//! and operator transitions (Open for a wait or until a time, HalfOpen, refused edges).
 
 mod common;
 use common::RedisSubject;
@@ -105,7 +105,10 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
         ],
         1u32..5,
         prop_oneof![Just(50.0), Just(100.0), Just(33.3)],
-        prop_oneof![Just(None), (2u32..4).prop_map(Some)],
+        (
+            prop_oneof![Just(None), (2u32..4).prop_map(Some)],
+            prop_oneof![Just(None), (2u32..5, 1u64..6).prop_map(Some)],
+        ),
         any::<bool>(),
         (1u32..4, any::<bool>()),
         prop_oneof![Just(None), Just(Some(Duration::from_secs(4)))],
@@ -118,7 +121,7 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
                 window,
                 min,
                 rate,
-                consecutive,
+                (consecutive, failure_count),
                 in_flight,
                 (k, all),
                 max_wait,
@@ -144,6 +147,9 @@ fn config() -> impl Strategy<Value = BreakerConfig> {
                     .automatic_transition(auto);
                 if let Some(n) = consecutive {
                     b = b.consecutive_failures(n);
+                }
+                if let Some((n, secs)) = failure_count {
+                    b = b.failure_count(n, Duration::from_secs(secs));
                 }
                 if let Some(w) = max_wait {
                     b = b.half_open_max_wait(w);

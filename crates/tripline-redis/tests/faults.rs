@@ -742,13 +742,13 @@ async fn a_tls_url_to_a_plain_port_says_what_is_wrong() {
     assert!(err.contains("TLS") || err.contains("tls"), "{err}");
 }
 
-/// A rolling upgrade from the previous library (`tripline_4`): replicas of the old release
+/// A rolling upgrade from the previous library (`tripline_5`): replicas of the old release
 /// call their library, replicas of this one theirs, over the same keys; the fleet is one
 /// breaker (a trip by the old replicas holds for the new, and K probes fleet-wide).
 #[tokio::test]
 async fn a_rolling_upgrade_from_the_previous_library_keeps_one_breaker() {
     let server = RedisServer::start().expect("redis-server");
-    let old = include_str!("fixtures/tripline_4.lua");
+    let old = include_str!("fixtures/tripline_5.lua");
     let mut con = redis::Client::open(server.url())
         .unwrap()
         .get_connection()
@@ -777,13 +777,13 @@ async fn a_rolling_upgrade_from_the_previous_library_keeps_one_breaker() {
     );
     new.check(5 * SECOND).await.unwrap();
     let keys = new.keys().clone();
-    // The old release's configuration: the same fields, without the one this release added.
+    // The old release's configuration: the same fields, without the two this release added.
     let cfg_new = server.cli(&["HGETALL", &keys.config]).unwrap();
     let cfg_new = cfg_new.lines().nth(1).unwrap().to_string();
-    let cfg_old = cfg_new.rsplit_once(',').unwrap().0.to_string();
+    let cfg_old = cfg_new.rsplitn(3, ',').nth(2).unwrap().to_string();
     let old_version = "old-release";
     let _: redis::Value = redis::cmd("FCALL")
-        .arg("tripline_4_config")
+        .arg("tripline_5_config")
         .arg(6)
         .arg(&keys.all()[..])
         .arg(old_version)
@@ -793,11 +793,17 @@ async fn a_rolling_upgrade_from_the_previous_library_keeps_one_breaker() {
         .unwrap();
     let mut call = |f: &str, args: &[String]| -> Vec<String> {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg(format!("tripline_4_{f}"))
+        cmd.arg(format!("tripline_5_{f}"))
             .arg(6)
             .arg(&keys.all()[..]);
         let now = (clock.now() / 1000).to_string();
-        cmd.arg(&now).arg("old").arg(old_version).arg("0").arg(args);
+        // No view: the old replica holds none (ARGV 5 of tripline_5).
+        cmd.arg(&now)
+            .arg("old")
+            .arg(old_version)
+            .arg("0")
+            .arg("")
+            .arg(args);
         let v: Vec<redis::Value> = cmd.query(&mut con).unwrap();
         v.iter()
             .map(|x| match x {
@@ -943,4 +949,59 @@ async fn a_hold_after_a_loss_admits_nothing_a_remembering_replica_could_bring_ba
             assert_eq!(admitted(&[&healthy], 5).await, 5, "admitted after the hold");
         }
     }
+}
+
+/// The failure-count-in-time rule is the fleet's: failures from three replicas make up one
+/// count (six within 20 s trip, whoever saw them), a failure older than the rule's time no
+/// longer counts, and every replica sees the trip.
+#[tokio::test]
+async fn failures_from_many_replicas_make_up_one_failure_count() {
+    let server = RedisServer::start().expect("redis-server");
+    let clock = ManualClock::new();
+    let config = BreakerConfig::builder()
+        .window(WindowConfig::Count { size: 100 })
+        .minimum_calls(100)
+        .slow_call_rule(false)
+        .failure_count(6, 20 * SECOND)
+        .open_duration(15 * SECOND)
+        .build()
+        .unwrap();
+    let fleet: Vec<Breaker> = ["a", "b", "c"]
+        .iter()
+        .map(|id| {
+            replica_with(
+                &server.url(),
+                "faults:failure-count",
+                config.clone(),
+                shared(id).view_ttl(Duration::ZERO),
+                &clock,
+            )
+        })
+        .collect();
+    let fail = |b: &Breaker| {
+        let b = b.clone();
+        async move {
+            let p = b.acquire().await.expect("closed");
+            p.record(Outcome::Failure).await
+        }
+    };
+    // One failure 21 s before the others: it has aged out when they come.
+    fail(&fleet[0]).await;
+    clock.advance(21 * SECOND);
+    for i in 0..5 {
+        assert_eq!(fail(&fleet[i % 3]).await, Recorded::Counted);
+        clock.advance(SECOND);
+    }
+    for b in &fleet {
+        assert!(b.acquire().await.is_ok(), "five within 20 s: still closed");
+    }
+    fail(&fleet[2]).await;
+    for b in &fleet {
+        assert_eq!(b.acquire().await.unwrap_err().state(), State::Open);
+    }
+    let events = fleet[2].fleet_events(10).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.reason == "failure-count"),
+        "{events:?}"
+    );
 }

@@ -422,9 +422,9 @@ async fn function_flush_mid_run() {
     let mut events = b.subscribe();
     let loaded = |server: &RedisServer| {
         server
-            .cli(&["FUNCTION", "LIST", "LIBRARYNAME", "tripline_5"])
+            .cli(&["FUNCTION", "LIST", "LIBRARYNAME", "tripline_6"])
             .unwrap()
-            .contains("tripline_5_admit")
+            .contains("tripline_6_admit")
     };
 
     // 5 successes and 5 failures: the 10th call reaches minimum_calls at 50 % and trips.
@@ -1447,7 +1447,7 @@ async fn a_claim_nobody_waits_for_holds_no_lease() {
         .next()
         .unwrap()
         .to_string();
-    let mut args = vec!["FCALL", "tripline_5_admit", "6"];
+    let mut args = vec!["FCALL", "tripline_6_admit", "6"];
     args.extend(keys.all());
     let past = (clock_micros(&clock) - 1).to_string();
     args.extend([

@@ -604,6 +604,7 @@ pub(crate) fn reason_str(kind: &EventKind) -> &'static str {
             R::FailureRate => "failure-rate",
             R::SlowCallRate => "slow-call-rate",
             R::ConsecutiveFailures { .. } => "consecutive-failures",
+            R::FailureCount { .. } => "failure-count",
             R::OpenElapsed => "open-elapsed",
             R::ProbesSucceeded { .. } => "probes-succeeded",
             R::ProbesFailed { .. } => "probes-failed",

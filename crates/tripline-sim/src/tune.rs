@@ -146,6 +146,14 @@ pub struct Space {
     pub half_open_calls: [u32; 2],
     /// Half-open policies to try.
     pub policies: Vec<HalfOpenPolicy>,
+    /// The failure-count-in-time rule's counts to try (Semian's `error_threshold`), each with
+    /// every time of [`failure_count_within`](Self::failure_count_within), beside the rule
+    /// off. Empty by default: the rule stays off and the search is the one without it (the
+    /// same candidates, drawn in the same order); `failure_counts = [3, 5, 12, 20]` in a space
+    /// file searches it too.
+    pub failure_counts: Vec<u32>,
+    /// The failure-count rule's times to try (Semian's `error_threshold_timeout`).
+    pub failure_count_within: Vec<Duration>,
 }
 
 impl Default for Space {
@@ -165,6 +173,12 @@ impl Default for Space {
             open_duration: [Duration::from_secs(1), Duration::from_secs(60)],
             half_open_calls: [1, 10],
             policies: vec![HalfOpenPolicy::Consecutive, HalfOpenPolicy::AllProbes],
+            failure_counts: Vec::new(),
+            failure_count_within: vec![
+                Duration::from_secs(10),
+                Duration::from_secs(20),
+                Duration::from_secs(60),
+            ],
         }
     }
 }
@@ -190,6 +204,10 @@ struct RawSpace {
     half_open_calls: Option<Vec<u32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     policies: Option<Vec<HalfOpenPolicy>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure_counts: Option<Vec<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure_count_within: Option<Vec<String>>,
 }
 
 fn pair<T: Copy + PartialOrd + std::fmt::Debug>(
@@ -307,6 +325,39 @@ impl Space {
                 Some(v) if !v.is_empty() => v,
                 Some(_) => return Err("policies must name at least one policy".into()),
             },
+            failure_counts: match raw.failure_counts {
+                None => d.failure_counts,
+                Some(v)
+                    if v.iter()
+                        .all(|n| (1..=tripline::FailureCount::MAX).contains(n)) =>
+                {
+                    v
+                }
+                Some(v) => {
+                    return Err(format!(
+                        "failure_counts must hold counts in [1, {}], got {v:?}",
+                        tripline::FailureCount::MAX
+                    ));
+                }
+            },
+            failure_count_within: match raw.failure_count_within {
+                None => d.failure_count_within,
+                Some(v) => {
+                    let w = durations("failure_count_within", &v)?;
+                    if w.is_empty() {
+                        return Err("failure_count_within must hold at least one time (set failure_counts = [] to leave the rule off)".into());
+                    }
+                    if let Some(bad) = w.iter().find(|l| {
+                        **l < Duration::from_millis(1) || **l > Duration::from_secs(7 * 24 * 3600)
+                    }) {
+                        return Err(format!(
+                            "failure_count_within must hold times in [1ms, 7 days], got {}",
+                            fmt_d(*bad)
+                        ));
+                    }
+                    w
+                }
+            },
         };
         if s.count_windows.is_empty() && s.time_windows.is_empty() {
             return Err("count_windows and time_windows cannot both be empty".into());
@@ -340,7 +391,9 @@ impl Space {
              slow_call_duration = [{}]\n\
              open_duration = [{}]\n\
              half_open_calls = {:?}\n\
-             policies = [{}]\n",
+             policies = [{}]\n\
+             failure_counts = {:?}           # the failure-count rule's counts to try beside it off ([]: off)\n\
+             failure_count_within = [{}]   # each count with each of these times\n",
             self.count_windows,
             d(&self.time_windows),
             self.minimum_calls,
@@ -349,7 +402,9 @@ impl Space {
             d(&self.slow_call_duration),
             d(&self.open_duration),
             self.half_open_calls,
-            policies.join(", ")
+            policies.join(", "),
+            self.failure_counts,
+            d(&self.failure_count_within)
         )
     }
 
@@ -404,6 +459,19 @@ impl Space {
             windows.push(WindowConfig::Time { length, bucket });
         }
         let probes: Vec<u32> = (self.half_open_calls[0]..=self.half_open_calls[1]).collect();
+        // Off first, then from the loosest rule (most failures, the shortest time) on.
+        let mut counts = self.failure_counts.clone();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        counts.dedup();
+        let mut within = self.failure_count_within.clone();
+        within.sort_unstable();
+        within.dedup();
+        let mut failure_count = vec![None];
+        for &n in &counts {
+            for &w in &within {
+                failure_count.push(Some((n, w)));
+            }
+        }
         Ladders {
             windows,
             minimum_calls: ladder_u(self.minimum_calls),
@@ -413,6 +481,7 @@ impl Space {
             open_duration: ladder_d(self.open_duration),
             probes,
             policies: self.policies.clone(),
+            failure_count,
         }
     }
 }
@@ -431,9 +500,10 @@ struct Ladders {
     open_duration: Vec<Duration>,
     probes: Vec<u32>,
     policies: Vec<HalfOpenPolicy>,
+    failure_count: Vec<Option<(u32, Duration)>>,
 }
 
-const DIMS: usize = 8;
+const DIMS: usize = 9;
 type Genome = [u16; DIMS];
 
 /// The settings the search chooses, by their names in a breaker's TOML, in the order of a
@@ -447,9 +517,10 @@ pub const SETTINGS: [&str; DIMS] = [
     "open.duration",
     "half_open.permitted_calls",
     "half_open.policy",
+    "failure_count",
 ];
 
-/// The eight values the search chooses; the rest of a configuration keeps the builder's
+/// The nine values the search chooses; the rest of a configuration keeps the builder's
 /// defaults.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Settings {
@@ -461,6 +532,7 @@ struct Settings {
     open_duration: Duration,
     probes: u32,
     policy: HalfOpenPolicy,
+    failure_count: Option<(u32, Duration)>,
 }
 
 impl Settings {
@@ -474,6 +546,7 @@ impl Settings {
             open_duration: c.open_duration(),
             probes: c.half_open_calls(),
             policy: c.half_open_policy(),
+            failure_count: c.failure_count().map(|f| (f.failures, f.within)),
         }
     }
 
@@ -482,8 +555,11 @@ impl Settings {
         if let WindowConfig::Count { size } = self.window {
             min = min.min(size);
         }
-        BreakerConfig::builder()
-            .window(self.window)
+        let mut b = BreakerConfig::builder();
+        if let Some((n, within)) = self.failure_count {
+            b = b.failure_count(n, within);
+        }
+        b.window(self.window)
             .minimum_calls(min)
             .failure_rate_threshold(self.failure_rate)
             .slow_call_rate_threshold(self.slow_call_rate)
@@ -506,7 +582,8 @@ impl Settings {
             4 => s.slow_call_duration = other.slow_call_duration,
             5 => s.open_duration = other.open_duration,
             6 => s.probes = other.probes,
-            _ => s.policy = other.policy,
+            7 => s.policy = other.policy,
+            _ => s.failure_count = other.failure_count,
         }
         s
     }
@@ -524,9 +601,13 @@ impl Settings {
             4 => format!("{:?}", fmt_d(self.slow_call_duration)),
             5 => format!("{:?}", fmt_d(self.open_duration)),
             6 => self.probes.to_string(),
-            _ => match self.policy {
+            7 => match self.policy {
                 HalfOpenPolicy::AllProbes => "\"all-probes\"".into(),
                 _ => "\"consecutive\"".into(),
+            },
+            _ => match self.failure_count {
+                None => "off".into(),
+                Some((n, w)) => format!("{{ failures = {n}, within = {:?} }}", fmt_d(w)),
             },
         }
     }
@@ -543,6 +624,7 @@ impl Ladders {
             self.open_duration.len(),
             self.probes.len(),
             self.policies.len(),
+            self.failure_count.len(),
         ]
     }
 
@@ -556,6 +638,7 @@ impl Ladders {
             open_duration: self.open_duration[g[5] as usize],
             probes: self.probes[g[6] as usize],
             policy: self.policies[g[7] as usize],
+            failure_count: self.failure_count[g[8] as usize],
         }
     }
 
@@ -578,10 +661,20 @@ impl Ladders {
         g
     }
 
+    /// The dimensions a search draws: the last one (the failure-count rule) only when it is
+    /// searched, so that a space without it draws exactly as it did before the rule existed.
+    fn drawn(&self) -> usize {
+        if self.failure_count.len() > 1 {
+            DIMS
+        } else {
+            DIMS - 1
+        }
+    }
+
     fn random(&self, rng: &mut Pcg64Mcg) -> Genome {
         let lens = self.lens();
         let mut g = [0u16; DIMS];
-        for (x, n) in g.iter_mut().zip(lens) {
+        for (x, n) in g.iter_mut().zip(lens).take(self.drawn()) {
             *x = rng.random_range(0..n) as u16;
         }
         g
@@ -592,7 +685,7 @@ impl Ladders {
         let mut out = *g;
         let changes = rng.random_range(1..=2);
         for _ in 0..changes {
-            let d = rng.random_range(0..DIMS);
+            let d = rng.random_range(0..self.drawn());
             if lens[d] <= 1 {
                 continue;
             }
@@ -1085,7 +1178,7 @@ fn keep_unconstrained(
         ))
     };
     // Every dimension at the kept value and at both ends of its ladder.
-    let tries: Vec<(usize, Settings)> = (0..DIMS)
+    let tries: Vec<(usize, Settings)> = (0..ladders.drawn())
         .flat_map(|d| {
             [&kept, &lowest, &highest]
                 .into_iter()
@@ -1097,7 +1190,7 @@ fn keep_unconstrained(
         .par_iter()
         .map(|(d, s)| (*d, run(s).is_some_and(|r| same(&r))))
         .collect();
-    let free: Vec<usize> = (0..DIMS)
+    let free: Vec<usize> = (0..ladders.drawn())
         .filter(|d| verdicts.iter().filter(|(x, _)| x == d).all(|(_, ok)| *ok))
         .collect();
     // All at once if that still gives the same figures, else one by one.
@@ -1174,6 +1267,11 @@ fn genome_of(l: &Ladders, c: &BreakerConfig) -> Genome {
         l.policies
             .iter()
             .position(|p| *p == c.half_open_policy())
+            .unwrap_or(0) as u16,
+        // The rule as configured if the ladder holds it, else off.
+        l.failure_count
+            .iter()
+            .position(|f| *f == c.failure_count().map(|f| (f.failures, f.within)))
             .unwrap_or(0) as u16,
     ]
 }
@@ -1387,8 +1485,11 @@ pub fn summary(c: &BreakerConfig) -> String {
         WindowConfig::Count { size } => format!("count {size}"),
         WindowConfig::Time { length, .. } => format!("time {}", fmt_d(length)),
     };
+    let counted = c.failure_count().map_or(String::new(), |f| {
+        format!(", {} failures in {}", f.failures, fmt_d(f.within))
+    });
     format!(
-        "{w}, min {}, fail {}%, slow {}% > {}, open {}, {} probe(s) {}",
+        "{w}, min {}, fail {}%, slow {}% > {}, open {}, {} probe(s) {}{counted}",
         c.minimum_calls(),
         c.failure_rate_threshold(),
         c.slow_call_rate_threshold(),

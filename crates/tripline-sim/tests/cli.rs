@@ -122,9 +122,12 @@ fn bad_file_reports_line_and_field() {
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tripline-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    // A fresh directory of its own, whatever else runs (another run's leftovers, a reused pid).
+    tempfile::Builder::new()
+        .prefix(&format!("tripline-cli-{name}-"))
+        .tempdir()
+        .unwrap()
+        .keep()
 }
 
 /// record → replay → tune → deploy: the trace from `simulate --trace`, a replay of it, and the

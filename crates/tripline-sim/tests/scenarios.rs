@@ -590,8 +590,7 @@ fn backoff_contention_with_the_aws_latency_matches_the_aws_simulator() {
 /// (experiments/results/csv/*_time_analysis.csv at Semian v0.28.2): at a sustained 20 %, the
 /// classic breaker refused 79.3 to 88.2 % of each 30 s and the adaptive one 21.9 to 26.9 %
 /// (about 26 % once settled); over a 20 s spike at 20 %, 78.9 % and 17.5 %. The classic column
-/// is the nearest rule the core has to Semian's "12 errors within 20 s" (see the scenario
-/// file); when the core counts failures in time, this test pins the exact rule instead.
+/// is Semian's own rule, 12 errors within 20 s (the core's failure-count-in-time rule).
 /// `cargo test -p tripline-sim --test scenarios semian -- --nocapture` prints the shares.
 #[test]
 fn semian_classic_refuses_most_and_adaptive_a_quarter() {
@@ -636,12 +635,20 @@ fn semian_classic_refuses_most_and_adaptive_a_quarter() {
         whole(classic),
         whole(adaptive)
     );
-    // Semian's classic breaker: 79 to 88 % of each 30 s; here within 75 to 92 %.
-    assert!(c.iter().all(|x| (75.0..92.0).contains(x)), "{c:?}");
+    // Semian's classic breaker: 79 to 88 % of each 30 s; here within 77 to 90 %.
+    assert!(c.iter().all(|x| (77.0..90.0).contains(x)), "{c:?}");
+    // While healthy (1 % errors, about 1.2 errors in 20 s per replica), 12 errors in 20 s
+    // almost never happen: the classic breaker refuses (next to) nothing before the incident.
+    let healthy: u64 = classic.series.bins[..120]
+        .iter()
+        .map(|b| u64::from(b.rejected))
+        .sum();
+    eprintln!("semian, refused while healthy (0 to 120 s): classic {healthy}");
+    assert!(healthy < 100, "{healthy}");
     // The adaptive one settles near a quarter: 22 to 27 % in Semian's; here 15 to 35 %.
     assert!(a.iter().all(|x| (15.0..35.0).contains(x)), "{a:?}");
     // The spike: 78.9 % and 17.5 % in Semian's.
-    assert!((70.0..90.0).contains(&at("140s", "classic")));
+    assert!((75.0..88.0).contains(&at("140s", "classic")));
     assert!((10.0..30.0).contains(&at("140s", "adaptive")));
     // Nothing is refused without protection; both breakers close again after the faults.
     assert_eq!(get(r, "without").rejected_fast, 0);

@@ -360,3 +360,57 @@ fn a_holdout_share_moves_the_split_out_of_an_incident() {
     let at = tripline_sim::tune::split_point(&p, Holdout::Share(0.1), tail).unwrap();
     assert!((at.as_secs_f64() - 200.0).abs() <= 1.0, "{at:?}");
 }
+
+/// The failure-count-in-time rule is part of the space when a space file asks for it: each
+/// count with each time, beside the rule off, so a space of one candidate becomes five; a
+/// chosen configuration with the rule writes back as a breaker's TOML that reads back equal;
+/// the space itself round-trips; a bad count or time names the field.
+#[test]
+fn a_space_with_the_failure_count_rule_searches_it_beside_the_rule_off() {
+    let trace = generated(160, &[(Kind::Errors, 60, 100)], 4);
+    let p = prepared(&trace);
+    let one = "count_windows = [100]\ntime_windows = []\nminimum_calls = [100, 100]\n\
+         failure_rate = [90.0, 90.0]\nslow_call_rate = [100.0, 100.0]\n\
+         slow_call_duration = [\"10s\", \"10s\"]\nopen_duration = [\"5s\", \"5s\"]\n\
+         half_open_calls = [1, 1]\npolicies = [\"consecutive\"]\n";
+    let without = Space::from_toml(one).unwrap();
+    assert!(without.failure_counts.is_empty(), "off unless asked for");
+    let with = Space::from_toml(&format!(
+        "{one}failure_counts = [5, 20]\nfailure_count_within = [\"1s\", \"10s\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(Space::from_toml(&with.to_toml()).unwrap(), with);
+    let opts = TuneOptions {
+        budget: 100,
+        holdout: Holdout::None,
+        ..TuneOptions::default()
+    };
+    let r0 = tune(&p, &without, &opts, &ReplayOptions::default(), &|_| {}).unwrap();
+    let r = tune(&p, &with, &opts, &ReplayOptions::default(), &|_| {}).unwrap();
+    assert_eq!(r0.evaluated, 1);
+    assert_eq!(r.evaluated, 5, "off, and 2 counts x 2 times");
+    // 60 % errors at 100 calls a second: the 90 % rate never trips, a count does.
+    assert_eq!(r0.chosen.replay.totals.incidents_tripped, 0);
+    assert_eq!(r.chosen.replay.totals.incidents_tripped, 1);
+    let chosen = r
+        .chosen
+        .config
+        .failure_count()
+        .expect("the count rule chosen");
+    assert!([5, 20].contains(&chosen.failures), "{chosen:?}");
+    let text = tripline_sim::tune::to_toml(&r.chosen.config);
+    assert!(text.contains("failure_count = { failures = "), "{text}");
+    assert_eq!(
+        toml::from_str::<BreakerConfig>(&text).unwrap(),
+        r.chosen.config
+    );
+    assert_eq!(
+        Space::from_toml("failure_counts = [0]").unwrap_err(),
+        "failure_counts must hold counts in [1, 1000], got [0]"
+    );
+    assert!(
+        Space::from_toml("failure_count_within = [\"0s\"]")
+            .unwrap_err()
+            .starts_with("failure_count_within must hold times in [1ms, 7 days]")
+    );
+}

@@ -208,6 +208,37 @@ pub struct Backoff {
     pub healthy_after: Duration,
 }
 
+/// The failure-count-in-time rule (Shopify Semian's classic breaker, `error_threshold` within
+/// `error_timeout`): the breaker trips once `failures` failures were recorded within `within`
+/// of each other, at most `within` before the last of them, whatever the window's rates say.
+/// A failure recorded exactly `within` after an earlier one still counts with it (Semian's
+/// inclusive boundary); successes do not dilute it, so it suits low-traffic dependencies,
+/// where a rate needs volume. A failure of a kind that weighs `n`
+/// ([`FailureKindWeights`]) counts `n` times, a lumped failure not at all. The rule keeps the
+/// times of the last `failures` failures of the Closed period (16 bytes each); their number is
+/// part of the breaker's shape, fixed for its life, while `within` can be reconfigured.
+///
+/// ```
+/// use tripline::{BreakerConfig, FailureCount};
+/// use std::time::Duration;
+/// // Semian's classic breaker as in its experiments: 12 errors in 20 s.
+/// let c = BreakerConfig::builder().failure_count(12, Duration::from_secs(20)).build()?;
+/// assert_eq!(c.failure_count(), Some(FailureCount { failures: 12, within: Duration::from_secs(20) }));
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailureCount {
+    /// Failures that trip the breaker, in [1, 1000].
+    pub failures: u32,
+    /// How close together they must be, in [1ms, 7 days].
+    pub within: Duration,
+}
+
+impl FailureCount {
+    /// The most failures the rule may count.
+    pub const MAX: u32 = 1000;
+}
+
 /// Gradual recovery: after HalfOpen → Closed, the breaker admits a share of calls that grows
 /// from `from` percent to 100 % over `over`, in `steps` equal steps, and refuses the rest with
 /// [`RejectReason::RampingUp`](crate::RejectReason::RampingUp). Within each step it admits at
@@ -292,6 +323,7 @@ pub struct BreakerConfig {
     pub(crate) slow_call_duration: Duration,
     pub(crate) slow_call_rule: bool,
     pub(crate) consecutive_failures: Option<u32>,
+    pub(crate) failure_count: Option<FailureCount>,
     pub(crate) count_in_flight_as_slow: bool,
     pub(crate) open_duration: Duration,
     pub(crate) open_jitter: Duration,
@@ -321,6 +353,7 @@ impl Default for BreakerConfig {
             slow_call_duration: Duration::from_secs(60),
             slow_call_rule: true,
             consecutive_failures: None,
+            failure_count: None,
             count_in_flight_as_slow: true,
             open_duration: Duration::from_secs(60),
             open_jitter: Duration::ZERO,
@@ -364,6 +397,7 @@ impl BreakerConfig {
             || self.call_durations
             || self.lumping_interval.is_some()
             || self.ramp_up.is_some()
+            || self.failure_count.is_some()
     }
 
     /// The finest duration the configuration compares call times against: the slow-call
@@ -381,6 +415,9 @@ impl BreakerConfig {
         }
         if let Some(l) = self.lumping_interval {
             take(l);
+        }
+        if let Some(f) = self.failure_count {
+            take(f.within);
         }
         if let Some(r) = self.ramp_up {
             take(r.over / r.steps.max(1));
@@ -425,6 +462,9 @@ impl BreakerConfig {
         slow_call_rule: bool;
         /// Trip after this many consecutive failures, whatever the window holds.
         consecutive_failures: Option<u32>;
+        /// Trip after this many failures within this long, whatever the window holds (see
+        /// [`FailureCount`]).
+        failure_count: Option<FailureCount>;
         /// Whether calls still running past the slow-call duration count as slow.
         count_in_flight_as_slow: bool;
         /// The base wait in Open before a probe may be admitted.
@@ -472,18 +512,29 @@ impl BreakerConfig {
         self.window == other.window
             && self.stripes == other.stripes
             && self.call_durations == other.call_durations
+            && self.counted_failures() == other.counted_failures()
+    }
+
+    /// How many failure times the failure-count rule keeps (0: the rule is off): part of the
+    /// shape.
+    pub(crate) fn counted_failures(&self) -> u32 {
+        self.failure_count.map_or(0, |f| f.failures)
     }
 
     /// The window shape, in words.
     pub(crate) fn shape(&self) -> String {
         format!(
-            "{:?} with {} stripe(s){}",
+            "{:?} with {} stripe(s){}{}",
             self.window,
             self.stripes,
             if self.call_durations {
                 " and call durations"
             } else {
                 ""
+            },
+            match self.failure_count {
+                Some(f) => format!(", counting {} failures in time", f.failures),
+                None => String::new(),
             }
         )
     }
@@ -541,6 +592,10 @@ impl BreakerConfig {
         dur("slow_call_duration", self.slow_call_duration, MS, WEEK)?;
         if let Some(n) = self.consecutive_failures {
             range("consecutive_failures", n, 1, 1_000_000)?;
+        }
+        if let Some(f) = self.failure_count {
+            range("failure_count.failures", f.failures, 1, FailureCount::MAX)?;
+            dur("failure_count.within", f.within, MS, WEEK)?;
         }
         dur("open.duration", self.open_duration, MS, WEEK)?;
         dur("open.jitter", self.open_jitter, Duration::ZERO, WEEK)?;
@@ -787,6 +842,22 @@ impl BreakerConfigBuilder {
     /// Trips after `n` consecutive failures.
     pub fn consecutive_failures(mut self, n: u32) -> Self {
         self.config.consecutive_failures = Some(n);
+        self
+    }
+
+    /// Trips after `failures` failures within `within` (see [`FailureCount`]); `failures` in
+    /// [1, 1000], `within` in [1ms, 7 days].
+    ///
+    /// ```
+    /// use tripline::BreakerConfig;
+    /// use std::time::Duration;
+    /// let err = BreakerConfig::builder().failure_count(0, Duration::from_secs(20)).build();
+    /// assert_eq!(err.unwrap_err().to_string(), "failure_count.failures must be in [1, 1000], got 0");
+    /// let err = BreakerConfig::builder().failure_count(12, Duration::ZERO).build();
+    /// assert_eq!(err.unwrap_err().field(), "failure_count.within");
+    /// ```
+    pub fn failure_count(mut self, failures: u32, within: Duration) -> Self {
+        self.config.failure_count = Some(FailureCount { failures, within });
         self
     }
 
@@ -1164,6 +1235,29 @@ mod raw {
         curve: RampCurve,
     }
 
+    /// `failure_count = { failures = 12, within = "20s" }`.
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct RawFailureCount {
+        #[serde(deserialize_with = "counted_failures")]
+        failures: u32,
+        #[serde(
+            serialize_with = "humantime_serde::serialize",
+            deserialize_with = "counted_within"
+        )]
+        within: Duration,
+    }
+
+    fn counted_failures<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        check(d, |v| {
+            range("failure_count.failures", *v, 1, FailureCount::MAX)
+        })
+    }
+
+    fn counted_within<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        check_dur(d, "failure_count.within", MS, WEEK)
+    }
+
     fn ten() -> u32 {
         10
     }
@@ -1242,6 +1336,8 @@ mod raw {
         )]
         consecutive_failures: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_count: Option<RawFailureCount>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         count_in_flight_as_slow: Option<bool>,
         #[serde(
             deserialize_with = "stripes",
@@ -1296,6 +1392,10 @@ mod raw {
                 slow_call_duration: r.slow_call_duration.unwrap_or(d.slow_call_duration),
                 slow_call_rule: r.slow_call_rule.unwrap_or(d.slow_call_rule),
                 consecutive_failures: r.consecutive_failures,
+                failure_count: r.failure_count.map(|f| FailureCount {
+                    failures: f.failures,
+                    within: f.within,
+                }),
                 count_in_flight_as_slow: r
                     .count_in_flight_as_slow
                     .unwrap_or(d.count_in_flight_as_slow),
@@ -1349,6 +1449,10 @@ mod raw {
                 slow_call_duration: Some(c.slow_call_duration),
                 slow_call_rule: Some(c.slow_call_rule),
                 consecutive_failures: c.consecutive_failures,
+                failure_count: c.failure_count.map(|f| RawFailureCount {
+                    failures: f.failures,
+                    within: f.within,
+                }),
                 count_in_flight_as_slow: Some(c.count_in_flight_as_slow),
                 stripes: Some(c.stripes),
                 seed: c.seed,

@@ -597,6 +597,7 @@ const BUILTIN: &[(&str, &str)] = vectors![
     "slow-call-rule-off.toml",
     "operator-transitions.toml",
     "call-durations.toml",
+    "failure-count-in-time.toml",
 ];
 
 /// The in-process breaker as a [`Subject`], on a manual clock.
@@ -730,6 +731,7 @@ impl Rejected {
             state,
             reason,
             retry_after,
+            cause: None,
         }
     }
 }
@@ -741,8 +743,8 @@ impl Rejected {
 /// agree on each of them.
 ///
 /// It models what the vectors exercise: count and time windows, both rates, the minimum calls,
-/// the consecutive rule, calls in flight, the open wait (with backoff and a seeded or no
-/// jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
+/// the consecutive and failure-count rules, calls in flight, the open wait (with backoff and a
+/// seeded or no jitter), both half-open policies, probe leases, the maximum half-open wait, automatic
 /// transition, the operator actions and transitions (exact and until-a-reading open waits),
 /// failure-kind weights, lumping, the ramp after recovery and the window's call durations.
 ///
@@ -809,6 +811,8 @@ struct Machine {
     next_call: u64,
     next_inflight_check: u64,
     run: u64,
+    /// The failure-count rule's times: the current Closed period's last failures.
+    failure_times: std::collections::VecDeque<u64>,
     open_until: u64,
     level: u32,
     ever_opened: bool,
@@ -868,6 +872,7 @@ impl RulesSubject {
                 next_call: 0,
                 next_inflight_check: width,
                 run: 0,
+                failure_times: Default::default(),
                 open_until: 0,
                 level: 0,
                 ever_opened: false,
@@ -901,18 +906,10 @@ impl Machine {
         (crate::clock::nanos(self.config.slow_call_duration()) / 2).max(1)
     }
 
-    /// The window now, with the overdue calls in flight when asked (and counted).
-    fn snapshot(&self, with_in_flight: bool) -> WindowSnapshot {
-        let mut s = WindowSnapshot::default();
-        let mut add = |failed: bool, slow: bool| {
-            s.calls += 1;
-            s.failures += u64::from(failed);
-            s.slow_calls += u64::from(slow);
-        };
+    /// The outcomes the window holds now: `(failed, slow, duration in nanoseconds)`.
+    fn live(&self) -> Vec<(bool, bool, u64)> {
         match &self.window {
-            PlainWindow::Count { outcomes, .. } => {
-                outcomes.iter().for_each(|(f, sl, _)| add(*f, *sl));
-            }
+            PlainWindow::Count { outcomes, .. } => outcomes.iter().copied().collect(),
             PlainWindow::Time {
                 bucket,
                 buckets,
@@ -923,8 +920,19 @@ impl Machine {
                 outcomes
                     .iter()
                     .filter(|(b, ..)| *b <= e && b + buckets > e)
-                    .for_each(|(_, f, sl, _)| add(*f, *sl));
+                    .map(|(_, f, sl, d)| (*f, *sl, *d))
+                    .collect()
             }
+        }
+    }
+
+    /// The window now, with the overdue calls in flight when asked (and counted).
+    fn snapshot(&self, with_in_flight: bool) -> WindowSnapshot {
+        let mut s = WindowSnapshot::default();
+        for (failed, slow, _) in self.live() {
+            s.calls += 1;
+            s.failures += u64::from(failed);
+            s.slow_calls += u64::from(slow);
         }
         if with_in_flight && self.config.counts_in_flight() {
             let (w, slow) = (self.width(), self.slow_nanos());
@@ -946,24 +954,7 @@ impl Machine {
         if !self.config.call_durations {
             return (None, None);
         }
-        let micros: Vec<u64> = match &self.window {
-            PlainWindow::Count { outcomes, .. } => {
-                outcomes.iter().map(|(.., d)| d / 1_000).collect()
-            }
-            PlainWindow::Time {
-                bucket,
-                buckets,
-                outcomes,
-                ..
-            } => {
-                let e = self.now / bucket;
-                outcomes
-                    .iter()
-                    .filter(|(b, ..)| *b <= e && b + buckets > e)
-                    .map(|(.., d)| d / 1_000)
-                    .collect()
-            }
-        };
+        let micros: Vec<u64> = self.live().iter().map(|(.., d)| d / 1_000).collect();
         if micros.is_empty() {
             return (Some(Duration::ZERO), None);
         }
@@ -1032,6 +1023,7 @@ impl Machine {
             self.next_inflight_check = self.now.saturating_add(self.width());
         }
         self.run = 0;
+        self.failure_times.clear();
         self.last_counted_failure = None;
         self.ramp = None;
         self.state = to;
@@ -1245,13 +1237,28 @@ impl Machine {
                 let consecutive = (failure
                     && rules::consecutive_fires(self.run, self.config.consecutive_failures()))
                 .then_some(self.run);
+                let mut failure_count = None;
+                if let (true, Some(rule)) = (failure, self.config.failure_count()) {
+                    // A weighted failure counts its weight; a lumped one returned above.
+                    for _ in 0..weight {
+                        self.failure_times.push_back(now);
+                    }
+                    while self.failure_times.len() > rule.failures as usize {
+                        self.failure_times.pop_front();
+                    }
+                    failure_count = rules::failure_count_fires(
+                        self.failure_times.make_contiguous(),
+                        Some((rule.failures, crate::clock::nanos(rule.within))),
+                        now,
+                    );
+                }
                 if self.state == State::MetricsOnly {
                     return Recorded::Counted;
                 }
                 let evaluate = rules::result_evaluates(
                     failure,
                     slow,
-                    consecutive.is_some(),
+                    consecutive.is_some() || failure_count.is_some(),
                     || match &mut self.window {
                         PlainWindow::Count { .. } => rules::count_success_gate(filling),
                         PlainWindow::Time {
@@ -1269,8 +1276,14 @@ impl Machine {
                         }
                     },
                 );
-                if evaluate && self.fired(failure || slow, consecutive).any() {
-                    self.transition(State::Open, None);
+                if evaluate {
+                    let fired = crate::rules::Fired {
+                        failure_count,
+                        ..self.fired(failure || slow, consecutive)
+                    };
+                    if fired.any() {
+                        self.transition(State::Open, None);
+                    }
                 }
                 Recorded::Counted
             }

@@ -201,12 +201,68 @@ impl RejectReason {
 /// assert_eq!(rejected.retry_after(), None);
 /// assert_eq!(rejected.to_string(), "circuit breaker 'catalog' is forced open");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Two rejections are equal when their breaker, state, reason and `retry_after` are; the
+/// [`cause`](Self::cause) they carry is context, not compared.
+#[derive(Clone, Debug)]
 pub struct Rejected {
     pub(crate) breaker: BreakerName,
     pub(crate) state: State,
     pub(crate) reason: RejectReason,
     pub(crate) retry_after: Option<Duration>,
+    /// The cause as the breaker stores it, decoded only when asked for ([`Rejected::cause`]),
+    /// so that a rejection copies a few words and decodes nothing.
+    pub(crate) cause: Option<crate::breaker::RawCause>,
+}
+
+impl PartialEq for Rejected {
+    fn eq(&self, other: &Self) -> bool {
+        self.breaker == other.breaker
+            && self.state == other.state
+            && self.reason == other.reason
+            && self.retry_after == other.retry_after
+    }
+}
+
+impl Eq for Rejected {}
+
+/// What opened the breaker that refused a call ([`Rejected::cause`]): the rule that tripped
+/// it (or [`Operator`](crate::Reason::Operator) for an operator's Open or ForcedOpen,
+/// [`ProbesFailed`](crate::Reason::ProbesFailed) for failed probes,
+/// [`HalfOpenTimeout`](crate::Reason::HalfOpenTimeout)), the kind of the failure whose result
+/// tripped it (as its classifier labelled it: `None` for an unlabelled failure, a slow call,
+/// a trip by calls in flight or by a reconfiguration, an operator), the window behind the
+/// decision, and the generation the trip began. Polly hands the last exception to its
+/// rejections; tripline keeps no error value (it holds no `E`), but says which failure and
+/// which rule.
+///
+/// ```
+/// use tripline::{BreakerConfig, CircuitBreaker, Classification, FailureKind, Reason};
+///
+/// let breaker = CircuitBreaker::new("payments", BreakerConfig::builder().consecutive_failures(2).build()?);
+/// for _ in 0..2 {
+///     let p = breaker.try_acquire().unwrap();
+///     p.record_classified(Classification::failure(FailureKind::Timeout));
+/// }
+/// let rejected = breaker.try_acquire().unwrap_err();
+/// let cause = rejected.cause().expect("what opened it");
+/// assert_eq!(cause.reason, Reason::ConsecutiveFailures { count: 2 });
+/// assert_eq!(cause.kind, Some(FailureKind::Timeout));
+/// assert_eq!(cause.window.failures, 2);
+/// assert_eq!(cause.generation, breaker.generation());
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TripCause {
+    /// The rule that opened the breaker, as its transition event names it.
+    pub reason: crate::event::Reason,
+    /// The kind of the failure whose result opened it, if it had one.
+    pub kind: Option<crate::outcome::FailureKind>,
+    /// The window behind the decision (for probe verdicts, the closed window as it was).
+    pub window: crate::window::WindowSnapshot,
+    /// The generation of the open period it began.
+    pub generation: u64,
 }
 
 impl Rejected {
@@ -228,6 +284,18 @@ impl Rejected {
     /// How long until a probe may be admitted, if known (see [`RejectReason`]).
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
+    }
+
+    /// What opened the breaker that refused this call ([`TripCause`]), for a rejection in
+    /// Open, HalfOpen (the Open before it) and ForcedOpen by the in-process breaker. `None`
+    /// for a ramp's refusal (the breaker is Closed), for a rejection made while the breaker
+    /// moved on to its next open period (the cause it carries is always its own period's,
+    /// never another's), and for stores that do not keep one (the Redis store's rejections
+    /// carry none).
+    pub fn cause(&self) -> Option<TripCause> {
+        self.cause
+            .as_ref()
+            .and_then(crate::breaker::RawCause::decode)
     }
 }
 

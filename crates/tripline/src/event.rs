@@ -153,6 +153,12 @@ pub enum Reason {
         /// Failures in a row.
         count: u64,
     },
+    /// The failure-count-in-time rule ([`FailureCount`](crate::FailureCount)): this many
+    /// failures within its `within`.
+    FailureCount {
+        /// Failures within the rule's time.
+        count: u64,
+    },
     /// The open wait elapsed.
     OpenElapsed,
     /// The probes proved recovery.

@@ -143,10 +143,12 @@ pub use breaker::{
 pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{
-    AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureKindWeights, HalfOpenPolicy,
-    RampCurve, RampUp, WindowConfig,
+    AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureCount, FailureKindWeights,
+    HalfOpenPolicy, RampCurve, RampUp, WindowConfig,
 };
-pub use error::{BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError};
+pub use error::{
+    BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError, TripCause,
+};
 pub use event::{Event, EventKind, EventLog, Listener, Reason};
 pub use host::{Breaker, BreakerPermit, OperatorError, Reach};
 pub use outcome::{Blaming, Classification, Classify, FailureKind, Outcome, ResultClassifier};

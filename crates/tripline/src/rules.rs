@@ -133,11 +133,15 @@ impl Thresholds {
 }
 
 /// The trip rules that fire on a window. A trip names the first of them, in this order: the
-/// consecutive-failure rule (with its run), the failure rate, the slow-call rate.
+/// consecutive-failure rule (with its run), the failure-count-in-time rule (with its count),
+/// the failure rate, the slow-call rate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fired {
     /// The run of consecutive failures, when the consecutive-failure rule fired.
     pub consecutive: Option<u64>,
+    /// The failures within the failure-count rule's time, when that rule fired
+    /// ([`failure_count_fires`]).
+    pub failure_count: Option<u64>,
     /// The failure rate reached its threshold (with the minimum calls recorded).
     pub failure_rate: bool,
     /// The slow-call rate (overdue calls in flight included) reached its threshold (with the
@@ -148,15 +152,20 @@ pub struct Fired {
 impl Fired {
     /// Whether any rule fired: the breaker trips.
     pub fn any(&self) -> bool {
-        self.consecutive.is_some() || self.failure_rate || self.slow_call_rate
+        self.consecutive.is_some()
+            || self.failure_count.is_some()
+            || self.failure_rate
+            || self.slow_call_rate
     }
 
     /// The reason a trip names: the first rule that fired.
     ///
     /// ```
     /// use tripline::{Reason, rules::Fired};
-    /// let f = Fired { consecutive: Some(3), failure_rate: true, slow_call_rate: false };
+    /// let f = Fired { consecutive: Some(3), failure_rate: true, ..Fired::default() };
     /// assert_eq!(f.reason(), Some(Reason::ConsecutiveFailures { count: 3 }));
+    /// let f = Fired { failure_count: Some(12), failure_rate: true, ..Fired::default() };
+    /// assert_eq!(f.reason(), Some(Reason::FailureCount { count: 12 }));
     /// assert_eq!(Fired::default().reason(), None);
     /// ```
     pub fn reason(&self) -> Option<Reason> {
@@ -168,6 +177,8 @@ impl Fired {
         [
             self.consecutive
                 .map(|count| Reason::ConsecutiveFailures { count }),
+            self.failure_count
+                .map(|count| Reason::FailureCount { count }),
             self.failure_rate.then_some(Reason::FailureRate),
             self.slow_call_rate.then_some(Reason::SlowCallRate),
         ]
@@ -187,6 +198,9 @@ impl Fired {
     pub fn since(&self, before: Fired) -> Fired {
         Fired {
             consecutive: self.consecutive.filter(|_| before.consecutive.is_none()),
+            failure_count: self
+                .failure_count
+                .filter(|_| before.failure_count.is_none()),
             failure_rate: self.failure_rate && !before.failure_rate,
             slow_call_rate: self.slow_call_rate && !before.slow_call_rate,
         }
@@ -204,6 +218,50 @@ impl Fired {
 /// ```
 pub fn consecutive_fires(run: u64, limit: Option<u32>) -> bool {
     limit.is_some_and(|l| l != 0 && run >= u64::from(l))
+}
+
+/// Whether a failure recorded at `at` counts for the failure-count-in-time rule at `now`: it
+/// is at most `within` old (a failure exactly `within` old still counts, as in Semian, whose
+/// window drops a time only once `time + error_timeout < now`). A time after `now` (another
+/// thread's failure, read a moment later) counts.
+///
+/// ```
+/// use tripline::rules::counts_within;
+/// let s = 1_000_000_000;
+/// assert!(counts_within(0, 20 * s, 20 * s)); // exactly the timeout: still counts
+/// assert!(!counts_within(0, 20 * s, 20 * s + 1)); // older than the timeout
+/// assert!(counts_within(5 * s, 20 * s, 4 * s)); // a time just after this reading
+/// assert!(counts_within(u64::MAX, 1, 0) && !counts_within(0, 1, u64::MAX)); // no wrap
+/// ```
+pub fn counts_within(at: u64, within: u64, now: u64) -> bool {
+    now.saturating_sub(at) <= within
+}
+
+/// The failure-count-in-time rule: the failures of the Closed period recorded at `times`
+/// (the last `failures` of them are enough; their order does not matter) that count at `now`
+/// ([`counts_within`]); `Some(count)` when they reach the rule's `failures`. `None` also when
+/// the rule is off (`rule` is `None`: `(failures, within)` in nanoseconds).
+///
+/// ```
+/// use tripline::rules::failure_count_fires;
+/// let s = 1_000_000_000u64;
+/// let twelve_in_twenty = Some((12, 20 * s));
+/// // Twelve errors, one a second: the twelfth trips.
+/// let times: Vec<u64> = (0..12).map(|i| i * s).collect();
+/// assert_eq!(failure_count_fires(&times, twelve_in_twenty, 11 * s), Some(12));
+/// assert_eq!(failure_count_fires(&times[..11], twelve_in_twenty, 10 * s), None);
+/// // The same twelve spread over 22 s: the first has aged out by the twelfth.
+/// let spread: Vec<u64> = (0..12).map(|i| i * 2 * s).collect();
+/// assert_eq!(failure_count_fires(&spread, twelve_in_twenty, 22 * s), None);
+/// assert_eq!(failure_count_fires(&times, None, 11 * s), None); // the rule is off
+/// ```
+pub fn failure_count_fires(times: &[u64], rule: Option<(u32, u64)>, now: u64) -> Option<u64> {
+    let (failures, within) = rule?;
+    let n = times
+        .iter()
+        .filter(|at| counts_within(**at, within, now))
+        .count() as u64;
+    (failures != 0 && n >= u64::from(failures)).then_some(n)
 }
 
 /// The rules that fire on `window`: the failure rate over the recorded calls, the slow-call
@@ -230,6 +288,7 @@ pub fn fired(window: &WindowSnapshot, t: &Thresholds, consecutive: Option<u64>) 
     let slow_total = window.total();
     Fired {
         consecutive,
+        failure_count: None,
         failure_rate: minimum_reached(window.calls, t.minimum_calls)
             && rate_reached(window.failures, window.calls, t.failure_ppm),
         slow_call_rate: minimum_reached(slow_total, t.minimum_calls)

@@ -287,3 +287,109 @@ fn events_of_racing_transitions_are_delivered_once_in_order() {
         assert_eq!(b.generation(), 2);
     });
 }
+
+fn counting(failures: u32) -> CircuitBreaker<ManualClock> {
+    let config = BreakerConfig::builder()
+        .count_window(100)
+        .minimum_calls(100)
+        .slow_call_rule(false)
+        .failure_count(failures, Duration::from_secs(10))
+        .build()
+        .unwrap();
+    CircuitBreaker::with_clock("loom-count", config, ManualClock::new())
+}
+
+/// Two failures racing for the last cells of the failure-count ring: whichever reads the ring
+/// full trips it, once.
+#[test]
+fn failures_racing_for_the_failure_count_trip_once() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let b = counting(2);
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let b = b.clone();
+                thread::spawn(move || {
+                    if let Ok(p) = b.try_acquire() {
+                        let _ = p.record(Outcome::Failure);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(b.state(), State::Open);
+        assert_eq!(b.generation(), 1);
+    });
+}
+
+/// A failure racing a reset lands in the generation that admitted it or nowhere: the
+/// failure of the generation before the reset never makes up the count with it.
+#[test]
+fn a_failure_racing_a_reset_never_counts_with_the_generation_before() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let b = counting(2);
+        b.try_acquire().unwrap().record(Outcome::Failure);
+        let writer = {
+            let b = b.clone();
+            thread::spawn(move || {
+                if let Ok(p) = b.try_acquire() {
+                    let _ = p.record(Outcome::Failure);
+                }
+            })
+        };
+        let operator = {
+            let b = b.clone();
+            thread::spawn(move || b.reset())
+        };
+        writer.join().unwrap();
+        operator.join().unwrap();
+        // Tripped before the reset (two failures of generation 0), or one failure of the
+        // reset's generation, or a stale one: Closed in every case.
+        assert_eq!(b.state(), State::Closed);
+        let m = b.metrics();
+        assert!(m.window.failures <= 1, "{m:?}");
+    });
+}
+
+/// A rejection racing the trip that opened the breaker, and an operator's ForcedOpen racing
+/// both: a rejection by Open or ForcedOpen carries that period's cause (the cause is written
+/// before the word that lets anyone be refused), never a torn one or another period's; it
+/// carries none only when the breaker moved on to the next period while it was made.
+#[test]
+fn a_rejection_racing_transitions_carries_its_own_periods_cause() {
+    use tripline::Reason;
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let b = counting(1);
+        let tripper = {
+            let b = b.clone();
+            thread::spawn(move || {
+                if let Ok(p) = b.try_acquire() {
+                    let _ = p.record(Outcome::Failure);
+                }
+            })
+        };
+        let operator = {
+            let b = b.clone();
+            thread::spawn(move || b.force_open())
+        };
+        let r = b.try_acquire();
+        tripper.join().unwrap();
+        operator.join().unwrap();
+        if let Err(r) = r {
+            match (r.cause(), r.state()) {
+                (Some(c), State::Open) => assert_eq!(c.reason, Reason::FailureCount { count: 1 }),
+                (Some(c), State::ForcedOpen) => assert_eq!(c.reason, Reason::Operator),
+                // Refused by the Open period, whose cause the ForcedOpen replaced meanwhile.
+                (None, State::Open) => assert_eq!(b.state(), State::ForcedOpen),
+                (c, s) => panic!("refused in {s} with {c:?}"),
+            }
+        }
+    });
+}

@@ -35,6 +35,7 @@ struct Setup {
     lumping_ms: Option<u64>,
     ramp: Option<(u32, u64, u32)>,
     durations: bool,
+    failure_count: Option<(u32, u64)>,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -62,6 +63,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             prop::option::of(prop::sample::select(vec![300u64, 1_000])),
             prop::option::weighted(0.3, (1u32..90, 1u64..4, 1u32..4)),
             any::<bool>(),
+            prop::option::weighted(0.3, (2u32..6, 1u64..10)),
         ),
     )
         .prop_map(|(a, b)| Setup {
@@ -85,6 +87,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             lumping_ms: b.7,
             ramp: b.8,
             durations: b.9,
+            failure_count: b.10,
         })
 }
 
@@ -114,6 +117,9 @@ impl Setup {
         }
         if let Some(n) = self.consecutive {
             t += &format!("consecutive_failures = {n}\n");
+        }
+        if let Some((n, secs)) = self.failure_count {
+            t += &format!("failure_count = {{ failures = {n}, within = '{secs}s' }}\n");
         }
         t += &format!(
             "count_in_flight_as_slow = {}\n",

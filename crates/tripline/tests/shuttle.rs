@@ -362,3 +362,101 @@ fn calls_in_flight_and_a_ramp_racing_lifecycle_operations_balance() {
         SCHEDULES,
     );
 }
+
+/// The failure-count rule's ring racing transitions (reset, shadow mode, a trip) with a
+/// listener that reads the breaker from inside each event: every trip by the rule names at
+/// least the rule's failures, all of them in the window of the generation it ends (a failure
+/// lands in its generation or nowhere), shadow mode reports the rule only with as many, and a
+/// rejection carries only such a trip's cause.
+#[test]
+fn failure_count_trips_racing_lifecycle_operations_count_only_their_generation() {
+    use tripline::Reason;
+    shuttle::check_random(
+        || {
+            let config = BreakerConfig::builder()
+                .count_window(100)
+                .minimum_calls(100)
+                .slow_call_rule(false)
+                .failure_count(3, Duration::from_secs(10))
+                .open_duration(Duration::from_millis(1))
+                .half_open_calls(1)
+                .build()
+                .unwrap();
+            let clock = ManualClock::new();
+            let breaker = CircuitBreaker::with_clock("count-race", config, clock.clone());
+            let log = EventLog::new();
+            breaker.subscribe(log.clone());
+            {
+                let inner = breaker.clone();
+                breaker.subscribe(move |e: &Event| {
+                    if matches!(e.kind, EventKind::Transition { .. }) {
+                        let _ = inner.metrics();
+                        let _ = inner.state();
+                    }
+                });
+            }
+            let writers: Vec<_> = (0..2)
+                .map(|_| {
+                    let b = breaker.clone();
+                    thread::spawn(move || {
+                        for _ in 0..3 {
+                            if let Ok(p) = b.try_acquire() {
+                                let _ = p.record(Outcome::Failure);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let operator = {
+                let b = breaker.clone();
+                let clock = clock.clone();
+                thread::spawn(move || {
+                    b.reset();
+                    b.metrics_only();
+                    clock.advance(Duration::from_millis(1));
+                    b.reset();
+                })
+            };
+            // Rejections racing the trips and the operator carry their own period's cause.
+            let reader = {
+                let b = breaker.clone();
+                thread::spawn(move || {
+                    for _ in 0..3 {
+                        if let Err(r) = b.try_acquire() {
+                            if let Some(c) = r.cause() {
+                                assert!(
+                                    matches!(c.reason, Reason::FailureCount { count } if count >= 3),
+                                    "{c:?}"
+                                );
+                                assert!(c.window.failures >= 3 && c.generation <= b.generation());
+                            }
+                        }
+                    }
+                })
+            };
+            for w in writers {
+                w.join().unwrap();
+            }
+            operator.join().unwrap();
+            reader.join().unwrap();
+            for e in log.events() {
+                match e.kind {
+                    EventKind::Transition {
+                        reason: Reason::FailureCount { count },
+                        window,
+                        ..
+                    }
+                    | EventKind::WouldTrip {
+                        reason: Reason::FailureCount { count },
+                        window,
+                    } => {
+                        assert!(count >= 3, "{e:?}");
+                        assert!(window.failures >= 3, "{e:?}");
+                    }
+                    _ => {}
+                }
+            }
+        },
+        SCHEDULES,
+    );
+}

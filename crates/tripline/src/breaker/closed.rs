@@ -19,18 +19,23 @@ use crate::state::{State, Word};
 use crate::sync::{Ordering, lock};
 use crate::window::{Sample, Window, WindowSnapshot};
 
+/// The bits of `Cold::would_trip` below the generation: one per rule.
+pub(super) const FIRED_BITS: u32 = 4;
+
 /// A MetricsOnly breaker's record of the rules that fired at its last evaluation (the low
-/// three bits of `Cold::would_trip`).
+/// [`FIRED_BITS`] bits of `Cold::would_trip`, under the generation).
 fn fired_bits(f: &Fired) -> u64 {
     u64::from(f.failure_rate)
         | u64::from(f.slow_call_rate) << 1
         | u64::from(f.consecutive.is_some()) << 2
+        | u64::from(f.failure_count.is_some()) << 3
 }
 
 fn fired_from_bits(bits: u64) -> Fired {
     Fired {
-        // The run's length does not matter for "was it firing".
+        // The run's length (the count) does not matter for "was it firing".
         consecutive: (bits & 4 != 0).then_some(0),
+        failure_count: (bits & 8 != 0).then_some(0),
         failure_rate: bits & 1 != 0,
         slow_call_rate: bits & 2 != 0,
     }
@@ -80,13 +85,17 @@ impl<C: Clock> Inner<C> {
                     let until = self.open_until.load(Ordering::Acquire);
                     let recent = self.clock.recent();
                     if !rules::open_elapsed(until, recent) {
-                        return Err(self.reject::<0>(Some(until - recent), recent));
+                        return Err(self.reject::<0>(
+                            Some(until - recent),
+                            recent,
+                            word.generation(),
+                        ));
                     }
                     // The cheap reading says the wait is over: the full one decides (and a
                     // clock whose cheap reading runs ahead gets a rejection, not a spin).
                     let now = self.now();
                     if !rules::open_elapsed(until, now) {
-                        return Err(self.reject::<0>(Some(until - now), now));
+                        return Err(self.reject::<0>(Some(until - now), now, word.generation()));
                     }
                     self.open_to_half_open(word, now);
                 }
@@ -103,7 +112,7 @@ impl<C: Clock> Inner<C> {
                     });
                 }
                 State::ForcedOpen => {
-                    return Err(self.reject::<2>(None, self.clock.recent()));
+                    return Err(self.reject::<2>(None, self.clock.recent(), word.generation()));
                 }
             }
         }
@@ -284,8 +293,9 @@ impl<C: Clock> Inner<C> {
     }
 
     /// After a failure landed in the window: its further outcomes if it weighs more than one
-    /// (a reset meanwhile ends them), its kind, the run of failures. Returns the run if the
-    /// consecutive rule fires.
+    /// (a reset meanwhile ends them), its kind, the run of failures, its time for the
+    /// failure-count rule. Returns the rules it fires: the run if the consecutive rule fires,
+    /// the count if the failure-count rule does.
     #[inline(never)]
     fn counted_failure(
         &self,
@@ -294,7 +304,7 @@ impl<C: Clock> Inner<C> {
         sample: Sample,
         weight: u32,
         kind: Option<FailureKind>,
-    ) -> Option<u64> {
+    ) -> Fired {
         for _ in 1..weight {
             if self.window.record(generation, now, sample).is_none() {
                 break;
@@ -307,7 +317,30 @@ impl<C: Clock> Inner<C> {
         self.hot
             .success_mark
             .store(self.successes(), Ordering::Relaxed);
-        rules::consecutive_fires(n, self.hot.consecutive_limit()).then_some(n)
+        let failure_count = self.failure_times.as_ref().and_then(|times| {
+            times.record(generation, now, weight);
+            times.fires(
+                generation,
+                self.hot.count_within.load(Ordering::Relaxed),
+                now,
+            )
+        });
+        Fired {
+            consecutive: rules::consecutive_fires(n, self.hot.consecutive_limit()).then_some(n),
+            failure_count,
+            ..Fired::default()
+        }
+    }
+
+    /// The failure-count rule's count at `now`, if it fires on `generation`'s failures.
+    pub(super) fn failure_count_at(&self, generation: u64, now: u64) -> Option<u64> {
+        self.failure_times.as_ref().and_then(|times| {
+            times.fires(
+                generation,
+                self.hot.count_within.load(Ordering::Relaxed),
+                now,
+            )
+        })
     }
 
     /// The window of the last entry into Closed (or MetricsOnly) with its overdue in-flight
@@ -331,10 +364,16 @@ impl<C: Clock> Inner<C> {
     }
 
     /// A refusal by the state of slot `SLOT` of `Lane::rejected` (Open 0, HalfOpen 1,
-    /// ForcedOpen 2); the slot is a constant, so the counter, the state and the reason cost
-    /// nothing to find.
+    /// ForcedOpen 2) at `generation`; the slot is a constant, so the counter, the state and the
+    /// reason cost nothing to find. It carries what opened the breaker, when the cause written
+    /// is this open period's.
     #[cold]
-    pub(super) fn reject<const SLOT: usize>(&self, retry_after: Option<u64>, now: u64) -> Rejected {
+    pub(super) fn reject<const SLOT: usize>(
+        &self,
+        retry_after: Option<u64>,
+        now: u64,
+        generation: u64,
+    ) -> Rejected {
         const STATES: [State; 3] = [State::Open, State::HalfOpen, State::ForcedOpen];
         let state = STATES[SLOT];
         let reason = RejectReason::of_state(state);
@@ -354,6 +393,7 @@ impl<C: Clock> Inner<C> {
             state,
             reason,
             retry_after,
+            cause: self.cold().cause.read_for(state, generation),
         }
     }
 
@@ -398,12 +438,13 @@ impl<C: Clock> Inner<C> {
 
     /// Every rule that fires on `generation`'s window now ([`rules::fired`]), and the window.
     /// The slow-call rate counts overdue in-flight calls when `with_in_flight` (and in-flight
-    /// counting is on); `consecutive` is the run of failures, if the rule fired.
+    /// counting is on); `events` holds the rules a failure fired (the run of failures, the
+    /// failure count), which the window does not show.
     fn fired_on(
         &self,
         generation: u64,
         now: u64,
-        consecutive: Option<u64>,
+        events: Fired,
         with_in_flight: bool,
     ) -> (Fired, WindowSnapshot) {
         let snap = if with_in_flight {
@@ -418,7 +459,11 @@ impl<C: Clock> Inner<C> {
                 !rules::minimum_reached(snap.calls, t.minimum_calls),
             );
         }
-        (rules::fired(&snap, &t, consecutive), snap)
+        let fired = Fired {
+            failure_count: events.failure_count,
+            ..rules::fired(&snap, &t, events.consecutive)
+        };
+        (fired, snap)
     }
 
     /// The reason a trip names now, with the window behind it, if any rule fires.
@@ -426,10 +471,10 @@ impl<C: Clock> Inner<C> {
         &self,
         generation: u64,
         now: u64,
-        consecutive: Option<u64>,
+        events: Fired,
         with_in_flight: bool,
     ) -> Option<(Reason, WindowSnapshot)> {
-        let (fired, snap) = self.fired_on(generation, now, consecutive, with_in_flight);
+        let (fired, snap) = self.fired_on(generation, now, events, with_in_flight);
         fired.reason().map(|reason| (reason, snap))
     }
 
@@ -482,15 +527,15 @@ impl<C: Clock> Inner<C> {
             return self.stale(generation, self.real_now(now));
         };
         self.lane().1.count(c.outcome, slow);
-        let consecutive = if failure {
+        let events = if failure {
             self.counted_failure(generation, now, sample, weight, c.kind)
         } else {
             self.hot.consecutive_success(generation);
-            None
+            Fired::default()
         };
         if word.state() == State::MetricsOnly {
-            self.shadow_evaluate(word, self.real_now(now), consecutive);
-        } else if rules::result_evaluates(failure, slow, consecutive.is_some(), || {
+            self.shadow_evaluate(word, self.real_now(now), events);
+        } else if rules::result_evaluates(failure, slow, events.any(), || {
             self.success_gate(filling, generation, now)
         }) {
             // An untimed call's rules (a count window, no calls in flight) need no time; the
@@ -502,9 +547,16 @@ impl<C: Clock> Inner<C> {
                 now
             };
             if let Some((reason, snap)) =
-                self.trip_reason(generation, eval_now, consecutive, failure || slow)
+                self.trip_reason(generation, eval_now, events, failure || slow)
             {
-                self.trip_from(word, self.real_now(now), reason, snap, c.retry_after);
+                self.trip_from(
+                    word,
+                    self.real_now(now),
+                    reason,
+                    snap,
+                    c.retry_after,
+                    c.kind.filter(|_| failure),
+                );
             }
         }
         Recorded::Counted
@@ -513,21 +565,31 @@ impl<C: Clock> Inner<C> {
     /// MetricsOnly: evaluates every rule as Closed would (in-flight calls included) and
     /// reports each rule that starts firing, once, as a would-trip event.
     #[cold]
-    fn shadow_evaluate(&self, word: Word, now: u64, consecutive: Option<u64>) {
+    fn shadow_evaluate(&self, word: Word, now: u64, events: Fired) {
         let generation = word.generation();
-        // The consecutive rule goes on firing while its run lasts, also when this evaluation
-        // did not come from a failure (the acquire-time in-flight check).
-        let consecutive = consecutive.or_else(|| {
+        // The consecutive rule goes on firing while its run lasts, and the failure-count rule
+        // while its failures are recent enough, also when this evaluation did not come from a
+        // failure (the acquire-time in-flight check).
+        let consecutive = events.consecutive.or_else(|| {
             let run = self.hot.failure_run(generation);
             rules::consecutive_fires(run, self.hot.consecutive_limit()).then_some(run)
         });
-        let (fired, window) = self.fired_on(generation, now, consecutive, true);
+        let failure_count = events
+            .failure_count
+            .or_else(|| self.failure_count_at(generation, now));
+        let events = Fired {
+            consecutive,
+            failure_count,
+            ..Fired::default()
+        };
+        let (fired, window) = self.fired_on(generation, now, events, true);
         let cold = self.cold();
-        let before = cold
-            .would_trip
-            .swap(generation << 3 | fired_bits(&fired), Ordering::Relaxed);
-        let before = if before >> 3 == generation {
-            fired_from_bits(before & 7)
+        let before = cold.would_trip.swap(
+            generation << FIRED_BITS | fired_bits(&fired),
+            Ordering::Relaxed,
+        );
+        let before = if before >> FIRED_BITS == generation {
+            fired_from_bits(before & ((1 << FIRED_BITS) - 1))
         } else {
             Fired::default()
         };
@@ -566,11 +628,11 @@ impl<C: Clock> Inner<C> {
             return false;
         }
         if word.state() == State::MetricsOnly {
-            self.shadow_evaluate(word, now, None);
+            self.shadow_evaluate(word, now, Fired::default());
             return false;
         }
-        match self.trip_reason(word.generation(), now, None, true) {
-            Some((reason, snap)) => self.trip_from(word, now, reason, snap, None),
+        match self.trip_reason(word.generation(), now, Fired::default(), true) {
+            Some((reason, snap)) => self.trip_from(word, now, reason, snap, None, None),
             None => false,
         }
     }

@@ -19,6 +19,8 @@ pub(super) struct Hot {
     pub(super) minimum_calls: AtomicU32,
     /// The consecutive-failures limit (0: rule off).
     pub(super) consecutive_limit: AtomicU32,
+    /// The failure-count rule's time, in nanoseconds (its failures are the ring's size).
+    pub(super) count_within: AtomicU64,
     /// `generation tag << 20 | consecutive failures so far` (see [`Run`]).
     consecutive: AtomicU64,
     /// The successes counted (all lanes) when the last failure was, or the state last changed:
@@ -86,6 +88,7 @@ impl Hot {
             slow_ppm: AtomicU32::new(0),
             minimum_calls: AtomicU32::new(0),
             consecutive_limit: AtomicU32::new(0),
+            count_within: AtomicU64::new(0),
             consecutive: AtomicU64::new(0),
             success_mark: AtomicU64::new(0),
             failure_rules: AtomicU32::new(0),
@@ -118,6 +121,8 @@ impl Hot {
         self.minimum_calls.store(c.minimum_calls, r);
         self.consecutive_limit
             .store(c.consecutive_failures.unwrap_or(0), r);
+        self.count_within
+            .store(c.failure_count.map_or(0, |f| nanos(f.within)), r);
         self.in_flight.store(c.counts_in_flight(), r);
         if c.needs_time() {
             self.timed.fetch_or(TIMED_BY_RULES, r);

@@ -7,6 +7,8 @@
 //!   atomics every call reads.
 //! * [`closed`]: admission and recording in Closed and MetricsOnly, and rejection in Open and
 //!   ForcedOpen: the lock-free paths.
+//! * [`cause`]: what opened the breaker, for its rejections to carry.
+//! * [`counted`]: the failure-count-in-time rule's ring of failure times.
 //! * [`round`]: the half-open round: probe leases, their results, the verdict.
 //! * [`transition`]: the transition (state word, generation, events), the open wait, the
 //!   operator's moves and the timers.
@@ -44,7 +46,10 @@
 //! [`crate::event`]): a listener, a clock or a state gauge may call back into any public API
 //! of the breaker or its registry.
 
+mod cause;
+pub(crate) use cause::RawCause;
 mod closed;
+mod counted;
 mod hot;
 pub(crate) mod metrics;
 pub(crate) mod permit;
@@ -129,6 +134,9 @@ pub(crate) struct Inner<C> {
     open_until: AtomicU64,
     hot: Hot,
     window: Window,
+    /// The failure-count-in-time rule's ring, when the rule is on (its size is part of the
+    /// shape, fixed for the breaker's life).
+    failure_times: Option<Box<counted::FailureTimes>>,
     next_inflight_check: AtomicU64,
     /// When the breaker last entered Closed (or MetricsOnly); its creation time until the
     /// first transition.
@@ -234,6 +242,9 @@ impl<C: Clock> CircuitBreaker<C> {
             open_until: AtomicU64::new(0),
             hot,
             window,
+            failure_times: config
+                .failure_count
+                .map(|f| Box::new(counted::FailureTimes::new(f.failures))),
             next_inflight_check: AtomicU64::new(now.saturating_add(lane.inflight.width())),
             closed_since: AtomicU64::new(now),
             closed_generation: AtomicU64::new(0),

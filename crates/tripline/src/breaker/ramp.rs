@@ -149,6 +149,7 @@ impl<C: Clock> Inner<C> {
             state: State::Closed,
             reason,
             retry_after: None,
+            cause: None,
         }
     }
 }

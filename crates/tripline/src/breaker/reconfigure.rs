@@ -63,6 +63,18 @@ impl<C: Clock> CircuitBreaker<C> {
         let cold = inner.cold();
         {
             let mut core = lock(&cold.core);
+            if config.counted_failures() != core.config.counted_failures()
+                && config.window == core.config.window
+            {
+                return Err(ConfigError::new(
+                    "failure_count.failures",
+                    config.counted_failures(),
+                    format!(
+                        "the live breaker's {} (0: the rule off), fixed for its life; build a new breaker to change it",
+                        core.config.counted_failures()
+                    ),
+                ));
+            }
             if !config.same_shape(&core.config) {
                 return Err(ConfigError::new(
                     "window",
@@ -164,7 +176,11 @@ impl<C: Clock> Inner<C> {
         // Lower thresholds may condemn the window as it stands: evaluate it now rather than
         // wait for the next failure.
         if word.state() == State::Closed {
-            if let Some((reason, snap)) = self.trip_reason(word.generation(), now, None, true) {
+            let events = crate::rules::Fired {
+                failure_count: self.failure_count_at(word.generation(), now),
+                ..Default::default()
+            };
+            if let Some((reason, snap)) = self.trip_reason(word.generation(), now, events, true) {
                 self.transition(core, word, State::Open, reason, snap, now, OpenWait::RULES);
             }
         }

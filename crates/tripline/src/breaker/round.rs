@@ -123,7 +123,7 @@ impl<C: Clock> Inner<C> {
             .map(|l| l.deadline.saturating_sub(now))
             .min();
         drop(core);
-        Some(Err(self.reject::<1>(retry, now)))
+        Some(Err(self.reject::<1>(retry, now, word.generation())))
     }
 
     pub(super) fn record_probe(
@@ -179,6 +179,7 @@ impl<C: Clock> Inner<C> {
             rules::probe_verdict(policy, k, &counts, failure || slow, &self.hot.thresholds())
         {
             let snap = self.snapshot(now);
+            core.pending_kind = c.kind.filter(|_| failure);
             self.transition(
                 &mut core,
                 word,

@@ -59,6 +59,9 @@ pub(crate) struct Core {
     /// until the override is lifted. The breaker owns it, so holding and every operator call
     /// that would leave it are decided under one lock.
     pub(super) hold: Option<State>,
+    /// The kind of the failure whose result the next transition follows (set by the result's
+    /// path, taken by the transition): part of the [`TripCause`](crate::TripCause).
+    pub(super) pending_kind: Option<crate::outcome::FailureKind>,
 }
 
 /// The part of a breaker that only transitions, probes, listeners and the counters of stale
@@ -81,9 +84,11 @@ pub(crate) struct Cold {
     pub(super) lump_nanos: AtomicU64,
     /// Gradual recovery after closing.
     pub(super) ramp: Ramp,
-    /// MetricsOnly (which only a transition enters): `generation << 3 | rules that fired at
+    /// MetricsOnly (which only a transition enters): `generation << FIRED_BITS | rules that fired at
     /// the last evaluation`, so each rule is reported once each time it starts firing.
     pub(super) would_trip: AtomicU64,
+    /// What opened the breaker last (its rejections carry it).
+    pub(super) cause: super::cause::CauseCell,
     #[cfg(feature = "tokio")]
     pub(super) notify: tokio::sync::Notify,
 }
@@ -105,6 +110,7 @@ impl Cold {
                 time_in: [0; 6],
                 transitions: 0,
                 hold: None,
+                pending_kind: None,
             }),
             hub: Hub::new(),
             stale: AtomicU64::new(0),
@@ -116,6 +122,7 @@ impl Cold {
             lump_nanos: AtomicU64::new(lump_nanos),
             ramp: Ramp::new(),
             would_trip: AtomicU64::new(0),
+            cause: super::cause::CauseCell::new(),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
         }
@@ -281,12 +288,14 @@ impl<C: Clock> Inner<C> {
         reason: Reason,
         snap: WindowSnapshot,
         retry_after: Option<Duration>,
+        kind: Option<crate::outcome::FailureKind>,
     ) -> bool {
         let cold = self.cold();
         let done = {
             let mut core = lock(&cold.core);
             let done = self.word() == word;
             if done {
+                core.pending_kind = kind;
                 self.transition(
                     &mut core,
                     word,
@@ -492,7 +501,9 @@ impl<C: Clock> Inner<C> {
                 // the word announcing the generation is published.
                 let g = new.generation();
                 self.window.begin(g);
-                self.cold().would_trip.store(g << 3, Ordering::Relaxed);
+                self.cold()
+                    .would_trip
+                    .store(g << super::closed::FIRED_BITS, Ordering::Relaxed);
                 self.closed_since.store(now, Ordering::Relaxed);
                 self.closed_generation.store(g, Ordering::Release);
                 self.next_inflight_check.store(
@@ -525,6 +536,16 @@ impl<C: Clock> Inner<C> {
             .store(self.successes(), Ordering::Relaxed);
         core.transitions += 1;
         let cold = self.cold();
+        // What opened the breaker, for its rejections, before the word that makes them.
+        let kind = core.pending_kind.take();
+        if matches!(to, State::Open | State::ForcedOpen) {
+            cold.cause.write(&crate::error::TripCause {
+                reason,
+                kind,
+                window,
+                generation: new.generation(),
+            });
+        }
         // The event takes its place in the sequence before the new word is published: any
         // event a thread makes after seeing the new state comes after this one.
         cold.hub.push(
