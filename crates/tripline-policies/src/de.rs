@@ -28,7 +28,7 @@ pub(crate) fn check_dur<'de, D: Deserializer<'de>>(
     d: D,
     ok: impl FnOnce(Duration) -> Result<(), ConfigError>,
 ) -> Result<Duration, D::Error> {
-    let v: Duration = humantime_serde::deserialize(d)?;
+    let v: Duration = tripline::duration::serde::deserialize(d)?;
     ok(v).map_err(D::Error::custom)?;
     Ok(v)
 }

@@ -265,3 +265,18 @@ fn an_out_of_range_value_points_at_its_fields_line() {
         "kp must be positive when ki is 0 (with both 0 the breaker never rejects), got 0"
     );
 }
+
+/// A duration whose nanoseconds carry into a sum of `u64::MAX` seconds made humantime panic
+/// in every duration field; each policy's duration fields refuse it as too large instead.
+#[test]
+fn a_duration_that_overflows_by_a_carry_is_refused_in_every_policy() {
+    const BAD: &str = "\"18446744073709551615s 1000000000ns\"";
+    let texts = [
+        err::<ShedConfig>(&format!("max_wait = {BAD}")),
+        err::<PartialConfig>(&format!("interval = {BAD}")),
+        err::<tripline_policies::retry::RetryConfig>(&format!("base_delay = {BAD}")),
+    ];
+    for e in texts {
+        assert!(e.contains("too large"), "{e}");
+    }
+}

@@ -54,14 +54,14 @@ pub enum Fallback {
 pub struct Batching {
     /// The longest a failure or a slow call waits in the buffer (the added reaction delay for
     /// outcomes that can trip the breaker). Default 10 ms.
-    #[serde(with = "humantime_serde", default = "default_flush_every")]
+    #[serde(with = "tripline::duration::serde", default = "default_flush_every")]
     pub flush_every: Duration,
     /// A buffer this full is sent at once, and no batch holds more. Default 256.
     #[serde(default = "default_max_batch")]
     pub max_batch: u32,
     /// The longest a buffer of fast successes waits (at least `flush_every`). `None` (the
     /// default): the same as `flush_every`.
-    #[serde(with = "humantime_serde", default)]
+    #[serde(with = "tripline::duration::serde::option", default)]
     pub success_wait: Option<Duration>,
 }
 
@@ -118,7 +118,7 @@ pub struct Quorum {
     /// Distinct failing replicas needed (2 or more).
     pub replicas: u32,
     /// How recent a replica's last failure must be to count.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub within: Duration,
 }
 
@@ -171,19 +171,19 @@ impl ScopeSecret {
 #[serde(deny_unknown_fields, default)]
 pub struct SharedConfig {
     pub(crate) key_prefix: String,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub(crate) redis_timeout: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub(crate) view_ttl: Duration,
     pub(crate) fallback: Fallback,
     pub(crate) batching: Option<Batching>,
     pub(crate) quorum: Option<Quorum>,
     pub(crate) replica_id: Option<String>,
     pub(crate) time_source: TimeSource,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub(crate) idle_ttl: Duration,
     pub(crate) redis_breaker: Option<BreakerConfig>,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub(crate) loss_hold: Duration,
     /// Set only by [`SharedConfigBuilder::hash_scopes`], never read from a file.
     #[serde(skip)]

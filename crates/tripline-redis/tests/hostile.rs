@@ -84,3 +84,14 @@ fn a_record_whose_open_deadline_is_past_two_to_the_64_starts_over() {
     checks::stored_record(&packed(&[("st", "open".into()), ("ou", (-5).into())]));
     checks::stored_record(&packed(&[("st", "open".into()), ("ou", f64::NAN.into())]));
 }
+
+/// A duration whose nanoseconds carry into a sum of `u64::MAX` seconds made humantime panic;
+/// the shared breaker's batching settings refuse it as too large instead.
+#[test]
+fn a_duration_that_overflows_by_a_carry_is_refused_in_the_shared_settings() {
+    let e = toml::from_str::<tripline_redis::Batching>(
+        "flush_every = \"18446744073709551615s 1000000000ns\"",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
+}

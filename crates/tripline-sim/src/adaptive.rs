@@ -142,7 +142,7 @@ pub struct ShedSection {
     #[serde(default)]
     pub max_waiting: Option<u32>,
     /// How long a call may wait.
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub max_wait: Option<Duration>,
 }
 
@@ -286,7 +286,7 @@ pub struct AlgorithmSection {
     #[serde(default)]
     pub backoff_ratio: Option<f64>,
     /// `aimd`: a sample slower than this is a drop (default 5 s).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub timeout: Option<Duration>,
     /// `vegas`: the queue below which the limit grows, × log10(limit) (default 3).
     #[serde(default)]
@@ -444,7 +444,7 @@ pub struct LimiterSection {
     #[serde(default)]
     pub max_waiting: Option<u32>,
     /// How long a call may wait (holding its worker).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub max_wait: Option<Duration>,
 }
 
@@ -501,10 +501,10 @@ pub struct PartialSection {
     #[serde(default)]
     pub integral_lower_cap: Option<f64>,
     /// The window the error rate is measured over (default 10 s).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub window: Option<Duration>,
     /// How often the controller updates (default 1 s).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub interval: Option<Duration>,
     /// The dead zone above the ideal error rate, as a share of it (default 0.25).
     #[serde(default)]
@@ -562,7 +562,7 @@ pub struct RuleSection {
     /// The share of calls it hits, in [0, 1].
     pub rate: f64,
     /// `latency` only: the extra delay, in (0, 1 day].
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub delay: Option<Duration>,
 }
 
@@ -573,10 +573,10 @@ pub struct RuleSection {
 #[serde(deny_unknown_fields)]
 pub struct ChaosSection {
     /// Switched on at (default: from the start).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub from: Option<Duration>,
     /// Switched off at (default: never).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub until: Option<Duration>,
     /// The rules, tried in order; a call gets at most one fault (at most 64 rules).
     #[serde(default)]

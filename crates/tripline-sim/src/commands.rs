@@ -47,7 +47,7 @@ pub(crate) struct TraceArgs {
 }
 
 fn duration(field: &str, s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
+    tripline::duration::parse(s.trim())
         .map_err(|e| format!("{field} must be a duration such as \"1s\", got {s:?}: {e}"))
 }
 

@@ -221,25 +221,25 @@ pub(crate) fn fmt_d(d: Duration) -> String {
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 enum DistTable {
     Fixed {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "tripline::duration::serde")]
         value: Duration,
     },
     Uniform {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "tripline::duration::serde")]
         min: Duration,
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "tripline::duration::serde")]
         max: Duration,
     },
     Lognormal {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "tripline::duration::serde")]
         median: Duration,
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "tripline::duration::serde")]
         p99: Duration,
     },
     Normal {
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "tripline::duration::serde")]
         mean: Duration,
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "tripline::duration::serde")]
         sd: Duration,
     },
 }
@@ -255,7 +255,7 @@ impl<'de> Deserialize<'de> for Dist {
                 )
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Dist, E> {
-                let v = humantime::parse_duration(s).map_err(|e| {
+                let v = tripline::duration::parse(s).map_err(|e| {
                     E::custom(format!(
                         "invalid duration {s:?} ({e}); write it like \"300ms\" or \"2.5s\""
                     ))

@@ -66,13 +66,13 @@ pub enum HostBalance {
     reason = "each field is the OutlierConfig setting of the same name"
 )]
 pub struct Outlier {
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub interval: Option<Duration>,
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub base_ejection_time: Option<Duration>,
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub max_ejection_time: Option<Duration>,
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub max_ejection_time_jitter: Option<Duration>,
     pub max_ejection_percent: Option<u32>,
     pub always_eject_one_host: Option<bool>,

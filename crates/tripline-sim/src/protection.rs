@@ -161,7 +161,7 @@ pub struct Budget {
     #[serde(default)]
     pub min_per_sec: Option<u32>,
     /// `tps`: how long deposits and withdrawals count (default 10 s).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub ttl: Option<Duration>,
     /// `token-bucket`: tokens (default 500).
     #[serde(default)]
@@ -179,10 +179,10 @@ pub struct Budget {
     #[serde(default)]
     pub threshold: Option<Rate>,
     /// `error-rate`: the window (default 10 s).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub window: Option<Duration>,
     /// `error-rate`: the window's bucket (default 1 s).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub bucket: Option<Duration>,
     /// `error-rate`: results needed before the rule applies (default 20).
     #[serde(default)]
@@ -325,10 +325,10 @@ pub struct RetrySection {
     #[serde(default)]
     pub attempts: Option<u32>,
     /// The first retry's wait (the backoff's base).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub backoff: Option<Duration>,
     /// The longest wait: `min(max_backoff, backoff × 2ⁿ)` before retry `n`.
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub max_backoff: Option<Duration>,
     /// `"none"`, `"full"`, `"equal"` or `"decorrelated"`.
     #[serde(default)]
@@ -353,7 +353,7 @@ pub struct BulkheadSection {
     #[serde(default)]
     pub max_waiting: Option<u32>,
     /// How long a call may wait for a slot (the worker is held meanwhile).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub max_wait: Option<Duration>,
 }
 
@@ -432,10 +432,10 @@ impl GateSection {
 #[serde(deny_unknown_fields)]
 pub struct ThrottleSection {
     /// The window over which requests and accepts are counted.
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub window: Option<Duration>,
     /// The window's bucket.
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub bucket: Option<Duration>,
     /// The multiplier: requests are refused once they pass `k` × accepts.
     #[serde(default)]
@@ -501,7 +501,7 @@ pub struct Policies<'a> {
 #[serde(deny_unknown_fields)]
 pub struct TierProtection {
     /// The per-attempt timeout to the tier below (default: the tier's own).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub timeout: Option<Duration>,
     /// Attempts per request (default: the tier's own).
     #[serde(default)]
@@ -570,17 +570,17 @@ impl TierProtection {
 #[serde(deny_unknown_fields)]
 pub struct Client {
     /// Each attempt gives up after this and counts as a failure (default: no timeout).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub timeout: Option<Duration>,
     /// Attempts per request, the first included, in [1, 100] (default 1: no retries).
     #[serde(default = "one")]
     pub attempts: u32,
     /// The wait before the first retry, holding the worker (default 0: at once, 1 ns later).
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "tripline::duration::serde")]
     pub backoff: Duration,
     /// The longest wait; before retry `n` the wait is `min(max_backoff, backoff × 2ⁿ)`
     /// (default: `backoff`, a fixed wait).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub max_backoff: Option<Duration>,
     /// How the wait is randomised (default `"none"`).
     #[serde(default)]

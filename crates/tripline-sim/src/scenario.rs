@@ -77,7 +77,7 @@ pub struct Scenario {
     #[serde(default)]
     pub seed: u64,
     /// How long requests arrive. The run then drains: requests in flight are answered.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub duration: Duration,
     /// The callers.
     pub arrivals: Arrivals,
@@ -180,7 +180,7 @@ pub struct Service {
     pub queue_limit: u32,
     /// A request waiting longer than this for a worker is shed (default: waits as long as it
     /// takes).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub queue_timeout: Option<Duration>,
 }
 
@@ -226,7 +226,7 @@ pub struct Tier {
     #[serde(default = "ten_thousand")]
     pub queue_limit: u32,
     /// A request waiting longer than this is shed (default: it waits).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub queue_timeout: Option<Duration>,
     /// Its own work per request, after the tier below answered (default 0).
     #[serde(default = "zero_dist")]
@@ -331,10 +331,10 @@ pub enum Overload {
 #[serde(deny_unknown_fields)]
 pub struct Fault {
     /// Start of the phase.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub from: Duration,
     /// End of the phase (excluded).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "tripline::duration::serde")]
     pub until: Duration,
     /// The share of calls that fail.
     #[serde(default)]
@@ -413,10 +413,10 @@ pub struct Protection {
     /// replica whose view still says Closed after the fleet tripped admits calls whose
     /// results are discarded as stale; the view refreshes whenever the replica talks to the
     /// store.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "tripline::duration::serde")]
     pub view_ttl: Duration,
     /// The per-attempt timeout in this variant, inside the breaker (default: `client.timeout`).
-    #[serde(default, with = "humantime_serde::option")]
+    #[serde(default, with = "tripline::duration::serde::option")]
     pub timeout: Option<Duration>,
     /// Attempts per request in this variant (default: `client.attempts`; or set
     /// `retry.attempts`).

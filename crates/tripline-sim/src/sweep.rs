@@ -129,7 +129,7 @@ fn as_duration(field: &str, v: &toml::Value) -> Result<Duration, String> {
     let s = v
         .as_str()
         .ok_or_else(|| format!("{field} takes a duration string such as \"65s\", got {v}"))?;
-    humantime::parse_duration(s)
+    tripline::duration::parse(s)
         .map_err(|e| format!("{field} takes a duration string such as \"65s\", got {s:?} ({e})"))
 }
 

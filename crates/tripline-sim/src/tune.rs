@@ -233,7 +233,7 @@ fn pair<T: Copy + PartialOrd + std::fmt::Debug>(
 fn durations(field: &str, v: &[String]) -> Result<Vec<Duration>, String> {
     v.iter()
         .map(|s| {
-            humantime::parse_duration(s)
+            tripline::duration::parse(s)
                 .map_err(|e| format!("{field} must hold durations such as \"10s\", got {s:?}: {e}"))
         })
         .collect()
@@ -741,7 +741,7 @@ impl Holdout {
             Some(0.0) => Ok(Holdout::None),
             Some(x) if x > 0.0 && x < 1.0 => Ok(Holdout::Share(x)),
             Some(_) => Err(bad()),
-            None => humantime::parse_duration(s)
+            None => tripline::duration::parse(s)
                 .map(Holdout::From)
                 .map_err(|_| bad()),
         }

@@ -31,3 +31,21 @@ proptest! {
         text_or_document(&data, seeds, &["all-probes", "consecutive", "10s", "1h"], checks::space);
     }
 }
+
+/// A duration whose nanoseconds carry into a sum of `u64::MAX` seconds made humantime panic
+/// in every scenario duration; it is refused as too large instead.
+#[test]
+fn a_duration_that_overflows_by_a_carry_is_refused_in_a_scenario() {
+    const BAD: &str = "18446744073709551615s 1000000000ns";
+    let scenario = |run: &str, latency: &str| {
+        format!(
+            "name = \"mini\"\nduration = \"{run}\"\n[arrivals]\nrate = 10.0\n[[endpoints]]\n\
+             name = \"/a\"\nuses_dependency = true\n[dependency]\nlatency = \"{latency}\"\n"
+        )
+    };
+    assert!(tripline_sim::Scenario::from_toml(&scenario("30s", "10ms")).is_ok());
+    for text in [scenario(BAD, "10ms"), scenario("30s", BAD)] {
+        let e = tripline_sim::Scenario::from_toml(&text).unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
+    }
+}

@@ -1013,7 +1013,7 @@ mod raw {
         lo: Duration,
         hi: Duration,
     ) -> Result<Duration, D::Error> {
-        let v: Duration = humantime_serde::deserialize(d)?;
+        let v: Duration = crate::duration::serde::deserialize(d)?;
         dur(field, v, lo, hi).map_err(D::Error::custom)?;
         Ok(v)
     }
@@ -1059,7 +1059,7 @@ mod raw {
     }
 
     fn window_bucket<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let v: Duration = humantime_serde::deserialize(d)?;
+        let v: Duration = crate::duration::serde::deserialize(d)?;
         if v < MS || v > HOUR {
             return Err(D::Error::custom(ConfigError::new(
                 "window.bucket",
@@ -1161,10 +1161,10 @@ mod raw {
             size: u32,
         },
         Time {
-            #[serde(with = "humantime_serde")]
+            #[serde(with = "crate::duration::serde")]
             length: Duration,
             #[serde(
-                serialize_with = "humantime_serde::serialize",
+                serialize_with = "crate::duration::serde::serialize",
                 deserialize_with = "window_bucket",
                 default = "one_second"
             )]
@@ -1181,10 +1181,10 @@ mod raw {
     pub(super) struct RawBackoff {
         #[serde(deserialize_with = "multiplier")]
         multiplier: f64,
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "crate::duration::serde")]
         max: Duration,
         #[serde(
-            serialize_with = "humantime_serde::serialize",
+            serialize_with = "crate::duration::serde::serialize",
             deserialize_with = "healthy_after",
             default
         )]
@@ -1195,21 +1195,21 @@ mod raw {
     #[serde(deny_unknown_fields)]
     pub(super) struct RawOpen {
         #[serde(
-            serialize_with = "humantime_serde::option::serialize",
+            serialize_with = "crate::duration::serde::option::serialize",
             deserialize_with = "open_duration",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         duration: Option<Duration>,
         #[serde(
-            serialize_with = "humantime_serde::option::serialize",
+            serialize_with = "crate::duration::serde::option::serialize",
             deserialize_with = "open_jitter",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         jitter: Option<Duration>,
         #[serde(
-            serialize_with = "humantime_serde::option::serialize",
+            serialize_with = "crate::duration::serde::option::serialize",
             deserialize_with = "max_retry_after",
             default,
             skip_serializing_if = "Option::is_none"
@@ -1225,7 +1225,7 @@ mod raw {
         #[serde(deserialize_with = "ramp_from")]
         from: f64,
         #[serde(
-            serialize_with = "humantime_serde::serialize",
+            serialize_with = "crate::duration::serde::serialize",
             deserialize_with = "ramp_over"
         )]
         over: Duration,
@@ -1242,7 +1242,7 @@ mod raw {
         #[serde(deserialize_with = "counted_failures")]
         failures: u32,
         #[serde(
-            serialize_with = "humantime_serde::serialize",
+            serialize_with = "crate::duration::serde::serialize",
             deserialize_with = "counted_within"
         )]
         within: Duration,
@@ -1278,14 +1278,14 @@ mod raw {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy: Option<HalfOpenPolicy>,
         #[serde(
-            serialize_with = "humantime_serde::option::serialize",
+            serialize_with = "crate::duration::serde::option::serialize",
             deserialize_with = "max_wait",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         max_wait: Option<Duration>,
         #[serde(
-            serialize_with = "humantime_serde::option::serialize",
+            serialize_with = "crate::duration::serde::option::serialize",
             deserialize_with = "probe_lease",
             default,
             skip_serializing_if = "Option::is_none"
@@ -1321,7 +1321,7 @@ mod raw {
         )]
         slow_call_rate_threshold: Option<f64>,
         #[serde(
-            serialize_with = "humantime_serde::option::serialize",
+            serialize_with = "crate::duration::serde::option::serialize",
             deserialize_with = "slow_call_duration",
             default,
             skip_serializing_if = "Option::is_none"
@@ -1354,7 +1354,7 @@ mod raw {
         )]
         failure_kinds: BTreeMap<FailureKind, u8>,
         #[serde(
-            serialize_with = "humantime_serde::option::serialize",
+            serialize_with = "crate::duration::serde::option::serialize",
             deserialize_with = "lumping",
             default,
             skip_serializing_if = "Option::is_none"

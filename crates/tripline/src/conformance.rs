@@ -193,7 +193,7 @@ pub enum Step {
         /// The expected decision.
         expect: Decision,
         /// For a rejection: the expected time until a probe may be admitted.
-        #[serde(default, with = "humantime_serde::option")]
+        #[serde(default, with = "crate::duration::serde::option")]
         retry_after: Option<Duration>,
     },
     /// Record the outcome of a permit.
@@ -213,7 +213,7 @@ pub enum Step {
     /// Move the clock forward.
     Advance {
         /// By how much.
-        #[serde(with = "humantime_serde")]
+        #[serde(with = "crate::duration::serde")]
         by: Duration,
     },
     /// Run the timers ([`CircuitBreaker::tick`]).
@@ -261,10 +261,10 @@ pub enum Step {
         /// The state asked for.
         to: State,
         /// For Open: exactly this long.
-        #[serde(default, with = "humantime_serde::option")]
+        #[serde(default, with = "crate::duration::serde::option")]
         open_for: Option<Duration>,
         /// For Open: until the clock reads this.
-        #[serde(default, with = "humantime_serde::option")]
+        #[serde(default, with = "crate::duration::serde::option")]
         open_until: Option<Duration>,
         /// Whether it is made.
         #[serde(default)]
@@ -273,10 +273,10 @@ pub enum Step {
     /// Check the window's call durations (`call_durations`).
     ExpectDurations {
         /// The expected total duration of the window's calls.
-        #[serde(default, with = "humantime_serde::option")]
+        #[serde(default, with = "crate::duration::serde::option")]
         total: Option<Duration>,
         /// The expected mean duration of the window's calls.
-        #[serde(default, with = "humantime_serde::option")]
+        #[serde(default, with = "crate::duration::serde::option")]
         mean: Option<Duration>,
     },
 }

@@ -119,6 +119,7 @@ mod clock;
 pub mod config;
 #[cfg(feature = "serde")]
 pub mod conformance;
+pub mod duration;
 mod error;
 mod event;
 pub mod host;

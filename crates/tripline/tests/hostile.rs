@@ -73,3 +73,116 @@ proptest! {
         doc::text_or_document(&data, seeds, checks::CONFIG_WORDS, checks::registry_config);
     }
 }
+
+/// Found by `breaker_config`: a duration whose nanoseconds carry into a sum of `u64::MAX`
+/// seconds (`"18446744073709551615s 1000000000ns"`) made humantime panic in every duration
+/// field; it is now refused as too large, naming the field.
+#[test]
+fn found_a_duration_that_overflows_by_a_carry_is_refused_not_a_panic() {
+    doc::text_or_document(
+        include_bytes!("hostile/found/breaker_config-humantime-overflow"),
+        &BREAKER_SEEDS,
+        checks::CONFIG_WORDS,
+        checks::breaker_config,
+    );
+    const BAD: &str = "\"18446744073709551615s 1000000000ns\"";
+    for text in [
+        format!("slow_call_duration = {BAD}"),
+        format!("[open]\nduration = {BAD}"),
+        format!("[window]\nkind = \"time\"\nlength = {BAD}"),
+        format!("[window]\nkind = \"time\"\nlength = \"10s\"\nbucket = {BAD}"),
+        format!("failure_count = {{ failures = 3, within = {BAD} }}"),
+    ] {
+        let err = toml::from_str::<tripline::BreakerConfig>(&text).expect_err(&text);
+        assert!(err.to_string().contains("too large"), "{text}: {err}");
+    }
+    let err = tripline::registry::RegistryConfig::from_toml(
+        "idle_after = \"18446744073709551615s 1000000000ns\"\n",
+    )
+    .expect_err("refused");
+    assert!(err.to_string().contains("too large"), "{err}");
+}
+
+/// Found by `registry_config`: a 2,449-byte configuration held more heap at its peak than
+/// the check's bound proportional to the input.
+#[test]
+fn found_a_registry_configuration_within_its_memory_bound() {
+    doc::text_or_document(
+        include_bytes!("hostile/found/registry_config-memory-bound"),
+        &REGISTRY_SEEDS,
+        checks::CONFIG_WORDS,
+        checks::registry_config,
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    /// `tripline::duration::parse` answers what humantime answers wherever humantime does not
+    /// panic, and an overflow error where it does.
+    #[test]
+    fn durations_read_as_humantime_reads_them_or_refused_where_it_panics(
+        terms in proptest::collection::vec(
+            (
+                prop_oneof![
+                    Just(u64::MAX),
+                    Just(u64::MAX - 1),
+                    Just(1_000_000_000u64),
+                    Just(999_999_999u64),
+                    any::<u64>(),
+                    0u64..100_000,
+                ],
+                proptest::option::of(0u64..1_000_000),
+                prop_oneof![
+                    Just("ns"), Just("us"), Just("µs"), Just("ms"), Just("s"), Just("sec"),
+                    Just("m"), Just("min"), Just("h"), Just("d"), Just("w"), Just("M"),
+                    Just("y"), Just(""), Just("parsec"),
+                ],
+                prop_oneof![Just(""), Just(" "), Just("  "), Just("\t"), Just("."), Just(",")],
+            ),
+            1..5,
+        ),
+    ) {
+        let mut text = String::new();
+        for (n, frac, unit, sep) in &terms {
+            text.push_str(&n.to_string());
+            if let Some(f) = frac {
+                text.push('.');
+                text.push_str(&f.to_string());
+            }
+            text.push_str(unit);
+            text.push_str(sep);
+        }
+        check_duration_text(&text);
+    }
+
+    #[test]
+    fn durations_from_arbitrary_text_read_as_humantime_reads_them(text in "[0-9 .a-zA-Zµ]{0,40}") {
+        check_duration_text(&text);
+    }
+}
+
+fn check_duration_text(text: &str) {
+    let ours = tripline::duration::parse(text);
+    let theirs = std::panic::catch_unwind(|| humantime::parse_duration(text));
+    match (theirs, ours) {
+        (Err(_), Err(e)) => assert!(e.to_string().contains("too large"), "{text:?}: {e}"),
+        (Err(_), Ok(d)) => panic!("{text:?}: humantime panics, we read {d:?}"),
+        (Ok(Ok(a)), Ok(b)) => assert_eq!(a, b, "{text:?}"),
+        (Ok(Err(a)), Err(b)) => {
+            // Refused where humantime refuses: the same error, or an overflow refused
+            // before humantime reached the term it refuses.
+            if b.to_string() != a.to_string() {
+                assert!(b.to_string().contains("too large"), "{text:?}: {a} / {b}");
+            }
+        }
+        (Ok(Ok(a)), Err(b)) => {
+            // Only a sum within a second per term of the largest duration is refused early.
+            assert!(
+                a.as_secs() > u64::MAX - 2 * text.len() as u64,
+                "{text:?}: humantime reads {a:?}, we refuse: {b}"
+            );
+        }
+        (Ok(Err(a)), Ok(b)) => panic!("{text:?}: humantime refuses ({a}), we read {b:?}"),
+    }
+}

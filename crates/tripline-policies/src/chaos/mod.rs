@@ -579,7 +579,7 @@ mod raw {
     enum RawRule {
         Latency {
             rate: f64,
-            #[serde(with = "humantime_serde")]
+            #[serde(with = "tripline::duration::serde")]
             delay: Duration,
         },
         Error {

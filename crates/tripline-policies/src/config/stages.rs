@@ -160,7 +160,7 @@ mod throttle {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
     struct RawThrottle {
-        #[serde(default, with = "humantime_serde::option")]
+        #[serde(default, with = "tripline::duration::serde::option")]
         window: Option<Duration>,
         #[serde(default, deserialize_with = "bucket")]
         bucket: Option<Duration>,
@@ -210,7 +210,7 @@ mod outlier {
             #[derive(Deserialize)]
             #[serde(deny_unknown_fields)]
             struct RawOutlier {
-                $(#[serde(default, with = "humantime_serde::option")] $d: Option<Duration>,)*
+                $(#[serde(default, with = "tripline::duration::serde::option")] $d: Option<Duration>,)*
                 $(#[serde(default)] $p: Option<$t>,)*
             }
 

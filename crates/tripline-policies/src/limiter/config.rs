@@ -162,7 +162,7 @@ mod raw {
             min_limit: Option<u32>,
             max_limit: Option<u32>,
             backoff_ratio: Option<f64>,
-            #[serde(with = "humantime_serde::option", default)]
+            #[serde(with = "tripline::duration::serde::option", default)]
             timeout: Option<Duration>,
         },
         Vegas {
@@ -281,7 +281,7 @@ mod raw {
         algorithm: Option<LimitAlgorithm>,
         shares: Option<Shares>,
         max_waiting: Option<u32>,
-        #[serde(with = "humantime_serde::option", default)]
+        #[serde(with = "tripline::duration::serde::option", default)]
         max_wait: Option<Duration>,
         seed: Option<u64>,
     }

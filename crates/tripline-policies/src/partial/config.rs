@@ -256,9 +256,9 @@ mod raw {
         integral_upper_cap: Option<f64>,
         #[serde(default, deserialize_with = "integral_lower_cap")]
         integral_lower_cap: Option<f64>,
-        #[serde(with = "humantime_serde::option", default)]
+        #[serde(with = "tripline::duration::serde::option", default)]
         window: Option<Duration>,
-        #[serde(with = "humantime_serde::option", default)]
+        #[serde(with = "tripline::duration::serde::option", default)]
         interval: Option<Duration>,
         #[serde(default, deserialize_with = "dead_zone_ratio")]
         dead_zone_ratio: Option<f64>,

@@ -451,7 +451,7 @@ mod raw {
         success_reward: Option<u32>,
         #[serde(default, deserialize_with = "threshold_percent")]
         threshold_percent: Option<f64>,
-        #[serde(default, with = "humantime_serde::option")]
+        #[serde(default, with = "tripline::duration::serde::option")]
         window: Option<Duration>,
         #[serde(default, deserialize_with = "bucket")]
         bucket: Option<Duration>,

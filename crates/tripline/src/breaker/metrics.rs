@@ -162,11 +162,11 @@ pub struct Metrics {
     pub slow_call_rate: Option<f64>,
     /// The total duration of the window's calls (`None` unless `call_durations` is on). A
     /// weighted failure counts its duration once per outcome it adds.
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration::serde::option"))]
     pub total_duration: Option<Duration>,
     /// The mean duration of the window's calls (`None` unless `call_durations` is on and the
     /// window holds a call).
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration::serde::option"))]
     pub mean_duration: Option<Duration>,
     /// Calls recorded as successes (slow ones included).
     pub successful_calls: u64,
@@ -209,14 +209,14 @@ pub struct Metrics {
     /// Probes in flight now.
     pub probes_in_flight: u32,
     /// Time spent Open or ForcedOpen.
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration::serde"))]
     pub time_open: Duration,
     /// Time spent HalfOpen.
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration::serde"))]
     pub time_half_open: Duration,
     /// Time since the breaker entered its current state (since its creation when it never
     /// left Closed).
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration::serde"))]
     pub time_in_state: Duration,
     /// Listener panics caught.
     pub listener_panics: u64,

@@ -57,7 +57,7 @@ pub struct RegistryConfig {
     pub(super) max_breakers: usize,
     #[cfg_attr(
         feature = "serde",
-        serde(default = "default_idle", with = "humantime_serde")
+        serde(default = "default_idle", with = "crate::duration::serde")
     )]
     pub(super) idle_after: Duration,
     #[cfg_attr(feature = "serde", serde(default))]
