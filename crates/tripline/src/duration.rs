@@ -2,7 +2,7 @@
 //!
 //! Every duration field of every tripline configuration (breaker, registry, policies, shared
 //! breaker, simulator scenarios and tuning spaces) is read through [`parse`], and through
-//! [`serde`] where it is deserialized. The syntax is [humantime]'s: a sum of terms, each a
+//! `duration::serde` where it is deserialized (feature `serde`). The syntax is [humantime]'s: a sum of terms, each a
 //! number (with an optional fraction) and a unit (`ns`, `us`/`µs`, `ms`, `s`/`sec`, `m`/`min`,
 //! `h`/`hr`, `d`/`day`, `w`/`wk`, `M`/`month` (30.44 days), `y`/`yr` (365.25 days), and their
 //! long forms).
@@ -200,15 +200,32 @@ pub mod serde {
 
     struct Human;
 
+    /// What a duration field expects, as serde's errors say it.
+    struct Expecting;
+
+    impl fmt::Display for Expecting {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration such as \"250ms\" or \"1h 30m\"")
+        }
+    }
+
     impl Visitor<'_> for Human {
         type Value = Duration;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a duration such as \"250ms\" or \"1h 30m\"")
+            fmt::Display::fmt(&Expecting, f)
         }
 
         fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
-            super::parse(v).map_err(|e| E::custom(format_args!("{e} (in {v:?})")))
+            super::parse(v).map_err(|e| {
+                // At most 64 characters of the value: a hostile text may be long.
+                let shown: String = v.chars().take(64).collect();
+                let more = if shown.len() < v.len() { "..." } else { "" };
+                E::custom(format_args!(
+                    "invalid value: string {shown:?}{more}, expected {} ({e})",
+                    Expecting
+                ))
+            })
         }
     }
 
