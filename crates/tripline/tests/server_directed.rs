@@ -570,3 +570,69 @@ fn refused_blames_are_traced_at_most_once_per_ten_seconds_with_an_escaped_prefix
     assert!(!out.contains(&"x".repeat(64)), "the whole value reached the log");
     assert!(lines[0].contains("\\u{202e}71"), "{}", lines[0]);
 }
+
+/// Four threads blame 500 distinct shards each while a registry listener, on every shard
+/// breaker's events, reads the count of scopes and blames another new shard from inside the
+/// event: the cap is never exceeded, nothing deadlocks, and every refused blame's failure is
+/// on the dependency-wide breaker.
+#[test]
+fn the_cap_on_scopes_holds_under_concurrent_blames_and_reentrant_listeners() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let config = BreakerConfig::builder()
+        .count_window(10_000)
+        .minimum_calls(10_000)
+        .count_in_flight_as_slow(false)
+        .build()
+        .unwrap();
+    let (catalog, registry, _clock) = catalog_capped(1_000, 16, config);
+    let reentered = Arc::new(AtomicU64::new(0));
+    let over = Arc::new(AtomicU64::new(0));
+    {
+        let catalog = catalog.clone();
+        let registry_in = Arc::downgrade(&registry);
+        let reentered = reentered.clone();
+        let over = over.clone();
+        registry.subscribe(move |e: &tripline::Event| {
+            let Some(registry) = registry_in.upgrade() else {
+                return;
+            };
+            if !e.breaker.as_str().contains("/shard=") || e.breaker.as_str().contains("re-") {
+                return;
+            }
+            if scoped_keys(&registry, "catalog") > 16 || catalog.scopes() > 16 {
+                over.fetch_add(1, Ordering::Relaxed);
+            }
+            let n = reentered.fetch_add(1, Ordering::Relaxed);
+            if let Ok(p) = catalog.admit(None) {
+                p.record(unavailable(), Some(&Blame::shard(&format!("re-{n}"))));
+            }
+        });
+    }
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let catalog = catalog.clone();
+            s.spawn(move || {
+                for i in 0..500 {
+                    let _ = blame(&catalog, &format!("t{t}-{i}"));
+                }
+            });
+        }
+    });
+    assert_eq!(over.load(Ordering::Relaxed), 0);
+    assert!(reentered.load(Ordering::Relaxed) > 0);
+    assert!(scoped_keys(&registry, "catalog") <= 16);
+    assert_eq!(catalog.scopes(), scoped_keys(&registry, "catalog"));
+    let refused = catalog.refused_blames();
+    let followed = catalog
+        .registry()
+        .keys()
+        .iter()
+        .filter(|k| k.scope().is_some())
+        .count() as u64;
+    assert_eq!(refused.too_many_scopes + followed, 2_000 + reentered.load(Ordering::Relaxed));
+    assert_eq!(
+        catalog.dependency_breaker().metrics().failed_calls,
+        refused.too_many_scopes
+    );
+}

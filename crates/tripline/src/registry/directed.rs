@@ -242,7 +242,7 @@ impl Ledger {
         let _ = dependency;
         Self {
             scopes: Mutex::new(Scopes::default()),
-            refused: Default::default(),
+            refused: std::array::from_fn(|_| AtomicU64::new(0)),
             #[cfg(feature = "tracing")]
             warned_at: AtomicU64::new(0),
             #[cfg(feature = "tracing")]
