@@ -12,6 +12,25 @@
 //! dependency-wide one; calls to healthy shards never see it, and shards nobody blamed cost no
 //! key at all.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use tripline::registry::{Blame, Key, Registry, RegistryConfig, ServerDirected};
+//! use tripline::{Classification, FailureKind, State};
+//!
+//! let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+//! let catalog = ServerDirected::new(registry.clone(), Key::new("catalog")?)?;
+//!
+//! // The server answers 503 and blames shard 7, until shard 7's breaker refuses the calls.
+//! while let Ok(permit) = catalog.admit(Some("7")) {
+//!     permit.record(Classification::failure(FailureKind::Unavailable), Some(&Blame::shard("7")));
+//! }
+//! assert_eq!(registry.get(&"catalog/shard=7".parse()?)?.state(), State::Open);
+//! assert_eq!(catalog.dependency_breaker().state(), State::Closed);
+//! assert!(catalog.admit(Some("7")).is_err()); // refused by shard 7's breaker
+//! assert!(catalog.admit(Some("8")).is_ok()); // shard 8 never sees it
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # What the server says is untrusted input
 //! A server (or anything on the path that can set a response header) can name any shard, so
 //! a blame is followed to a new breaker only within three bounds:
@@ -41,29 +60,11 @@
 //! `too_many_scopes`, `registry_full`), and with the `tracing` feature a `WARN` event (target
 //! `tripline::registry::directed`) reports it, at most one per dependency every 10 seconds of
 //! the registry's clock, with the count of those it held back (`suppressed`). The blamed text
-//! appears in the event, and in a [`BlameRefused::Key`] error, only as an escaped prefix (at
-//! most 32 characters, ASCII only, `\u{202e}` for a bidirectional override, and the value's
-//! length in bytes), so a hostile value can neither flood a log nor disguise itself in it.
-//! Nothing panics.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use tripline::registry::{Blame, Key, Registry, RegistryConfig, ServerDirected};
-//! use tripline::{Classification, FailureKind, State};
-//!
-//! let registry = Arc::new(Registry::new(RegistryConfig::default())?);
-//! let catalog = ServerDirected::new(registry.clone(), Key::new("catalog")?)?;
-//!
-//! // The server answers 503 and blames shard 7, until shard 7's breaker refuses the calls.
-//! while let Ok(permit) = catalog.admit(Some("7")) {
-//!     permit.record(Classification::failure(FailureKind::Unavailable), Some(&Blame::shard("7")));
-//! }
-//! assert_eq!(registry.get(&"catalog/shard=7".parse()?)?.state(), State::Open);
-//! assert_eq!(catalog.dependency_breaker().state(), State::Closed);
-//! assert!(catalog.admit(Some("7")).is_err()); // refused by shard 7's breaker
-//! assert!(catalog.admit(Some("8")).is_ok()); // shard 8 never sees it
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! appears in the event only as an escaped prefix (at most 32 characters, ASCII only,
+//! `\u{202e}` for a bidirectional override, then the value's length in bytes), and in a
+//! [`BlameRefused::Key`] error as the key rules quote it when that is at most 96 bytes of
+//! printable ASCII, else as that prefix: a hostile value can neither flood a log nor disguise
+//! itself in it. Nothing panics.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -574,8 +575,10 @@ impl<C: Clock + Clone> DirectedPermit<C> {
     }
 
     /// Records the call's classification where `blame` directs: a failure on the blamed
-    /// scope's breaker (made on demand) instead of the dependency-wide one; with no blame, or
-    /// a blame that is refused, on the dependency-wide one. Only a failure's blame is
+    /// scope's breaker (made on demand, within the dependency's
+    /// [cap](ServerDirected::with_max_scopes) and the registry's bound) instead of the
+    /// dependency-wide one; with no blame, or a blame that is refused (counted, and reported
+    /// as the [module docs](self) say), on the dependency-wide one. Only a failure's blame is
     /// followed: a success or an ignored result goes where an unblamed one goes, so a server
     /// that names a shard on every answer creates no keys until the shard fails. The scope
     /// the call named records its successes, and its failures only when the server blamed it.
