@@ -315,8 +315,7 @@ async fn an_unusable_shard_header_counts_dependency_wide_and_is_counted_through_
 }
 
 #[tokio::test]
-async fn an_unusable_shard_header_counts_dependency_wide_and_is_counted_through_the_middleware()
-{
+async fn an_unusable_shard_header_counts_dependency_wide_and_is_counted_through_the_middleware() {
     let (directed, registry) = catalog(100);
     let shards = Shards::default();
     let server = serve(shards.clone()).await;

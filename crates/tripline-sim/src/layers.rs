@@ -761,12 +761,7 @@ fn server_directed(
 
 /// Logs the transitions of `d`'s shard breakers (made by the registry when the server blames
 /// a shard) into `log`, shard `s` as breaker `base + s`.
-fn log_scopes(
-    d: &ServerDirected<ManualClock>,
-    base: u32,
-    shards: u32,
-    log: &Arc<Mutex<Vec<Tr>>>,
-) {
+fn log_scopes(d: &ServerDirected<ManualClock>, base: u32, shards: u32, log: &Arc<Mutex<Vec<Tr>>>) {
     let log = log.clone();
     d.registry().subscribe(move |e: &tripline::Event| {
         let EventKind::Transition { from, to, .. } = &e.kind else {

@@ -1232,11 +1232,11 @@ impl Report {
                 }),
             ),
         ]);
-        if self
-            .runs
-            .iter()
-            .any(|r| r.breaker.as_ref().is_some_and(|b| b.scope == Scope::ServerDirected))
-        {
+        if self.runs.iter().any(|r| {
+            r.breaker
+                .as_ref()
+                .is_some_and(|b| b.scope == Scope::ServerDirected)
+        }) {
             rows.push((
                 "  shard breakers made (opened)".into(),
                 self.col(|r| match r.shard_breakers() {

@@ -59,10 +59,7 @@ fn the_report_shows_which_shard_breakers_opened_when_and_how_many_were_made() {
     shards.dedup();
     assert_eq!(shards, [3, 11]);
     for shard in [3, 11] {
-        let first = shard_moves
-            .iter()
-            .find(|t| t.shard == Some(shard))
-            .unwrap();
+        let first = shard_moves.iter().find(|t| t.shard == Some(shard)).unwrap();
         assert_eq!((first.from, first.to), (State::Closed, State::Open));
         assert!(
             (60.0..61.0).contains(&first.at_s),
@@ -86,10 +83,7 @@ fn the_report_shows_which_shard_breakers_opened_when_and_how_many_were_made() {
     assert_eq!(service.transitions, directed.transitions);
 
     let table = r.table();
-    assert!(
-        table.contains("shard breakers made (opened)"),
-        "{table}"
-    );
+    assert!(table.contains("shard breakers made (opened)"), "{table}");
     let row = table
         .lines()
         .find(|l| l.contains("shard breakers made (opened)"))
@@ -114,5 +108,8 @@ fn the_report_shows_which_shard_breakers_opened_when_and_how_many_were_made() {
         .unwrap();
     let first = &run["transitions"][0];
     assert_eq!(first["to"], "open");
-    assert!([3, 11].contains(&first["shard"].as_u64().unwrap()), "{first}");
+    assert!(
+        [3, 11].contains(&first["shard"].as_u64().unwrap()),
+        "{first}"
+    );
 }

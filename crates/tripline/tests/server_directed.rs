@@ -352,7 +352,10 @@ fn a_blame_over_the_cap_counts_on_the_dependency_wide_breaker() {
     );
     assert_eq!(catalog.dependency_breaker().metrics().failed_calls, 0);
     let at = blame(&catalog, "2");
-    assert_eq!(at, Attribution::Refused(BlameRefused::TooManyScopes { max: 1 }));
+    assert_eq!(
+        at,
+        Attribution::Refused(BlameRefused::TooManyScopes { max: 1 })
+    );
     assert_eq!(catalog.dependency_breaker().metrics().failed_calls, 1);
     let Attribution::Refused(refused) = at else {
         unreachable!()
@@ -373,7 +376,11 @@ fn a_cap_of_zero_follows_blames_only_to_existing_scopes() {
         blame(&catalog, "2"),
         Attribution::Scope(shard_key("2"), Some(Recorded::Counted))
     );
-    assert_eq!(catalog.scopes(), 0, "a breaker made by a lookup is not counted");
+    assert_eq!(
+        catalog.scopes(),
+        0,
+        "a breaker made by a lookup is not counted"
+    );
 }
 
 #[test]
@@ -461,8 +468,7 @@ fn an_unusable_shard_name_counts_dependency_wide_and_is_reported_escaped() {
         };
         assert_eq!(e.field(), "key.scope");
         assert!(
-            e.value().len() <= 160
-                && e.value().bytes().all(|b| b.is_ascii_graphic() || b == b' '),
+            e.value().len() <= 160 && e.value().bytes().all(|b| b.is_ascii_graphic() || b == b' '),
             "{value:?} shown as {:?}",
             e.value()
         );
@@ -567,7 +573,10 @@ fn refused_blames_are_traced_at_most_once_per_ten_seconds_with_an_escaped_prefix
     );
     assert!(lines[1].contains("suppressed=99"), "{}", lines[1]);
     assert!(!out.contains('\u{202E}'), "a bidi override reached the log");
-    assert!(!out.contains(&"x".repeat(64)), "the whole value reached the log");
+    assert!(
+        !out.contains(&"x".repeat(64)),
+        "the whole value reached the log"
+    );
     assert!(lines[0].contains("\\u{202e}71"), "{}", lines[0]);
 }
 
@@ -630,9 +639,82 @@ fn the_cap_on_scopes_holds_under_concurrent_blames_and_reentrant_listeners() {
         .iter()
         .filter(|k| k.scope().is_some())
         .count() as u64;
-    assert_eq!(refused.too_many_scopes + followed, 2_000 + reentered.load(Ordering::Relaxed));
+    assert_eq!(
+        refused.too_many_scopes + followed,
+        2_000 + reentered.load(Ordering::Relaxed)
+    );
     assert_eq!(
         catalog.dependency_breaker().metrics().failed_calls,
         refused.too_many_scopes
     );
+}
+
+/// The same calls through `ServerDirected` and through `DirectedOn` over an in-process
+/// registry: every attribution, refusal and state alike (on a spawned task: the futures are
+/// `Send`).
+#[tokio::test(flavor = "current_thread")]
+async fn directed_on_a_registry_attributes_as_server_directed_does() {
+    use tripline::registry::DirectedOn;
+
+    let (sync, sync_registry, _c1) = catalog_capped(100, 3, small());
+    let (_, async_registry, _c2) = catalog_capped(100, 3, small());
+    let on = DirectedOn::new(async_registry.clone(), Key::new("catalog").unwrap())
+        .unwrap()
+        .with_max_scopes(3);
+    let script: Vec<(Option<String>, Outcome, Option<String>)> = (0..60)
+        .map(|i: u32| {
+            let named = (i % 3 != 0).then(|| (i % 5).to_string());
+            let outcome = if i % 4 == 0 {
+                Outcome::Success
+            } else {
+                Outcome::Failure
+            };
+            let blame = match i % 7 {
+                0 => None,
+                1 => Some("a/b".to_string()),
+                n => Some((n + i % 2).to_string()),
+            };
+            (named, outcome, blame)
+        })
+        .collect();
+    let task = tokio::spawn(async move {
+        let mut out = Vec::new();
+        for (named, outcome, blame) in script {
+            let blame = blame.map(|b| Blame::shard(&b));
+            let c = Classification::new(outcome);
+            let expected = match sync.admit(named.as_deref()) {
+                Ok(p) => Ok(p.record(c, blame.as_ref())),
+                Err(e) => Err(e.breaker().to_string()),
+            };
+            let got = match on.admit(named.as_deref()).await {
+                Ok(p) => Ok(p.record(c, blame.as_ref()).await),
+                Err(e) => Err(e.breaker().to_string()),
+            };
+            if matches!(&expected, Err(b) if b == "catalog") {
+                // The same operator action on both, so the script goes on reaching shards.
+                sync.dependency_breaker().reset();
+                on.dependency_breaker().reset();
+            }
+            out.push((expected, got));
+        }
+        (out, sync, on)
+    });
+    let (out, sync, on) = task.await.unwrap();
+    for (i, (expected, got)) in out.iter().enumerate() {
+        assert_eq!(expected, got, "call {i}");
+    }
+    assert!(
+        out.iter()
+            .any(|(e, _)| matches!(e, Ok(Attribution::Scope(..))))
+    );
+    assert!(out.iter().any(|(e, _)| e.is_err()));
+    assert_eq!(sync.refused_blames(), on.refused_blames());
+    assert_eq!(sync_registry.keys(), async_registry.keys());
+    for k in sync_registry.keys() {
+        assert_eq!(
+            sync_registry.peek(&k).unwrap().state(),
+            async_registry.peek(&k).unwrap().state(),
+            "{k}"
+        );
+    }
 }

@@ -72,9 +72,9 @@ use std::sync::Arc;
 
 use super::{Key, Registry, RegistryError, ScopeKind};
 use crate::clock::Clock;
-use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 use crate::error::{ConfigError, Rejected};
 use crate::outcome::{Classification, Outcome};
+use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 use crate::{CircuitBreaker, OwnedPermit, Recorded};
 
 /// The part of a dependency a server blamed for a result: a scope kind and its value, or why
@@ -261,16 +261,16 @@ impl Ledger {
 
     /// Drops the scopes the registry no longer holds (when it removed any since the last
     /// look, or `always`). Runs no user code: the registry's map is read with atomics.
-    fn prune<C: Clock + Clone>(&self, s: &mut Scopes, registry: &Registry<C>, always: bool) {
-        let removals = registry.removals();
+    fn prune<H: ScopeHolder>(&self, s: &mut Scopes, holder: &H, always: bool) {
+        let removals = holder.removals();
         if always || removals != s.removals_seen {
             s.removals_seen = removals;
-            s.held.retain(|k, pending| *pending > 0 || registry.contains(k));
+            s.held.retain(|k, pending| *pending > 0 || holder.holds(k));
         }
     }
 
     /// Takes a place for `key` under `max`; `false` when the places are taken.
-    fn reserve<C: Clock + Clone>(&self, key: &Key, max: usize, registry: &Registry<C>) -> bool {
+    fn reserve<H: ScopeHolder>(&self, key: &Key, max: usize, registry: &H) -> bool {
         let mut s = lock(&self.scopes);
         if let Some(pending) = s.held.get_mut(key) {
             *pending += 1;
@@ -287,20 +287,42 @@ impl Ledger {
     }
 
     /// The lookup for a reserved `key` is over; it made (or found) the breaker, or not.
-    fn settle<C: Clock + Clone>(&self, key: &Key, made: bool, registry: &Registry<C>) {
+    fn settle<H: ScopeHolder>(&self, key: &Key, made: bool, registry: &H) {
         let mut s = lock(&self.scopes);
         if let Some(pending) = s.held.get_mut(key) {
             *pending = pending.saturating_sub(1);
-            if !made && *pending == 0 && !registry.contains(key) {
+            if !made && *pending == 0 && !registry.holds(key) {
                 s.held.remove(key);
             }
         }
     }
 
-    fn held<C: Clock + Clone>(&self, registry: &Registry<C>) -> usize {
+    fn held<H: ScopeHolder>(&self, registry: &H) -> usize {
         let mut s = lock(&self.scopes);
         self.prune(&mut s, registry, true);
         s.held.len()
+    }
+
+    /// Counts a refused blame of `raw` (the blamed text) for `dependency`, and reports it
+    /// (rate-limited on `now`, the holder's clock, read only when an event may be due).
+    fn note(&self, dependency: &Key, refused: &BlameRefused, raw: &str, now: impl FnOnce() -> u64) {
+        let i = refused.index();
+        self.refused[i].fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        self.counters[i].increment(1);
+        #[cfg(feature = "tracing")]
+        if let Some(suppressed) = self.may_warn(now()) {
+            tracing::warn!(
+                target: "tripline::registry::directed",
+                dependency = %dependency,
+                reason = refused.reason(),
+                blamed = %shown(raw),
+                suppressed,
+                "a blamed scope was refused; the result was recorded on the dependency-wide breaker"
+            );
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = (dependency, raw, now);
     }
 
     fn refused(&self) -> RefusedBlames {
@@ -469,7 +491,7 @@ impl<C: Clock + Clone> ServerDirected<C> {
     /// How many scope breakers the dependency's blames created that the registry still holds
     /// (those it evicted no longer count).
     pub fn scopes(&self) -> usize {
-        self.ledger.held(&self.registry)
+        self.ledger.held(&*self.registry)
     }
 
     /// How many of the dependency's blames were refused, by reason (all its handles on this
@@ -484,35 +506,20 @@ impl<C: Clock + Clone> ServerDirected<C> {
         if let Some(b) = self.registry.get_held(key) {
             return Ok(b);
         }
-        if !self.ledger.reserve(key, self.max_scopes, &self.registry) {
+        if !self.ledger.reserve(key, self.max_scopes, &*self.registry) {
             return Err(BlameRefused::TooManyScopes {
                 max: self.max_scopes,
             });
         }
         let got = self.registry.get(key);
-        self.ledger.settle(key, got.is_ok(), &self.registry);
+        self.ledger.settle(key, got.is_ok(), &*self.registry);
         got.map_err(BlameRefused::Full)
     }
 
-    /// Counts a refused blame of `raw` (the blamed text), and reports it (rate-limited).
     fn note_refused(&self, refused: &BlameRefused, raw: &str) {
-        let i = refused.index();
-        self.ledger.refused[i].fetch_add(1, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        self.ledger.counters[i].increment(1);
-        #[cfg(feature = "tracing")]
-        if let Some(suppressed) = self.ledger.may_warn(self.registry.clock.recent()) {
-            tracing::warn!(
-                target: "tripline::registry::directed",
-                dependency = %self.dependency,
-                reason = refused.reason(),
-                blamed = %shown(raw),
-                suppressed,
-                "a blamed scope was refused; the result was recorded on the dependency-wide breaker"
-            );
-        }
-        #[cfg(not(feature = "tracing"))]
-        let _ = raw;
+        self.ledger.note(&self.dependency, refused, raw, || {
+            self.registry.clock.recent()
+        });
     }
 
     /// The registry.
@@ -615,9 +622,7 @@ impl<C: Clock + Clone> DirectedPermit<C> {
         };
         let blamed = match named {
             Some(p) => Ok(Ok(p)),
-            None => directed
-                .scope_breaker(&key)
-                .map(|b| b.try_acquire_owned()),
+            None => directed.scope_breaker(&key).map(|b| b.try_acquire_owned()),
         };
         if let Some((_, p)) = other {
             p.record_classified(named_share(c));
@@ -632,6 +637,326 @@ impl<C: Clock + Clone> DirectedPermit<C> {
                 // The dependency-wide breaker hears of successes, not of the blamed failure.
                 dependency.record_classified(named_share(c));
                 let r = p.ok().map(|p| p.record_classified(c));
+                Attribution::Scope(key, r)
+            }
+        }
+    }
+}
+
+/// Keyed breakers a server-directed dependency can record on, whichever host keeps them: the
+/// in-process [`Registry`] and the fleet-wide `tripline_redis::SharedRegistry` (whose
+/// breakers' state lives in Redis). [`DirectedOn`] runs a dependency over any of them.
+///
+/// ```
+/// use tripline::registry::{Key, Registry, RegistryConfig, ScopeHolder};
+/// let registry = Registry::new(RegistryConfig::default())?;
+/// let key: Key = "catalog/shard=7".parse()?;
+/// assert!(registry.held(&key).is_none());
+/// registry.breaker(&key)?;
+/// assert!(registry.holds(&key));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait ScopeHolder: Send + Sync + 'static {
+    /// Its breakers.
+    type Breaker: crate::Breaker;
+    /// Why it gave no breaker for a key.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// The breaker for `key`, made on first use, under the holder's bound.
+    fn breaker(&self, key: &Key) -> Result<Self::Breaker, Self::Error>;
+
+    /// The breaker for `key` if the holder holds one, marked used; never makes one.
+    fn held(&self, key: &Key) -> Option<Self::Breaker>;
+
+    /// Whether the holder holds a breaker for `key`. Called under a lock of the dependency's:
+    /// it must run no user code (no listener, clock or recorder) and never block for long.
+    fn holds(&self, key: &Key) -> bool;
+
+    /// How many breakers the holder dropped so far (evicted, or to make room); a dependency at
+    /// its cap of scopes looks for the scopes that went only when this moved.
+    fn removals(&self) -> u64;
+
+    /// The holder's clock, in nanoseconds (rate-limits the reports of refused blames).
+    fn now(&self) -> u64;
+
+    /// `error`, from a lookup of a blamed scope, as the reason the blame was refused.
+    fn refusal(error: Self::Error) -> BlameRefused;
+}
+
+impl<C: Clock + Clone> ScopeHolder for Registry<C> {
+    type Breaker = CircuitBreaker<C>;
+    type Error = RegistryError;
+
+    fn breaker(&self, key: &Key) -> Result<CircuitBreaker<C>, RegistryError> {
+        self.get(key)
+    }
+
+    fn held(&self, key: &Key) -> Option<CircuitBreaker<C>> {
+        self.get_held(key)
+    }
+
+    fn holds(&self, key: &Key) -> bool {
+        self.contains(key)
+    }
+
+    fn removals(&self) -> u64 {
+        Registry::removals(self)
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.recent()
+    }
+
+    fn refusal(error: RegistryError) -> BlameRefused {
+        BlameRefused::Full(error)
+    }
+}
+
+/// [`ServerDirected`] over any [`ScopeHolder`], with the admission and the recording as
+/// futures (a shared breaker's decisions may take a round trip): the same rules, cap,
+/// attribution and reports. Over `tripline_redis::SharedRegistry` the shard breakers are
+/// fleet-wide: one replica's blamed failures open the shard's breaker for every replica that
+/// holds a handle to it; a replica takes a handle when the server first blames the shard to
+/// it (its own recorded failure then meets the fleet's Open state and is refused there), or
+/// when [`watch`](Self::watch) names the shard. The cap on scopes is this handle's and its
+/// clones' (not the holder's, as it is for [`ServerDirected`] on a [`Registry`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use tripline::registry::{Blame, DirectedOn, Key, Registry, RegistryConfig};
+/// use tripline::{Classification, FailureKind};
+///
+/// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+/// let catalog = DirectedOn::new(registry, Key::new("catalog")?)?;
+/// while let Ok(permit) = catalog.admit(Some("7")).await {
+///     let fail = Classification::failure(FailureKind::Unavailable);
+///     permit.record(fail, Some(&Blame::shard("7"))).await;
+/// }
+/// assert_eq!(catalog.admit(Some("7")).await.unwrap_err().breaker(), "catalog/shard=7");
+/// assert!(catalog.admit(Some("8")).await.is_ok());
+/// # Ok(())
+/// # }
+/// ```
+pub struct DirectedOn<H: ScopeHolder> {
+    holder: Arc<H>,
+    dependency: Key,
+    breaker: H::Breaker,
+    ledger: Arc<Ledger>,
+    max_scopes: usize,
+}
+
+impl<H: ScopeHolder> Clone for DirectedOn<H> {
+    fn clone(&self) -> Self {
+        Self {
+            holder: self.holder.clone(),
+            dependency: self.dependency.clone(),
+            breaker: self.breaker.clone(),
+            ledger: self.ledger.clone(),
+            max_scopes: self.max_scopes,
+        }
+    }
+}
+
+impl<H: ScopeHolder> std::fmt::Debug for DirectedOn<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::Breaker as _;
+        f.debug_struct("DirectedOn")
+            .field("dependency", &self.dependency)
+            .field("state", &self.breaker.state())
+            .field("max_scopes", &self.max_scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: ScopeHolder> DirectedOn<H> {
+    /// Results of `dependency` (its scope, if any, dropped) recorded on `holder`'s breakers;
+    /// takes the dependency-wide breaker from the holder now. At most [`DEFAULT_MAX_SCOPES`]
+    /// scope breakers made by blames (see [`with_max_scopes`](Self::with_max_scopes)).
+    pub fn new(holder: Arc<H>, dependency: Key) -> Result<Self, H::Error> {
+        let dependency = match dependency.scope() {
+            Some(_) => Key::new(dependency.dependency()).unwrap_or(dependency),
+            None => dependency,
+        };
+        let breaker = holder.breaker(&dependency)?;
+        Ok(Self {
+            holder,
+            ledger: Arc::new(Ledger::new(dependency.dependency())),
+            dependency,
+            breaker,
+            max_scopes: DEFAULT_MAX_SCOPES,
+        })
+    }
+
+    /// The same dependency whose blames make at most `max` scope breakers (see
+    /// [`ServerDirected::with_max_scopes`]).
+    #[must_use]
+    pub fn with_max_scopes(mut self, max: usize) -> Self {
+        self.max_scopes = max;
+        self
+    }
+
+    /// The holder.
+    pub fn holder(&self) -> &Arc<H> {
+        &self.holder
+    }
+
+    /// The dependency's key.
+    pub fn dependency(&self) -> &Key {
+        &self.dependency
+    }
+
+    /// The dependency-wide breaker.
+    pub fn dependency_breaker(&self) -> &H::Breaker {
+        &self.breaker
+    }
+
+    /// How many scope breakers this handle's blames made that the holder still holds.
+    pub fn scopes(&self) -> usize {
+        self.ledger.held(&*self.holder)
+    }
+
+    /// How many of this handle's (and its clones') blames were refused, by reason.
+    pub fn refused_blames(&self) -> RefusedBlames {
+        self.ledger.refused()
+    }
+
+    /// The key of the shard named `shard`, if it can be one.
+    pub fn shard_key(&self, shard: &str) -> Result<Key, ConfigError> {
+        Key::scoped(self.dependency.dependency(), ScopeKind::Shard, shard)
+    }
+
+    /// Takes a handle to the breaker of the shard named `shard` (within the cap), so that
+    /// calls naming it consult it before the server blames it to this process: with a shared
+    /// holder, where other replicas' blames may already have opened it. Whether this handle
+    /// holds it now.
+    pub fn watch(&self, shard: &str) -> bool {
+        self.shard_key(shard)
+            .ok()
+            .is_some_and(|k| self.scope_breaker(&k).is_ok())
+    }
+
+    /// A permit for a call naming the shard it goes to, if known: the dependency-wide breaker
+    /// must admit it, and so must the shard's breaker if the holder holds one (see
+    /// [`ServerDirected::admit`]).
+    pub async fn admit(&self, shard: Option<&str>) -> Result<DirectedOnPermit<H>, Rejected> {
+        let key = shard.and_then(|s| self.shard_key(s).ok());
+        self.admit_scoped(key).await
+    }
+
+    /// [`admit`](Self::admit) for a call naming any scope of the dependency.
+    pub async fn admit_scoped(&self, key: Option<Key>) -> Result<DirectedOnPermit<H>, Rejected> {
+        use crate::Breaker as _;
+        let scoped = match key.and_then(|k| self.holder.held(&k).map(|b| (k, b))) {
+            Some((k, b)) => Some((k, b.acquire().await?)),
+            None => None,
+        };
+        let dependency = self.breaker.acquire().await?;
+        Ok(DirectedOnPermit {
+            directed: self.clone(),
+            dependency,
+            scoped,
+        })
+    }
+
+    fn scope_breaker(&self, key: &Key) -> Result<H::Breaker, BlameRefused> {
+        if let Some(b) = self.holder.held(key) {
+            return Ok(b);
+        }
+        if !self.ledger.reserve(key, self.max_scopes, &*self.holder) {
+            return Err(BlameRefused::TooManyScopes {
+                max: self.max_scopes,
+            });
+        }
+        let got = self.holder.breaker(key);
+        self.ledger.settle(key, got.is_ok(), &*self.holder);
+        got.map_err(H::refusal)
+    }
+
+    fn note_refused(&self, refused: &BlameRefused, raw: &str) {
+        self.ledger
+            .note(&self.dependency, refused, raw, || self.holder.now());
+    }
+}
+
+/// The right to make one call of a [`DirectedOn`] dependency; dropping it abandons the call.
+pub struct DirectedOnPermit<H: ScopeHolder> {
+    directed: DirectedOn<H>,
+    dependency: <H::Breaker as crate::Breaker>::Permit,
+    scoped: Option<(Key, <H::Breaker as crate::Breaker>::Permit)>,
+}
+
+impl<H: ScopeHolder> std::fmt::Debug for DirectedOnPermit<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectedOnPermit")
+            .field("dependency", &self.directed.dependency)
+            .field("scope", &self.scope())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: ScopeHolder> DirectedOnPermit<H> {
+    /// The key of the scope whose breaker admitted the call too, if any.
+    pub fn scope(&self) -> Option<&Key> {
+        self.scoped.as_ref().map(|(k, _)| k)
+    }
+
+    /// Records the call's classification where `blame` directs, as
+    /// [`DirectedPermit::record`] does.
+    pub async fn record(self, c: Classification, blame: Option<&Blame>) -> Attribution {
+        use crate::{Breaker as _, BreakerPermit as _};
+        let Self {
+            directed,
+            dependency,
+            scoped,
+        } = self;
+        let Some(blame) = blame.filter(|_| c.outcome == Outcome::Failure) else {
+            dependency.record_classified(c).await;
+            if let Some((_, p)) = scoped {
+                p.record_classified(named_share(c)).await;
+            }
+            return Attribution::Dependency;
+        };
+        let raw = blame.value().map_or_else(|e| e.value(), |v| v);
+        let key = match blame.key(directed.dependency.dependency()) {
+            Ok(k) => k,
+            Err(e) => {
+                dependency.record_classified(c).await;
+                if let Some((_, p)) = scoped {
+                    p.record_classified(named_share(c)).await;
+                }
+                let refused = BlameRefused::Key(bounded(e, blame));
+                directed.note_refused(&refused, raw);
+                return Attribution::Refused(refused);
+            }
+        };
+        let (named, other) = match scoped {
+            Some((n, p)) if n == key => (Some(p), None),
+            other => (None, other),
+        };
+        let blamed = match named {
+            Some(p) => Ok(Ok(p)),
+            None => match directed.scope_breaker(&key) {
+                Ok(b) => Ok(b.acquire().await),
+                Err(e) => Err(e),
+            },
+        };
+        if let Some((_, p)) = other {
+            p.record_classified(named_share(c)).await;
+        }
+        match blamed {
+            Err(refused) => {
+                dependency.record_classified(c).await;
+                directed.note_refused(&refused, raw);
+                Attribution::Refused(refused)
+            }
+            Ok(p) => {
+                dependency.record_classified(named_share(c)).await;
+                let r = match p {
+                    Ok(p) => Some(p.record_classified(c).await),
+                    Err(_) => None,
+                };
                 Attribution::Scope(key, r)
             }
         }

@@ -103,8 +103,8 @@ mod key;
 
 pub use config::RegistryConfig;
 pub use directed::{
-    Attribution, Blame, BlameRefused, DEFAULT_MAX_SCOPES, DirectedPermit, RefusedBlames,
-    ServerDirected,
+    Attribution, Blame, BlameRefused, DEFAULT_MAX_SCOPES, DirectedOn, DirectedOnPermit,
+    DirectedPermit, RefusedBlames, ScopeHolder, ServerDirected,
 };
 pub use key::{Key, OperatorState, ScopeKind, Selector};
 
