@@ -377,7 +377,7 @@ fn bounded(e: ConfigError, blame: &Blame) -> ConfigError {
     if v.len() <= 96 && v.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
         return e;
     }
-    let raw = blame.value().map_or(v, |raw| raw);
+    let raw = blame.value().unwrap_or(v);
     ConfigError::new(e.field(), shown(raw), e.allowed())
 }
 
@@ -603,7 +603,7 @@ impl<C: Clock + Clone> DirectedPermit<C> {
             return Attribution::Dependency;
         };
         // The blamed text, for the report of a refusal.
-        let raw = blame.value().map_or_else(|e| e.value(), |v| v);
+        let raw = blame.value().unwrap_or_else(|e| e.value());
         let key = match blame.key(directed.dependency.dependency()) {
             Ok(k) => k,
             Err(e) => {
@@ -918,7 +918,7 @@ impl<H: ScopeHolder> DirectedOnPermit<H> {
             }
             return Attribution::Dependency;
         };
-        let raw = blame.value().map_or_else(|e| e.value(), |v| v);
+        let raw = blame.value().unwrap_or_else(|e| e.value());
         let key = match blame.key(directed.dependency.dependency()) {
             Ok(k) => k,
             Err(e) => {

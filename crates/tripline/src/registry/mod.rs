@@ -28,7 +28,9 @@
 //!   where the window shape is unchanged.
 //! * Where the server says which part failed (`x-overloaded-shard: 17`), [`ServerDirected`]
 //!   records the result on that part's breaker, made on demand under the same bound and key
-//!   rules, instead of the dependency-wide one (see [`directed`]).
+//!   rules and a cap per dependency, instead of the dependency-wide one (see [`directed`]);
+//!   [`DirectedOn`] does the same, asynchronously, over any [`ScopeHolder`] (this registry,
+//!   or the fleet-wide `tripline_redis::SharedRegistry`).
 //!
 //! # One record, followed by each breaker
 //! The registry keeps one record of what is in force: the active configuration and the table
