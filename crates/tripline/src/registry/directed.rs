@@ -297,6 +297,25 @@ impl Ledger {
         }
     }
 
+    /// The blamed scope's breaker: one `holder` holds, else a new one within `max` and the
+    /// holder's bound.
+    fn scope_breaker<H: ScopeHolder>(
+        &self,
+        holder: &H,
+        key: &Key,
+        max: usize,
+    ) -> Result<H::Breaker, BlameRefused> {
+        if let Some(b) = holder.held(key) {
+            return Ok(b);
+        }
+        if !self.reserve(key, max, holder) {
+            return Err(BlameRefused::TooManyScopes { max });
+        }
+        let got = holder.breaker(key);
+        self.settle(key, got.is_ok(), holder);
+        got.map_err(H::refusal)
+    }
+
     fn held<H: ScopeHolder>(&self, registry: &H) -> usize {
         let mut s = lock(&self.scopes);
         self.prune(&mut s, registry, true);
@@ -503,23 +522,13 @@ impl<C: Clock + Clone> ServerDirected<C> {
     /// The blamed scope's breaker: one the registry holds, else a new one within the cap and
     /// the registry's bound.
     fn scope_breaker(&self, key: &Key) -> Result<CircuitBreaker<C>, BlameRefused> {
-        if let Some(b) = self.registry.get_held(key) {
-            return Ok(b);
-        }
-        if !self.ledger.reserve(key, self.max_scopes, &*self.registry) {
-            return Err(BlameRefused::TooManyScopes {
-                max: self.max_scopes,
-            });
-        }
-        let got = self.registry.get(key);
-        self.ledger.settle(key, got.is_ok(), &*self.registry);
-        got.map_err(BlameRefused::Full)
+        self.ledger
+            .scope_breaker(&*self.registry, key, self.max_scopes)
     }
 
     fn note_refused(&self, refused: &BlameRefused, raw: &str) {
-        self.ledger.note(&self.dependency, refused, raw, || {
-            self.registry.clock.recent()
-        });
+        self.ledger
+            .note(&self.dependency, refused, raw, || self.registry.now());
     }
 
     /// The registry.
@@ -861,17 +870,8 @@ impl<H: ScopeHolder> DirectedOn<H> {
     }
 
     fn scope_breaker(&self, key: &Key) -> Result<H::Breaker, BlameRefused> {
-        if let Some(b) = self.holder.held(key) {
-            return Ok(b);
-        }
-        if !self.ledger.reserve(key, self.max_scopes, &*self.holder) {
-            return Err(BlameRefused::TooManyScopes {
-                max: self.max_scopes,
-            });
-        }
-        let got = self.holder.breaker(key);
-        self.ledger.settle(key, got.is_ok(), &*self.holder);
-        got.map_err(H::refusal)
+        self.ledger
+            .scope_breaker(&*self.holder, key, self.max_scopes)
     }
 
     fn note_refused(&self, refused: &BlameRefused, raw: &str) {
