@@ -141,14 +141,32 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
+/// An untrusted header value as an error shows it: its first 32 bytes escaped to printable
+/// ASCII (`\xe2`), quoted, and its length when cut.
+fn shown(v: &[u8]) -> String {
+    const MAX: usize = 32;
+    let mut out = String::from("\"");
+    for &b in v.iter().take(MAX) {
+        out.extend(std::ascii::escape_default(b).map(char::from));
+    }
+    out.push('"');
+    if v.len() > MAX {
+        out.push_str(&format!("... ({} bytes)", v.len()));
+    }
+    out
+}
+
 /// A classifier `K` whose results also carry the part of the dependency the server blamed,
 /// read from a response header (`x-overloaded-shard: 17`): a
 /// [`ServerDirected`](tripline::registry::ServerDirected) dependency records the result on
 /// `dependency/shard=17`'s breaker instead of the dependency-wide one (see
 /// [`ServerDirectedLayer`](crate::breaker::ServerDirectedLayer) and the reqwest
 /// `ServerDirectedMiddleware`). A header value that is not visible ASCII text is a refused
-/// blame ([`Blame::invalid`](tripline::registry::Blame::invalid)); one that is text is
-/// checked by the key rules when it becomes a key. Implemented for `http::Response` results
+/// blame ([`Blame::invalid`](tripline::registry::Blame::invalid), its error showing the value
+/// only as an escaped 32-byte prefix); one that is text is trimmed and checked by the key
+/// rules when it becomes a key (an empty or blank value cannot be one). Either way the
+/// failure is recorded on the dependency-wide breaker and the refusal counted and reported
+/// (see [`tripline::registry::directed`]). Implemented for `http::Response` results
 /// here, for reqwest's (feature `reqwest`) and tonic's statuses' metadata (feature `grpc`).
 ///
 /// ```
@@ -213,7 +231,7 @@ impl<K> BlameHeader<K> {
                 self.kind,
                 tripline::ConfigError::new(
                     format!("header {}", self.name),
-                    format!("{:?}", value),
+                    shown(value.as_bytes()),
                     "visible ASCII text naming a part of the dependency",
                 ),
             ),

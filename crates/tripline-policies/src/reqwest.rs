@@ -579,7 +579,11 @@ impl<K: Classify<Response, reqwest_middleware::Error>> Classify<Response, reqwes
 /// names (if the server has blamed that shard before); its result is recorded on the breaker
 /// of the shard the response blames (`K`'s [`blame`](tripline::Classify::blame): a
 /// [`BlameHeader`](crate::http::BlameHeader) reading `x-overloaded-shard`) instead of the
-/// dependency-wide one. See [`tripline::registry::directed`].
+/// dependency-wide one. A blamed value that cannot be a key, or a new shard over the
+/// dependency's cap ([`ServerDirected::with_max_scopes`], 64 by default), is recorded on the
+/// dependency-wide breaker and counted
+/// ([`ServerDirected::refused_blames`](tripline::registry::ServerDirected::refused_blames)). See
+/// [`tripline::registry::directed`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

@@ -277,3 +277,157 @@ fn grpc_status_metadata_blames_a_shard() {
     assert_eq!(k.blame(&plain), None);
     assert_eq!(k.blame(&Ok(())), None);
 }
+
+/// Server answers whose `x-overloaded-shard` cannot name a shard: empty, blank, too long,
+/// not ASCII (a bidirectional override), not text, with a `/`.
+fn unusable() -> Vec<Vec<u8>> {
+    vec![
+        b"".to_vec(),
+        b"   ".to_vec(),
+        "9".repeat(300).into_bytes(),
+        b"\xe2\x80\xae71".to_vec(),
+        b"\xff\xfe".to_vec(),
+        b"a/b".to_vec(),
+    ]
+}
+
+#[tokio::test]
+async fn an_unusable_shard_header_counts_dependency_wide_and_is_counted_through_the_layer() {
+    let (directed, registry) = catalog(100);
+    let shards = Shards::default();
+    let svc = tower_service(directed.clone(), shards.clone());
+    let values = unusable();
+    for (i, value) in values.iter().enumerate() {
+        *shards.blame.lock().unwrap() = Some(value.clone());
+        directed.dependency_breaker().reset();
+        let failed = directed.dependency_breaker().metrics().failed_calls;
+        let resp = svc.clone().oneshot(request("0")).await.unwrap();
+        assert_eq!(resp.status(), 503);
+        assert_eq!(
+            directed.dependency_breaker().metrics().failed_calls,
+            failed + 1,
+            "{:?}: the failure still counts",
+            String::from_utf8_lossy(value)
+        );
+        assert_eq!(directed.refused_blames().invalid, i as u64 + 1);
+    }
+    assert_eq!(registry.len(), 1, "no key for an unusable value");
+}
+
+#[tokio::test]
+async fn an_unusable_shard_header_counts_dependency_wide_and_is_counted_through_the_middleware() {
+    let (directed, registry) = catalog(100);
+    let shards = Shards::default();
+    let server = serve(shards.clone()).await;
+    let client = client(directed.clone());
+    let url = format!("http://{}/item", server.addr);
+    let values = unusable();
+    for (i, value) in values.iter().enumerate() {
+        *shards.blame.lock().unwrap() = Some(value.clone());
+        directed.dependency_breaker().reset();
+        let failed = directed.dependency_breaker().metrics().failed_calls;
+        let resp = client
+            .get(&url)
+            .header("x-shard", "0")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 503);
+        assert_eq!(
+            directed.dependency_breaker().metrics().failed_calls,
+            failed + 1,
+            "{:?}: the failure still counts",
+            String::from_utf8_lossy(value)
+        );
+        assert_eq!(directed.refused_blames().invalid, i as u64 + 1);
+    }
+    assert_eq!(registry.len(), 1, "no key for an unusable value");
+}
+
+#[test]
+fn an_unreadable_header_is_shown_as_an_escaped_prefix() {
+    let k = BlameHeader::new(HttpClassifier, "x-overloaded-shard").unwrap();
+    let mut value = b"\xff".to_vec();
+    value.extend_from_slice(&[b'x'; 5_000]);
+    let resp = http::Response::builder()
+        .status(503)
+        .header(
+            "x-overloaded-shard",
+            http::HeaderValue::from_bytes(&value).unwrap(),
+        )
+        .body(())
+        .unwrap();
+    let blame = k.blame(&Ok::<_, std::io::Error>(resp)).unwrap();
+    let e = blame.value().unwrap_err();
+    assert_eq!(e.field(), "header x-overloaded-shard");
+    assert!(e.value().starts_with("\"\\xffxxx"), "{}", e.value());
+    assert!(e.value().ends_with("... (5001 bytes)"), "{}", e.value());
+    assert!(e.value().len() < 64, "{}", e.value());
+}
+
+fn scoped_keys(registry: &Registry<ManualClock>) -> usize {
+    registry
+        .keys()
+        .iter()
+        .filter(|k| k.dependency() == "catalog" && k.scope().is_some())
+        .count()
+}
+
+#[tokio::test]
+async fn a_server_naming_ever_new_shards_is_capped_through_the_layer_and_middleware() {
+    let (directed, registry) = catalog(100);
+    let directed = directed.with_max_scopes(4);
+    let other = Key::new("payments").unwrap();
+    registry.get(&other).unwrap();
+    let shards = Shards::default();
+    let svc = tower_service(directed.clone(), shards.clone());
+    // The hot shard's breaker opens first.
+    for _ in 0..2 {
+        let _ = svc.clone().oneshot(request(HOT)).await;
+    }
+    for i in 0..200 {
+        *shards.blame.lock().unwrap() = Some(format!("s{i}").into_bytes());
+        directed.dependency_breaker().reset();
+        let resp = svc
+            .clone()
+            .oneshot(request(&format!("s{i}")))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 503);
+    }
+    assert_eq!(scoped_keys(&registry), 4);
+    assert_eq!(directed.refused_blames().too_many_scopes, 197);
+    assert!(registry.peek(&other).is_some());
+
+    // The reqwest middleware on the same dependency shares the cap.
+    let server = serve(shards.clone()).await;
+    let client = client(directed.clone());
+    let url = format!("http://{}/item", server.addr);
+    for i in 200..250 {
+        *shards.blame.lock().unwrap() = Some(format!("s{i}").into_bytes());
+        directed.dependency_breaker().reset();
+        let resp = client
+            .get(&url)
+            .header("x-shard", format!("s{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 503);
+    }
+    assert_eq!(scoped_keys(&registry), 4);
+    assert_eq!(directed.refused_blames().too_many_scopes, 247);
+    // The hot shard is still judged by its own breaker.
+    *shards.blame.lock().unwrap() = None;
+    let err = client
+        .get(&url)
+        .header("x-shard", HOT)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(rejection(&err).unwrap().breaker(), "catalog/shard=3");
+    let err = svc.oneshot(request(HOT)).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Rejected>().unwrap().breaker(),
+        "catalog/shard=3"
+    );
+}

@@ -37,7 +37,10 @@
 //! (`DashboardBuilder::shared_breaker`: its kill switch is thrown in Redis). The change from one
 //! replica to a fleet is the line that builds the breaker. [`SharedRegistry`] holds one per
 //! key (endpoint, tenant, shard), keyed, configured and bounded as the in-process registry is
-//! (its docs say why it is a holder of its own).
+//! (its docs say why it is a holder of its own); it is a
+//! [`ScopeHolder`](tripline::registry::ScopeHolder), so
+//! [`DirectedOn`](tripline::registry::DirectedOn) runs server-directed shard breakers on it:
+//! the shard the server blames is tripped fleet-wide.
 //!
 //! # How it works
 //! * **One library, the same rules.** Admission, recording, probe release, timers and operator

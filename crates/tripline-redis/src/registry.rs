@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tripline::registry::{Key, RegistryConfig, RegistryError};
 use tripline::{Breaker as _, Clock, ConfigError, MonotonicClock, State};
@@ -89,6 +90,8 @@ pub struct SharedRegistry<C: Clock + Clone = MonotonicClock> {
     backend: Backend,
     clock: C,
     map: Mutex<BTreeMap<Key, Entry<C>>>,
+    /// Handles dropped so far (to make room, or idle).
+    removals: AtomicU64,
 }
 
 impl<C: Clock + Clone> std::fmt::Debug for SharedRegistry<C> {
@@ -133,6 +136,7 @@ impl<C: Clock + Clone> SharedRegistry<C> {
             backend,
             clock,
             map: Mutex::new(BTreeMap::new()),
+            removals: AtomicU64::new(0),
         })
     }
 
@@ -161,6 +165,7 @@ impl<C: Clock + Clone> SharedRegistry<C> {
             match victim {
                 Some(k) => {
                     map.remove(&k);
+                    self.removals.fetch_add(1, Ordering::AcqRel);
                 }
                 None => return Err(RegistryError::Full { max }.into()),
             }
@@ -221,7 +226,70 @@ impl<C: Clock + Clone> SharedRegistry<C> {
         let mut map = lock(&self.map);
         let before = map.len();
         map.retain(|_, e| now.saturating_sub(e.used) < idle || !may_go(&e.breaker));
-        before - map.len()
+        let gone = before - map.len();
+        self.removals.fetch_add(gone as u64, Ordering::AcqRel);
+        gone
+    }
+}
+
+/// A server-directed dependency over fleet-wide breakers:
+/// [`DirectedOn`](tripline::registry::DirectedOn)`<SharedRegistry>` records a failure the
+/// server blames on a shard on that shard's breaker in Redis, so one replica's blamed failures
+/// open the shard for every replica holding a handle to it (see `DirectedOn` for when a
+/// replica takes one).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use tripline::registry::{Blame, DirectedOn, Key, RegistryConfig};
+/// use tripline::{Classification, FailureKind};
+/// use tripline_redis::{Backend, SharedConfig, SharedRegistry};
+///
+/// let registry = Arc::new(SharedRegistry::new(
+///     RegistryConfig::default(),
+///     SharedConfig::default(),
+///     Backend::single("redis://127.0.0.1:6379")?,
+/// )?);
+/// let catalog = DirectedOn::new(registry, Key::new("catalog")?)?;
+/// let permit = catalog.admit(Some("7")).await?;
+/// let fail = Classification::failure(FailureKind::Unavailable);
+/// permit.record(fail, Some(&Blame::shard("7"))).await;
+/// # Ok(())
+/// # }
+/// ```
+impl<C: Clock + Clone> tripline::registry::ScopeHolder for SharedRegistry<C> {
+    type Breaker = SharedBreaker<C>;
+    type Error = SharedRegistryError;
+
+    fn breaker(&self, key: &Key) -> Result<SharedBreaker<C>, SharedRegistryError> {
+        self.get(key)
+    }
+
+    fn held(&self, key: &Key) -> Option<SharedBreaker<C>> {
+        let now = self.clock.now();
+        let mut map = lock(&self.map);
+        let e = map.get_mut(key)?;
+        e.used = now;
+        Some(e.breaker.clone())
+    }
+
+    fn holds(&self, key: &Key) -> bool {
+        lock(&self.map).contains_key(key)
+    }
+
+    fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn refusal(error: SharedRegistryError) -> tripline::registry::BlameRefused {
+        match error {
+            SharedRegistryError::Full(e) => tripline::registry::BlameRefused::Full(e),
+            SharedRegistryError::Config(e) => tripline::registry::BlameRefused::Key(e),
+        }
     }
 }
 

@@ -210,6 +210,9 @@ pub(crate) struct TierOutput {
     pub(crate) queue_peak: u32,
     pub(crate) bins: Vec<Bin>,
     pub(crate) transitions: Vec<Tr>,
+    /// With `scope = "server-directed"`: the blamed shards' breakers' transitions, `breaker`
+    /// numbered `replica × shards + shard` (the replica 0 when shared).
+    pub(crate) scope_transitions: Vec<Tr>,
     pub(crate) breakers: u32,
     pub(crate) policies: PolicyReport,
 }
@@ -231,6 +234,8 @@ pub(crate) struct RunOutput {
     pub(crate) bins: Vec<Bin>,
     pub(crate) samples: Vec<Sample>,
     pub(crate) transitions: Vec<Tr>,
+    /// `[service]`'s [`TierOutput::scope_transitions`].
+    pub(crate) scope_transitions: Vec<Tr>,
     pub(crate) breakers: u32,
     pub(crate) hosts: Option<crate::hosts::HostsOutput>,
     /// Every tier, from the first to `[service]`.
@@ -573,14 +578,20 @@ pub(crate) fn run(
         p.report(&mut t.policies);
         t.breakers = p.breakers.len() as u32;
     }
-    let logs: Vec<_> = policies.iter().map(|p| p.log.clone()).collect();
+    let logs: Vec<_> = policies
+        .iter()
+        .map(|p| (p.log.clone(), p.scope_log.clone()))
+        .collect();
     drop(policies);
-    for (k, log) in logs.iter().enumerate() {
+    for (k, (log, scope_log)) in logs.iter().enumerate() {
         out.tiers[k].transitions =
             std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));
+        out.tiers[k].scope_transitions =
+            std::mem::take(&mut *scope_log.lock().unwrap_or_else(|p| p.into_inner()));
     }
     let service = &out.tiers[n - 1];
     out.transitions = service.transitions.clone();
+    out.scope_transitions = service.scope_transitions.clone();
     out.breakers = service.breakers;
     out.stale_view_calls = service
         .policies
@@ -1700,6 +1711,7 @@ impl<'p> Engine<'p> {
                 queue_peak: t.queue_peak,
                 bins: t.bins,
                 transitions: Vec::new(),
+                scope_transitions: Vec::new(),
                 breakers: 0,
                 policies: PolicyReport::default(),
             })
@@ -1749,6 +1761,7 @@ impl<'p> Engine<'p> {
             bins,
             samples: self.samples,
             transitions: Vec::new(),
+            scope_transitions: Vec::new(),
             breakers: 0,
             hosts: self.hosts.map(|p| p.finish(self.now)),
             tiers,

@@ -263,6 +263,9 @@ pub(crate) struct TierPolicies {
     pub(crate) chaos: Vec<Chaos>,
     /// Breaker transitions, as they happen.
     pub(crate) log: Arc<Mutex<Vec<Tr>>>,
+    /// With `scope = "server-directed"`: the blamed shards' breakers' transitions, as they
+    /// happen (`breaker` = replica × shards + shard; the replica 0 when shared).
+    pub(crate) scope_log: Arc<Mutex<Vec<Tr>>>,
     replicas: u32,
     shards: u32,
 }
@@ -286,6 +289,7 @@ impl TierPolicies {
     ) -> Self {
         let tseed = mix(seed, 0x7153_0000 + tier as u64);
         let log: Arc<Mutex<Vec<Tr>>> = Arc::new(Mutex::new(Vec::new()));
+        let scope_log: Arc<Mutex<Vec<Tr>>> = Arc::new(Mutex::new(Vec::new()));
         let mut directed = Vec::new();
         let breakers = match &spec.breaker {
             None => Vec::new(),
@@ -302,6 +306,7 @@ impl TierPolicies {
                         let config = seeded(&b.config, bseed, i);
                         let cb = if b.scope == Scope::ServerDirected {
                             let d = server_directed(name, config, shards, clock);
+                            log_scopes(&d, i as u32 * shards, shards, &scope_log);
                             let cb = d.dependency_breaker().clone();
                             directed.push(d);
                             cb
@@ -420,6 +425,7 @@ impl TierPolicies {
             limiters,
             chaos,
             log,
+            scope_log,
             replicas,
             shards,
         }
@@ -751,6 +757,36 @@ fn server_directed(
     );
     let key = Key::new(name).unwrap_or_else(|e| panic!("validated dependency name: {e}"));
     ServerDirected::new(registry, key).unwrap_or_else(|e| panic!("an empty registry: {e}"))
+}
+
+/// Logs the transitions of `d`'s shard breakers (made by the registry when the server blames
+/// a shard) into `log`, shard `s` as breaker `base + s`.
+fn log_scopes(d: &ServerDirected<ManualClock>, base: u32, shards: u32, log: &Arc<Mutex<Vec<Tr>>>) {
+    let log = log.clone();
+    d.registry().subscribe(move |e: &tripline::Event| {
+        let EventKind::Transition { from, to, .. } = &e.kind else {
+            return;
+        };
+        // The shard breakers' names are `dependency/shard=<index>`; the dependency-wide
+        // breaker (logged with the others) has no scope.
+        let shard = e
+            .breaker
+            .as_str()
+            .parse::<Key>()
+            .ok()
+            .and_then(|k| k.scope().and_then(|(_, v)| v.parse::<u32>().ok()))
+            .filter(|&s| s < shards);
+        if let Some(s) = shard {
+            let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+            l.push(Tr {
+                at: nanos(e.at),
+                breaker: base + s,
+                from: *from,
+                to: *to,
+                reason: reason_str(&e.kind),
+            });
+        }
+    });
 }
 
 /// The server-directed breakers (`scope = "server-directed"`): a request is admitted by the

@@ -149,7 +149,8 @@ pub struct TransitionReport {
     pub at_s: f64,
     /// The replica whose breaker moved (`None` for a shared breaker).
     pub replica: Option<u32>,
-    /// The shard, for per-shard breakers.
+    /// The shard, for per-shard breakers and for the blamed shards' breakers of
+    /// `scope = "server-directed"` (whose dependency-wide breaker's transitions have none).
     pub shard: Option<u32>,
     /// The old state.
     pub from: State,
@@ -417,6 +418,29 @@ pub struct RunReport {
     pub series: Series,
 }
 
+impl RunReport {
+    /// With `scope = "server-directed"`: how many shard breakers the blames made (the
+    /// registry's breakers less the dependency-wide ones: the simulator's registry never
+    /// evicts) and how many of them opened at least once (their transitions are among
+    /// [`transitions`](Self::transitions), with their `shard`). `None` for other runs.
+    pub fn shard_breakers(&self) -> Option<(u32, u32)> {
+        let info = self.breaker.as_ref()?;
+        if info.scope != Scope::ServerDirected {
+            return None;
+        }
+        let held = self.policies.breaker.as_ref().map_or(0, |b| b.count);
+        let mut opened: Vec<(Option<u32>, u32)> = self
+            .transitions
+            .iter()
+            .filter(|t| t.to == State::Open)
+            .filter_map(|t| t.shard.map(|s| (t.replica, s)))
+            .collect();
+        opened.sort_unstable();
+        opened.dedup();
+        Some((held.saturating_sub(info.count), opened.len() as u32))
+    }
+}
+
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
@@ -515,6 +539,22 @@ fn transition_reports(
         .collect()
 }
 
+/// The transitions of one tier's breakers and, with `scope = "server-directed"`, of the
+/// blamed shards' breakers (`scope`, numbered replica × `shards` + shard), in time order.
+fn all_transition_reports(
+    trs: &[crate::engine::Tr],
+    scope: &[crate::engine::Tr],
+    (keys, shared, by_shard): (u32, bool, bool),
+    shards: u32,
+) -> Vec<TransitionReport> {
+    let mut all = transition_reports(trs, keys, shared, by_shard);
+    if !scope.is_empty() {
+        all.extend(transition_reports(scope, shards.max(1), shared, true));
+        all.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    }
+    all
+}
+
 fn tripped(trs: &[crate::engine::Tr], n: usize) -> u32 {
     let mut tripped = vec![false; n];
     for t in trs {
@@ -579,7 +619,13 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
     };
     let shared = protection.is_some_and(|p| p.sharing == Sharing::Shared);
     let by_shard = protection.is_some_and(|p| p.scope == Scope::Shard);
-    let transitions = transition_reports(&o.transitions, keys, shared, by_shard);
+    let shards = scenario.shards.map_or(1, |s| s.count);
+    let transitions = all_transition_reports(
+        &o.transitions,
+        &o.scope_transitions,
+        (keys, shared, by_shard),
+        shards,
+    );
     let start = incident.map_or(0, |(s, _)| crate::dist::nanos(s));
     let first_trip = o
         .transitions
@@ -685,7 +731,12 @@ pub(crate) fn run_report(scenario: &Scenario, variant: Option<usize>, o: RunOutp
                 recovery_s: end_s.and_then(|e| recovery(&t.bins, e, duration_s)),
                 breakers: t.breakers,
                 breakers_tripped: tripped(&t.transitions, t.breakers as usize),
-                transitions: transition_reports(&t.transitions, keys, shared, by_shard),
+                transitions: all_transition_reports(
+                    &t.transitions,
+                    &t.scope_transitions,
+                    (keys, shared, by_shard),
+                    shards,
+                ),
                 policies: t.policies,
                 series: t.bins,
             }
@@ -1181,6 +1232,19 @@ impl Report {
                 }),
             ),
         ]);
+        if self.runs.iter().any(|r| {
+            r.breaker
+                .as_ref()
+                .is_some_and(|b| b.scope == Scope::ServerDirected)
+        }) {
+            rows.push((
+                "  shard breakers made (opened)".into(),
+                self.col(|r| match r.shard_breakers() {
+                    Some((made, opened)) => format!("{made} ({opened})"),
+                    None => "—".into(),
+                }),
+            ));
+        }
         rows.extend(crate::hosts::table_rows(self));
         rows
     }

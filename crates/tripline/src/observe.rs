@@ -407,6 +407,11 @@ mod metrics_export {
                 "Permits dropped without a result (cancelled or panicked calls).",
             ),
             ("tripline_breaker_transitions_total", "State changes."),
+            (
+                "tripline_directed_blames_refused_total",
+                "Server-directed blames not followed to a scope's breaker (the result went \
+                 dependency-wide), by reason (invalid_scope, too_many_scopes, registry_full).",
+            ),
         ] {
             describe_counter!(name, Unit::Count, help);
         }

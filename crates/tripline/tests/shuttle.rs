@@ -460,3 +460,74 @@ fn failure_count_trips_racing_lifecycle_operations_count_only_their_generation()
         SCHEDULES,
     );
 }
+
+/// A server-directed dependency at its cap of 2 blamed scopes, both idle and clean: blames
+/// of two new shards race the eviction that frees the places, with a listener that calls
+/// back in. The shard breakers the blames made never exceed the cap, and the count of scopes
+/// matches what the registry holds.
+#[test]
+fn blames_racing_eviction_never_take_a_dependency_past_its_cap_of_scopes() {
+    use tripline::registry::{Attribution, Blame, BlameRefused, ServerDirected};
+    use tripline::{Classification, FailureKind};
+
+    shuttle::check_random(
+        || {
+            let clock = ManualClock::new();
+            let config = BreakerConfig::builder()
+                .time_window(Duration::from_secs(10), Duration::from_secs(1))
+                .minimum_calls(100)
+                .build()
+                .unwrap();
+            let r = Arc::new(
+                Registry::with_clock(
+                    RegistryConfig::default()
+                        .with_config("default", config)
+                        .with_idle_after(Duration::from_secs(1)),
+                    clock.clone(),
+                )
+                .unwrap(),
+            );
+            call_back_on_transitions(&r);
+            let catalog = ServerDirected::new(r.clone(), Key::new("catalog").unwrap())
+                .unwrap()
+                .with_max_scopes(2);
+            let fail = Classification::failure(FailureKind::Unavailable);
+            for s in ["0", "1"] {
+                let at = catalog
+                    .admit(None)
+                    .unwrap()
+                    .record(fail, Some(&Blame::shard(s)));
+                assert!(matches!(at, Attribution::Scope(..)), "{at:?}");
+            }
+            clock.advance(Duration::from_secs(60));
+            let blamers: Vec<_> = ["2", "3"]
+                .into_iter()
+                .map(|s| {
+                    let catalog = catalog.clone();
+                    thread::spawn(move || {
+                        let at = catalog
+                            .admit(None)
+                            .unwrap()
+                            .record(fail, Some(&Blame::shard(s)));
+                        assert!(
+                            matches!(
+                                at,
+                                Attribution::Scope(..)
+                                    | Attribution::Refused(BlameRefused::TooManyScopes { max: 2 })
+                            ),
+                            "{at:?}"
+                        );
+                    })
+                })
+                .collect();
+            r.evict_idle();
+            for b in blamers {
+                b.join().unwrap();
+            }
+            let scoped = r.keys().iter().filter(|k| k.scope().is_some()).count();
+            assert!(scoped <= 2, "{:?}", r.keys());
+            assert_eq!(catalog.scopes(), scoped);
+        },
+        SCHEDULES,
+    );
+}

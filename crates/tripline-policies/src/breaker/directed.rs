@@ -48,8 +48,14 @@ impl<Req> NameShard<Req> for NoShard {
 ///
 /// Cost beyond [`BreakerLayer`](super::BreakerLayer): one boxed response future per call,
 /// one registry lookup (a lock-free read) when the call names a shard, and one breaker
-/// (about 410 bytes) per shard the server has blamed, bounded by the registry's
-/// `max_breakers` and dropped by its idle eviction.
+/// (about 410 bytes) per shard the server has blamed, at most the dependency's cap (64 by
+/// default: set it on the dependency with
+/// [`ServerDirected::with_max_scopes`](tripline::registry::ServerDirected::with_max_scopes))
+/// and the registry's `max_breakers`, and dropped by its idle eviction. A blame that is not
+/// followed (a header value that cannot be a key, the cap taken, the registry full) is
+/// recorded on the dependency-wide breaker and counted
+/// ([`ServerDirected::refused_blames`](tripline::registry::ServerDirected::refused_blames)),
+/// never dropped.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

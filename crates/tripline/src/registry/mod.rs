@@ -28,7 +28,9 @@
 //!   where the window shape is unchanged.
 //! * Where the server says which part failed (`x-overloaded-shard: 17`), [`ServerDirected`]
 //!   records the result on that part's breaker, made on demand under the same bound and key
-//!   rules, instead of the dependency-wide one (see [`directed`]).
+//!   rules and a cap per dependency, instead of the dependency-wide one (see [`directed`]);
+//!   [`DirectedOn`] does the same, asynchronously, over any [`ScopeHolder`] (this registry,
+//!   or the fleet-wide `tripline_redis::SharedRegistry`).
 //!
 //! # One record, followed by each breaker
 //! The registry keeps one record of what is in force: the active configuration and the table
@@ -102,7 +104,10 @@ pub mod directed;
 mod key;
 
 pub use config::RegistryConfig;
-pub use directed::{Attribution, Blame, BlameRefused, DirectedPermit, ServerDirected};
+pub use directed::{
+    Attribution, Blame, BlameRefused, DEFAULT_MAX_SCOPES, DirectedOn, DirectedOnPermit,
+    DirectedPermit, RefusedBlames, ScopeHolder, ServerDirected,
+};
 pub use key::{Key, OperatorState, ScopeKind, Selector};
 
 use std::collections::BTreeMap;
@@ -194,6 +199,12 @@ pub struct Registry<C: Clock + Clone = MonotonicClock> {
     /// `idle_after`), so that hot keys read-share their cache line.
     touch_granularity: AtomicU64,
     clock: C,
+    /// Entries removed from the map so far (evicted): a [`ServerDirected`] dependency at its
+    /// cap of blamed scopes looks for scopes that went only when this moved.
+    removals: AtomicU64,
+    /// Per dependency, the scopes its servers' blames created (see [`directed`]): shared by
+    /// every [`ServerDirected`] handle of the dependency on this registry.
+    ledgers: Mutex<std::collections::HashMap<Box<str>, Arc<directed::Ledger>>>,
     #[cfg(feature = "metrics")]
     dependency_gauges: Mutex<crate::observe::DependencyGauges>,
 }
@@ -257,6 +268,8 @@ impl<C: Clock + Clone> Registry<C> {
             maintenance: Mutex::new(()),
             touch_granularity: AtomicU64::new(touch),
             clock,
+            removals: AtomicU64::new(0),
+            ledgers: Mutex::new(Default::default()),
             #[cfg(feature = "metrics")]
             dependency_gauges: Mutex::new(Default::default()),
         })
@@ -431,6 +444,53 @@ impl<C: Clock + Clone> Registry<C> {
         }
     }
 
+    /// The breaker for `key` if it exists, marked used as by [`get`](Self::get), without
+    /// creating it.
+    pub(crate) fn get_held(&self, key: &Key) -> Option<CircuitBreaker<C>> {
+        let now = self.clock.recent();
+        loop {
+            let e = {
+                let map = self.map.pin();
+                let e = map.get(key)?;
+                match self.hand_out_ready(e, now) {
+                    Ok(b) => return Some(b),
+                    Err(true) => e.clone(),
+                    Err(false) => {
+                        crate::sync::spin(0);
+                        continue;
+                    }
+                }
+            };
+            if let Some(b) = self.hand_out(key, &e, now) {
+                return Some(b);
+            }
+        }
+    }
+
+    /// Whether the map holds an entry for `key` (live or being retired): atomics only, no
+    /// user code.
+    pub(crate) fn contains(&self, key: &Key) -> bool {
+        self.map.pin().contains_key(key)
+    }
+
+    /// How many entries were removed from the map so far.
+    pub(crate) fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
+    }
+
+    /// The ledger of the scopes `dependency`'s blames created, made on first use (outside the
+    /// lock: making it registers metrics, which runs a recorder's code).
+    pub(crate) fn ledger(&self, dependency: &str) -> Arc<directed::Ledger> {
+        if let Some(l) = lock(&self.ledgers).get(dependency) {
+            return l.clone();
+        }
+        let made = Arc::new(directed::Ledger::new(dependency));
+        lock(&self.ledgers)
+            .entry(dependency.into())
+            .or_insert(made)
+            .clone()
+    }
+
     /// A handle to a live entry's breaker that needs nothing more (it is set up and has every
     /// registry listener): atomics only. `Err(true)`: live but it needs more ([`hand_out`]);
     /// `Err(false)`: being retired.
@@ -546,6 +606,7 @@ impl<C: Clock + Clone> Registry<C> {
         );
         if removed {
             self.count.fetch_sub(1, Ordering::AcqRel);
+            self.removals.fetch_add(1, Ordering::AcqRel);
         }
         e.life.finish(removed);
         removed
