@@ -138,7 +138,7 @@ pub mod trace;
 mod window;
 
 pub use breaker::{
-    CircuitBreaker, KindCounts, Metrics, OwnedPermit, Permit, ProbeCounts, Recorded, Rejections,
+    CircuitBreaker, Counts, KindCounts, Metrics, OwnedPermit, Permit, ProbeCounts, Recorded, Rejections,
 };
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;

@@ -74,6 +74,9 @@ impl<C: Clock> Inner<C> {
                         let l;
                         (lane, l) = self.lane();
                         cohort = l.inflight.enter(now, word.generation());
+                        l.admitted.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.lane().1.admitted.fetch_add(1, Ordering::Relaxed);
                     }
                     return Ok(Ticket {
                         generation: word.generation(),
@@ -200,18 +203,23 @@ impl<C: Clock> Inner<C> {
 
     /// A permit dropped without a result: leaves its cohort or gives back its probe slot.
     pub(super) fn abandon(&self, generation: u64, kind: Kind) {
-        let probe = match kind {
+        let (probe, current) = match kind {
             Kind::Passthrough => return,
             Kind::Window { cohort, lane } => {
                 self.lane_at(lane).inflight.exit(cohort, generation);
-                false
+                (false, self.word().generation() == generation)
             }
-            Kind::Probe { slot, token } => {
-                self.abandon_probe(slot, token);
-                true
-            }
+            Kind::Probe { slot, token } => (true, self.abandon_probe(slot, token)),
         };
         self.lane().1.abandoned.fetch_add(1, Ordering::Relaxed);
+        if !current {
+            // Admitted in an earlier generation (or a probe whose lease was reclaimed): not
+            // the current generation's (see `counts`). Only after a transition, so the cold
+            // part exists.
+            self.cold()
+                .stale_abandoned
+                .fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(cold) = self.call_events() {
             cold.hub.call_event(
                 self.now(),

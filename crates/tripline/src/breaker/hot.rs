@@ -224,6 +224,10 @@ impl Hot {
 /// its own, so concurrent callers write different cache lines.
 #[derive(Debug)]
 pub(super) struct Lane {
+    /// Calls admitted in Closed, MetricsOnly and HalfOpen (the per-generation counts are
+    /// differences of these totals, see [`super::counts`]). On the line the call's result
+    /// writes anyway.
+    pub(super) admitted: AtomicU64,
     pub(super) successes: AtomicU64,
     pub(super) failures: AtomicU64,
     pub(super) slow_successes: AtomicU64,
@@ -239,6 +243,7 @@ pub(super) struct Lane {
 impl Lane {
     pub(super) fn new(slow_nanos: u64) -> Self {
         Self {
+            admitted: AtomicU64::new(0),
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             slow_successes: AtomicU64::new(0),

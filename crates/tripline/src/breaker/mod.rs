@@ -17,6 +17,7 @@
 //!   operator override the breaker holds, whether it may be evicted).
 //! * [`permit`]: permits and what became of their results.
 //! * [`metrics`]: the metrics snapshot and the memory figures.
+//! * [`counts`]: the current generation's counts (gobreaker's `Counts`).
 //! * `async_call` (feature `tokio`): the timeout inside the breaker, and the timer task.
 //!
 //! # Concurrency
@@ -50,6 +51,7 @@ mod cause;
 pub(crate) use cause::RawCause;
 mod closed;
 mod counted;
+mod counts;
 mod hot;
 pub(crate) mod metrics;
 pub(crate) mod permit;
@@ -77,6 +79,7 @@ use crate::window::{CountWindow, TimeWindow, Window};
 use hot::{Hot, Lane, Lanes, PaddedLane, TIMED_FOR_LISTENERS};
 use transition::Cold;
 
+pub use counts::Counts;
 pub use metrics::{KindCounts, Metrics, ProbeCounts, Rejections};
 pub use permit::{OwnedPermit, Permit, Recorded};
 

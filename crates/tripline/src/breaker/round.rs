@@ -105,6 +105,7 @@ impl<C: Clock> Inner<C> {
                 let deadline = now.saturating_add(nanos(core.config.probe_lease));
                 core.round.leases[slot] = Some(Lease { token, deadline });
                 core.round.admitted = core.round.admitted.saturating_add(1);
+                self.lane().1.admitted.fetch_add(1, Ordering::Relaxed);
                 return Some(Ok(Ticket {
                     generation: word.generation(),
                     started: now,
@@ -195,13 +196,16 @@ impl<C: Clock> Inner<C> {
         Recorded::Counted
     }
 
-    /// Gives back the slot of a probe dropped without a result.
-    pub(super) fn abandon_probe(&self, slot: u32, token: u64) {
+    /// Gives back the slot of a probe dropped without a result; whether it still held one (a
+    /// probe whose lease expired, or whose round is over, held none).
+    pub(super) fn abandon_probe(&self, slot: u32, token: u64) -> bool {
         let mut core = lock(&self.cold().core);
-        if let Some(lease) = core.round.leases.get_mut(slot as usize) {
-            if lease.is_some_and(|l| l.token == token) {
+        match core.round.leases.get_mut(slot as usize) {
+            Some(lease) if lease.is_some_and(|l| l.token == token) => {
                 *lease = None;
+                true
             }
+            _ => false,
         }
     }
 }

@@ -62,6 +62,8 @@ pub(crate) struct Core {
     /// The kind of the failure whose result the next transition follows (set by the result's
     /// path, taken by the transition): part of the [`TripCause`](crate::TripCause).
     pub(super) pending_kind: Option<crate::outcome::FailureKind>,
+    /// The lifetime totals when the current generation began (see [`super::counts`]).
+    pub(super) base: super::counts::Totals,
 }
 
 /// The part of a breaker that only transitions, probes, listeners and the counters of stale
@@ -71,6 +73,9 @@ pub(crate) struct Cold {
     pub(super) core: Mutex<Core>,
     pub(super) hub: Hub,
     pub(super) stale: AtomicU64,
+    /// Permits abandoned after their generation ended (or their probe lease was reclaimed):
+    /// counted in the lifetime total, left out of the generation's counts.
+    pub(super) stale_abandoned: AtomicU64,
     pub(super) expired_probes: AtomicU64,
     /// Failures by the kind their classifier gave (whatever the kind's weight).
     pub(super) kind_failures: [AtomicU64; 7],
@@ -111,9 +116,11 @@ impl Cold {
                 transitions: 0,
                 hold: None,
                 pending_kind: None,
+                base: super::counts::Totals::default(),
             }),
             hub: Hub::new(),
             stale: AtomicU64::new(0),
+            stale_abandoned: AtomicU64::new(0),
             expired_probes: AtomicU64::new(0),
             kind_failures: std::array::from_fn(|_| AtomicU64::new(0)),
             lumped: AtomicU64::new(0),
@@ -535,6 +542,9 @@ impl<C: Clock> Inner<C> {
             .success_mark
             .store(self.successes(), Ordering::Relaxed);
         core.transitions += 1;
+        // The new generation's counts start from the totals now (under the lock that
+        // `counts` reads them under).
+        core.base = self.totals();
         let cold = self.cold();
         // What opened the breaker, for its rejections, before the word that makes them.
         let kind = core.pending_kind.take();
