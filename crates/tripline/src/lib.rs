@@ -145,7 +145,7 @@ pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{
     AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureCount, FailureKindWeights,
-    HalfOpenPolicy, RampCurve, RampUp, WindowConfig,
+    HalfOpenPolicy, OpenDurationFn, OpenWaitArgs, RampCurve, RampUp, WindowConfig,
 };
 pub use error::{
     BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError, TripCause,

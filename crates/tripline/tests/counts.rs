@@ -282,3 +282,79 @@ fn gobreakers_default_scenario_counts_alike() {
     assert_eq!(b.state(), State::Closed);
     assert_eq!(gobreaker(b.counts()), [0; 5]);
 }
+
+/// gobreaker's `TestCustomCircuitBreaker`: `Interval` 30 s, `Timeout` 90 s, `MaxRequests` 3,
+/// trip at 3 requests or more with a failure ratio of at least 0.6.
+#[test]
+fn gobreakers_custom_scenario_counts_alike() {
+    let config = BreakerConfig::builder()
+        .count_window(100)
+        .minimum_calls(3)
+        .failure_rate_threshold(60.0)
+        .interval(Duration::from_secs(30))
+        .open_duration(Duration::from_secs(90))
+        .half_open_calls(3)
+        .build()
+        .unwrap();
+    let (b, clock) = breaker(config);
+    for _ in 0..5 {
+        assert!(succeed(&b));
+        assert!(fail(&b));
+    }
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(gobreaker(b.counts()), [10, 5, 5, 0, 1]);
+
+    clock.advance(Duration::from_secs(29));
+    assert!(succeed(&b));
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(gobreaker(b.counts()), [11, 6, 5, 1, 0]);
+
+    clock.advance(Duration::from_secs(1)); // over the interval
+    assert!(fail(&b));
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(gobreaker(b.counts()), [1, 0, 1, 0, 1]);
+
+    // Closed to Open: 2 failures of 3.
+    assert!(succeed(&b));
+    assert!(fail(&b));
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(gobreaker(b.counts()), [0; 5]);
+
+    // Open to HalfOpen.
+    clock.advance(Duration::from_secs(90));
+    assert!(succeed(&b));
+    assert!(succeed(&b));
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(gobreaker(b.counts()), [2, 2, 0, 2, 0]);
+
+    // HalfOpen to Closed: the third probe is in flight, a fourth call is refused.
+    let third = b.try_acquire().unwrap();
+    assert_eq!(gobreaker(b.counts()), [3, 2, 0, 2, 0]);
+    assert!(!succeed(&b), "over MaxRequests");
+    third.record(Outcome::Success);
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(gobreaker(b.counts()), [0; 5]);
+}
+
+/// gobreaker's `TestGeneration`: a request of the previous generation has no effect on the
+/// counts of the next.
+#[test]
+fn gobreakers_generation_scenario_discards_the_previous_intervals_request() {
+    let config = BreakerConfig::builder()
+        .interval(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (b, clock) = breaker(config);
+    clock.advance(Duration::from_secs(29));
+    assert!(succeed(&b));
+    let slow = b.try_acquire().unwrap();
+    assert_eq!(gobreaker(b.counts()), [2, 1, 0, 1, 0]);
+
+    clock.advance(Duration::from_secs(1)); // over the interval
+    b.tick();
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(gobreaker(b.counts()), [0; 5]);
+
+    assert_eq!(slow.record(Outcome::Success), Recorded::Stale);
+    assert_eq!(gobreaker(b.counts()), [0; 5]);
+}

@@ -140,7 +140,12 @@ pub(crate) struct Inner<C> {
     /// The failure-count-in-time rule's ring, when the rule is on (its size is part of the
     /// shape, fixed for the breaker's life).
     failure_times: Option<Box<counted::FailureTimes>>,
-    next_inflight_check: AtomicU64,
+    /// When a closed acquire next looks at what is due (`Hot::closed_checks`): the next
+    /// in-flight check, or the end of the generation's interval, whichever comes first.
+    next_closed_check: AtomicU64,
+    /// When the current Closed generation's `interval` ends (`u64::MAX`: no interval).
+    /// Written by a transition into Closed before the word.
+    interval_end: AtomicU64,
     /// When the breaker last entered Closed (or MetricsOnly); its creation time until the
     /// first transition.
     closed_since: AtomicU64,
@@ -233,6 +238,7 @@ impl<C: Clock> CircuitBreaker<C> {
         };
         let slow_nanos = nanos(config.slow_call_duration);
         let lane = Lane::new(slow_nanos);
+        let interval_end = transition::interval_end(&config, now);
         let lanes = (config.stripes > 1).then(|| {
             Box::new(Lanes(
                 (0..config.stripes)
@@ -248,7 +254,13 @@ impl<C: Clock> CircuitBreaker<C> {
             failure_times: config
                 .failure_count
                 .map(|f| Box::new(counted::FailureTimes::new(f.failures))),
-            next_inflight_check: AtomicU64::new(now.saturating_add(lane.inflight.width())),
+            next_closed_check: AtomicU64::new(transition::next_closed_check(
+                &config,
+                now,
+                lane.inflight.width(),
+                interval_end,
+            )),
+            interval_end: AtomicU64::new(interval_end),
             closed_since: AtomicU64::new(now),
             closed_generation: AtomicU64::new(0),
             lane,
@@ -398,7 +410,7 @@ impl<C: Clock> CircuitBreaker<C> {
                 },
             );
         }
-        cold.hub.drain();
+        inner.drain(cold);
     }
 
     /// The shared part, for the other modules of the crate.

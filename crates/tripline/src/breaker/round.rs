@@ -66,9 +66,14 @@ impl<C: Clock> Inner<C> {
         if self.word() != word {
             return None;
         }
+        if core.opening_from(word) {
+            // The round has its verdict: the breaker is opening.
+            drop(core);
+            return Some(Err(self.reject::<1>(None, now, word.generation())));
+        }
         if self.end_half_open_past_max_wait(&mut core, word, now) {
             drop(core);
-            cold.hub.drain();
+            self.drain(cold);
             return None;
         }
         // Reclaim expired leases: their probes' results will be refused as stale.
@@ -95,7 +100,7 @@ impl<C: Clock> Inner<C> {
                 OpenWait::RULES,
             );
             drop(core);
-            cold.hub.drain();
+            self.drain(cold);
             return None;
         }
         if rules::admits_probe(policy, k, core.round.in_flight(), &core.round.counts) {
@@ -192,7 +197,7 @@ impl<C: Clock> Inner<C> {
             );
         }
         drop(core);
-        cold.hub.drain();
+        self.drain(cold);
         Recorded::Counted
     }
 
