@@ -1131,7 +1131,9 @@ impl BreakerConfigBuilder {
     /// configured wait applies.
     ///
     /// A function cannot be written in TOML: a configuration read from TOML has none, and
-    /// one written out loses it (set it again with [`BreakerConfig::to_builder`]).
+    /// one written out loses it (set it again with [`BreakerConfig::to_builder`]). The
+    /// fleet-wide breaker of `tripline-redis` does not call it (the fleet opens for the
+    /// configured wait).
     ///
     /// [`rules::clamp_open_wait`]: crate::rules::clamp_open_wait
     ///

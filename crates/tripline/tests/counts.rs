@@ -128,7 +128,14 @@ fn requests_equal_every_result_plus_in_flight_plus_abandoned_within_a_generation
     p.record_classified(tripline::Classification::failure(FailureKind::RateLimited));
     let c = b.counts();
     assert_eq!(
-        (c.requests, c.successes, c.failures, c.ignored, c.abandoned, c.in_flight),
+        (
+            c.requests,
+            c.successes,
+            c.failures,
+            c.ignored,
+            c.abandoned,
+            c.in_flight
+        ),
         (41, 8, 8, 9, 8, 8)
     );
     assert!(balanced(&c));
@@ -141,7 +148,12 @@ fn requests_equal_every_result_plus_in_flight_plus_abandoned_within_a_generation
     // The lifetime metrics hold the same totals.
     let m = b.metrics();
     assert_eq!(
-        (m.successful_calls, m.failed_calls, m.ignored_calls, m.abandoned_permits),
+        (
+            m.successful_calls,
+            m.failed_calls,
+            m.ignored_calls,
+            m.abandoned_permits
+        ),
         (16, 8, 9, 8)
     );
 }
@@ -163,7 +175,14 @@ fn stale_results_of_an_old_generation_are_not_counted_in_the_new_one() {
     let c = b.counts();
     assert_eq!(c.generation, 1);
     assert_eq!(
-        (c.requests, c.successes, c.failures, c.ignored, c.abandoned, c.in_flight),
+        (
+            c.requests,
+            c.successes,
+            c.failures,
+            c.ignored,
+            c.abandoned,
+            c.in_flight
+        ),
         (1, 0, 0, 0, 0, 1),
         "{c:?}"
     );
@@ -226,7 +245,13 @@ fn a_striped_breaker_counts_every_stripe() {
     // gobreaker's `TestCircuitBreakerInParallel`: every success of every thread is counted.
     let c = b.counts();
     assert_eq!(
-        [c.requests, c.successes, c.failures, c.consecutive_successes, c.consecutive_failures],
+        [
+            c.requests,
+            c.successes,
+            c.failures,
+            c.consecutive_successes,
+            c.consecutive_failures
+        ],
         [4000, 4000, 0, 4000, 0]
     );
 }

@@ -68,9 +68,7 @@ fn a_failure_before_the_boundary_and_n_minus_1_after_never_trip_the_failure_coun
 #[test]
 fn the_window_and_the_counts_clear_at_the_boundary() {
     for time_window in [false, true] {
-        let builder = BreakerConfig::builder()
-            .minimum_calls(4)
-            .interval(30 * S);
+        let builder = BreakerConfig::builder().minimum_calls(4).interval(30 * S);
         let builder = if time_window {
             builder.time_window(60 * S, S)
         } else {
@@ -84,7 +82,11 @@ fn the_window_and_the_counts_clear_at_the_boundary() {
         clock.advance(30 * S);
         let _ = b.try_acquire().unwrap().record(Outcome::Success);
         let m = b.metrics();
-        assert_eq!((m.window.calls, m.window.failures), (1, 0), "time window: {time_window}");
+        assert_eq!(
+            (m.window.calls, m.window.failures),
+            (1, 0),
+            "time window: {time_window}"
+        );
         let c = b.counts();
         assert_eq!((c.generation, c.requests, c.successes), (1, 1, 1));
         // Two failures more: 2 of 3 in this interval, below the minimum of 4.
@@ -124,10 +126,7 @@ fn a_result_from_before_the_boundary_is_stale() {
 
 #[test]
 fn the_boundary_is_a_transition_from_closed_to_closed_with_its_reason() {
-    let config = BreakerConfig::builder()
-        .interval(30 * S)
-        .build()
-        .unwrap();
+    let config = BreakerConfig::builder().interval(30 * S).build().unwrap();
     let (b, clock) = breaker(config);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
@@ -207,7 +206,10 @@ fn a_ramp_goes_on_through_the_boundary() {
     let _ = b.try_acquire().unwrap().record(Outcome::Success); // Closed, ramping at 50 %
     clock.advance(10 * S);
     let admitted = (0..10).filter(|_| b.try_acquire().is_ok()).count();
-    assert_eq!(admitted, 5, "still at the ramp's first step after the boundary");
+    assert_eq!(
+        admitted, 5,
+        "still at the ramp's first step after the boundary"
+    );
     assert_eq!(b.counts().rejected, 5);
 }
 
@@ -245,7 +247,11 @@ fn a_reconfigured_interval_counts_from_the_change() {
 
 #[test]
 fn the_builder_refuses_an_interval_out_of_range() {
-    for bad in [Duration::ZERO, Duration::from_micros(999), 8 * 24 * 3600 * S] {
+    for bad in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        8 * 24 * 3600 * S,
+    ] {
         let e = BreakerConfig::builder().interval(bad).build().unwrap_err();
         assert_eq!(e.field(), "interval");
         assert!(e.to_string().contains("between 1ms and 7days"), "{e}");
@@ -262,7 +268,9 @@ fn toml_reads_an_interval_and_refuses_one_out_of_range() {
     assert_eq!(back, c);
     assert_eq!(c.to_builder().build().unwrap(), c);
     for bad in [r#"interval = "0s""#, r#"interval = "8days""#] {
-        let e = toml::from_str::<BreakerConfig>(bad).unwrap_err().to_string();
+        let e = toml::from_str::<BreakerConfig>(bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("interval must be between 1ms and 7days"), "{e}");
     }
 }

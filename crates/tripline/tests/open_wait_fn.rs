@@ -50,7 +50,11 @@ fn the_functions_result_sets_the_open_wait() {
     fail(&b);
     assert_eq!(b.state(), State::Open);
     assert_eq!(retry_after(&b), Some(42 * S));
-    assert_eq!(*open_for.lock().unwrap(), [42 * S], "the event carries it too");
+    assert_eq!(
+        *open_for.lock().unwrap(),
+        [42 * S],
+        "the event carries it too"
+    );
     clock.advance(41 * S);
     assert!(b.try_acquire().is_err());
     clock.advance(S);
@@ -62,7 +66,9 @@ fn the_function_sees_attempt_1_2_3_across_repeated_opens() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let (b, clock) = breaker(move |a| {
-        log.lock().unwrap().push((a.attempt, a.reason, a.failures, a.calls));
+        log.lock()
+            .unwrap()
+            .push((a.attempt, a.reason, a.failures, a.calls));
         S * a.attempt
     });
     fail(&b);
@@ -118,14 +124,23 @@ fn the_function_gets_the_windows_rates_and_the_configured_wait() {
     assert_eq!(b.state(), State::Open);
     let a = seen.lock().unwrap().clone().unwrap();
     assert_eq!((a.failures, a.calls, a.failure_rate), (2, 4, 50.0));
-    assert_eq!((a.reason, a.retry_after), (Reason::FailureRate, Some(5 * S)));
+    assert_eq!(
+        (a.reason, a.retry_after),
+        (Reason::FailureRate, Some(5 * S))
+    );
     assert_eq!(a.configured, 10 * S);
     assert_eq!(retry_after(&b), Some(30 * S));
 }
 
 #[test]
 fn the_functions_result_is_clamped_to_the_open_durations_bounds() {
-    let (b, clock) = breaker(|a| if a.attempt == 1 { Duration::ZERO } else { Duration::MAX });
+    let (b, clock) = breaker(|a| {
+        if a.attempt == 1 {
+            Duration::ZERO
+        } else {
+            Duration::MAX
+        }
+    });
     fail(&b);
     fail(&b);
     assert_eq!(retry_after(&b), Some(Duration::from_millis(1)));

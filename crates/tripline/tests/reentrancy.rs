@@ -693,9 +693,12 @@ fn an_open_wait_function_that_reads_its_breaker_never_deadlocks_it() {
         let _ = b.try_acquire();
     });
     let trip = b.clone();
-    finishes("a trip whose open-wait function reads the breaker", move || {
-        let _ = trip.try_acquire().unwrap().record(Outcome::Failure);
-    });
+    finishes(
+        "a trip whose open-wait function reads the breaker",
+        move || {
+            let _ = trip.try_acquire().unwrap().record(Outcome::Failure);
+        },
+    );
     assert_eq!((b.state(), calls.load(Ordering::SeqCst)), (State::Open, 1));
     assert_eq!(
         b.try_acquire().unwrap_err().retry_after(),
@@ -730,7 +733,10 @@ fn an_open_wait_function_that_resets_its_breaker_never_deadlocks_it() {
     finishes("an open-wait function that resets", move || {
         let _ = trip.try_acquire().unwrap().record(Outcome::Failure);
     });
-    assert_eq!((b.state(), calls.load(Ordering::SeqCst)), (State::Closed, 1));
+    assert_eq!(
+        (b.state(), calls.load(Ordering::SeqCst)),
+        (State::Closed, 1)
+    );
     // The reset was a transition; the open it overtook never happened.
     assert_eq!(b.generation(), 1);
 }

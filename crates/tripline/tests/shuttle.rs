@@ -503,7 +503,11 @@ fn an_open_waiting_for_its_function_races_a_reset_and_a_trip() {
             }
             b.reset();
             b.trip();
-            assert_eq!(b.state(), State::Open, "an open left underway blocks the next");
+            assert_eq!(
+                b.state(),
+                State::Open,
+                "an open left underway blocks the next"
+            );
             assert_eq!(open_wait(&b), Some(Duration::from_secs(7)));
         },
         SCHEDULES,

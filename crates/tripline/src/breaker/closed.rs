@@ -222,9 +222,7 @@ impl<C: Clock> Inner<C> {
             // Admitted in an earlier generation (or a probe whose lease was reclaimed): not
             // the current generation's (see `counts`). Only after a transition, so the cold
             // part exists.
-            self.cold()
-                .stale_abandoned
-                .fetch_add(1, Ordering::Relaxed);
+            self.cold().stale_abandoned.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(cold) = self.call_events() {
             cold.hub.call_event(

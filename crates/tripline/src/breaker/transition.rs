@@ -690,8 +690,7 @@ impl<C: Clock> Inner<C> {
             return;
         }
         if rules_open {
-            if let (OpenWait::Rules(hint), Some(f)) = (open, core.config.open_duration_fn.clone())
-            {
+            if let (OpenWait::Rules(hint), Some(f)) = (open, core.config.open_duration_fn.clone()) {
                 self.defer_open(core, from, reason, window, now, hint, f);
                 return;
             }
