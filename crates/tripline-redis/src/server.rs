@@ -162,12 +162,17 @@ pub enum ServerError {
 /// One throwaway `redis-server` on `127.0.0.1`, killed (SIGKILL) and its directory removed when
 /// dropped.
 ///
+/// It is also killed, and its directory removed, within about a second of this process's end
+/// when it is never dropped (a server held in a `static`, a test process killed by its
+/// harness): a small watchdog (`sh`) beside it polls for this process and cleans up after it.
+///
 /// It runs without persistence (`save ""`, `appendonly no`), with `protected-mode no` and, on
 /// Redis 7 and later, `enable-debug-command local` (so `DEBUG SLEEP` works), from a
 /// `redis.conf` in its temporary directory; it logs to `redis.log` there.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Option<Child>,
+    watchdog: Option<Child>,
     port: u16,
     config: PathBuf,
     log: PathBuf,
@@ -211,7 +216,13 @@ impl RedisServer {
     /// Kills the process (SIGKILL) and waits for it; does nothing if it is not running. Its
     /// port and directory stay for [`restart`](Self::restart).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        // The server first, then its watchdog (which would otherwise kill it within a second
+        // of this process's end, and remove the directory a restart needs).
+        for child in [self.child.take(), self.watchdog.take()]
+            .into_iter()
+            .flatten()
+        {
+            let mut child = child;
             // `kill` only fails when the child has already been reaped, which `take` rules out,
             // or has already exited, which `wait` then collects.
             let _ = child.kill();
@@ -233,6 +244,7 @@ impl RedisServer {
             }
             match launch(&self.config, &self.log, self.port) {
                 Ok(child) => {
+                    self.watchdog = watchdog(&child, self.dir.path());
                     self.child = Some(child);
                     return Ok(());
                 }
@@ -287,6 +299,7 @@ impl RedisServer {
             match launch(&config, &log, port) {
                 Ok(child) => {
                     return Ok(Self {
+                        watchdog: watchdog(&child, dir.path()),
                         child: Some(child),
                         port,
                         config,
@@ -659,6 +672,26 @@ impl From<io::Error> for Launch {
     }
 }
 
+/// A `sh` beside the server that polls, once a second, whether this process still runs, and
+/// when it does not, kills the server and removes its directory: a server that is never
+/// dropped (held in a `static`, or its process killed) does not outlive its process. `None`
+/// where no `sh` can be started (the server then lives until it is dropped, as before).
+fn watchdog(server: &Child, dir: &Path) -> Option<Child> {
+    // The directory goes first, so that once the server's connections close it is gone.
+    const SCRIPT: &str = "while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; \
+        rm -rf -- \"$3\"; kill -9 \"$2\" 2>/dev/null";
+    Command::new("sh")
+        .args(["-c", SCRIPT, "tripline-redis-watchdog"])
+        .arg(std::process::id().to_string())
+        .arg(server.id().to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
 /// Kills and reaps its child when dropped, unless [`defuse`](Reaper::defuse)d.
 struct Reaper(Option<Child>);
 
@@ -940,6 +973,59 @@ fn log_tail(log: &Path, offset: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server held past its process's end (never dropped: a `static`, a killed test) is
+    /// killed and its directory removed by its watchdog.
+    #[test]
+    fn a_server_never_dropped_does_not_outlive_its_process() -> Result<(), ServerError> {
+        use std::io::Read;
+        if std::env::var_os("TRIPLINE_REDIS_NEVER_DROPPED").is_some() {
+            let server = RedisServer::start()?;
+            println!("port={} dir={}", server.port(), server.dir().display());
+            std::mem::forget(server);
+            std::process::exit(0);
+        }
+        let out = Command::new(std::env::current_exe()?)
+            .args([
+                "--exact",
+                "server::tests::a_server_never_dropped_does_not_outlive_its_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("TRIPLINE_REDIS_NEVER_DROPPED", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // libtest prints the test's name first, on the same line.
+        let line = text
+            .lines()
+            .find_map(|l| l.split_once("port=").map(|(_, rest)| rest))
+            .unwrap_or_else(|| panic!("the child printed no port ({:?}): {text}", out.status));
+        let (port, dir) = line.split_once(" dir=").expect("port and dir");
+        let port: u16 = port.parse().expect("a port");
+        // The server is gone when its connection closes (or when nothing listens any more);
+        // the read timeout bounds the wait for a failure, it times nothing that passes.
+        if let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            conn.set_read_timeout(Some(Duration::from_secs(60)))?;
+            let mut buf = [0u8; 64];
+            loop {
+                match conn.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+                    Err(e) => {
+                        panic!("redis-server on {port} still runs after its process ended: {e}")
+                    }
+                }
+            }
+        }
+        assert!(
+            !Path::new(dir).exists(),
+            "{dir} outlived the process that made it"
+        );
+        Ok(())
+    }
 
     #[test]
     fn server_answers_dies_and_comes_back_on_the_same_port() -> Result<(), ServerError> {

@@ -169,7 +169,7 @@ fn upper_bound_secs(text: &str) -> u128 {
 }
 
 /// `#[serde(with = "tripline::duration::serde")]`: a [`Duration`] as a human duration text,
-/// read with [`parse`](super::parse) and written with [`format`](super::format).
+/// read with [`parse`] and written with [`format`](fn@format).
 ///
 /// ```
 /// use std::time::Duration;
