@@ -48,8 +48,19 @@ pub(super) struct Totals {
 /// nothing). Each ends in exactly one of the other columns, or is still `in_flight`:
 /// `requests == successes + failures + ignored + abandoned + expired_probes + in_flight`.
 /// Results of an earlier generation's calls are stale and count in none of them (the metrics'
-/// `stale_results` counts them). The figures are exact when calls do not race a transition;
-/// see the module notes of the source for what a race can move.
+/// `stale_results` counts them).
+///
+/// # Exact, and approximate
+/// With one caller at a time, and always in HalfOpen (whose probes are admitted and settled
+/// under the breaker's lock), every figure is exact. Lock-free closed calls racing a
+/// transition may land on the wrong side of it: a call that read the old generation but
+/// counts its admission just after the transition counts in the new generation's `requests`
+/// though its result will be stale (it then reads as in flight there for the rest of that
+/// generation), and a result that passed the staleness check just before the transition but
+/// counts just after counts in the new generation. Each race moves at most one call per caller
+/// racing that one transition; nothing is counted twice, and the lifetime totals of
+/// [`Metrics`](crate::Metrics) lose nothing. `in_flight` is what remains of `requests` once
+/// every other column is taken, never below zero.
 ///
 /// ```
 /// use tripline::{BreakerConfig, CircuitBreaker, Outcome};
