@@ -64,6 +64,7 @@ pub(crate) fn reason(r: &Reason) -> Value {
         }),
         Reason::HalfOpenTimeout => json!({ "rule": "half-open-timeout" }),
         Reason::Operator => json!({ "rule": "operator" }),
+        Reason::IntervalElapsed => json!({ "rule": "interval-elapsed" }),
         other => json!({ "rule": format!("{other:?}") }),
     }
 }

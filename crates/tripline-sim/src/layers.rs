@@ -616,6 +616,7 @@ pub(crate) fn reason_str(kind: &EventKind) -> &'static str {
             R::ProbesFailed { .. } => "probes-failed",
             R::HalfOpenTimeout => "half-open-timeout",
             R::Operator => "operator",
+            R::IntervalElapsed => "interval-elapsed",
             _ => "other",
         },
         _ => "other",

@@ -24,6 +24,7 @@
 //! | `failure_kinds` | every kind weighs 1 | a failure is a failure until you say otherwise |
 //! | `lumping_interval` | off | Semian's error lumping, for bursty clients that report one outage many times |
 //! | `call_durations` | off | the window's total and mean call duration cost a few atomics per call |
+//! | `interval` | off | gobreaker's `Interval`: a Closed generation that ends at a fixed boundary, every count cleared; for rules meant per period ("3 failures a minute") |
 //! | `ramp_up` | off | a breaker that closes sends full traffic at once, as every peer does; ramp it for a dependency that recovers slowly (start at 10 % over 30 s in 10 steps, say) |
 //!
 //! These defaults suit a slow internal RPC, as the resilience4j ones they follow do. For a
@@ -341,6 +342,8 @@ pub struct BreakerConfig {
     pub(crate) lumping_interval: Option<Duration>,
     pub(crate) call_durations: bool,
     pub(crate) ramp_up: Option<RampUp>,
+    pub(crate) interval: Option<Duration>,
+    pub(crate) open_duration_fn: Option<OpenDurationFn>,
 }
 
 impl Default for BreakerConfig {
@@ -371,7 +374,90 @@ impl Default for BreakerConfig {
             lumping_interval: None,
             call_durations: false,
             ramp_up: None,
+            interval: None,
+            open_duration_fn: None,
         }
+    }
+}
+
+/// What an open-wait function ([`BreakerConfigBuilder::open_duration_fn`]) is told about the
+/// open period it decides, Polly's `BreakDurationGeneratorArguments`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tripline::{BreakerConfig, OpenWaitArgs};
+///
+/// // Polly's example: a longer break for each reopen in a row, up to ten minutes.
+/// let by_attempt = |a: &OpenWaitArgs| Duration::from_secs(10 * u64::from(a.attempt)).min(Duration::from_secs(600));
+/// let config = BreakerConfig::builder().open_duration_fn(by_attempt).build()?;
+/// assert!(config.open_duration_fn().is_some());
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct OpenWaitArgs {
+    /// Opens in a row, this one included: 1 for a trip from Closed, 2 for the first reopen
+    /// from HalfOpen (failed probes, or a half-open maximum wait that goes to Open), 3 for the
+    /// next, and so on until the breaker closes (Polly's `HalfOpenAttempts`, plus one).
+    pub attempt: u32,
+    /// Failures in the window the trip judged (for a reopen from HalfOpen, the window of the
+    /// last Closed generation; the probes' results are in `reason`).
+    pub failures: u64,
+    /// Calls in that window.
+    pub calls: u64,
+    /// Its failure rate, in percent (0 for an empty window).
+    pub failure_rate: f64,
+    /// Its slow-call rate, in percent (calls in flight past the slow-call duration included).
+    pub slow_call_rate: f64,
+    /// Why the breaker opens: the rule that tripped, the probes that failed, the half-open
+    /// timeout, or an operator's `trip`.
+    pub reason: crate::Reason,
+    /// The `Retry-After` hint of the result that opened the breaker, if it carried one.
+    pub retry_after: Option<Duration>,
+    /// The wait the configuration alone would give (`open.duration` with its backoff level,
+    /// jitter and hint): what applies if the function panics.
+    pub configured: Duration,
+}
+
+/// An open-wait function (see [`BreakerConfigBuilder::open_duration_fn`]): cheap to clone
+/// (one `Arc`). Two are equal when they are the same function object (the same `Arc`), so a
+/// configuration and its clones compare equal, and two configurations built with separate
+/// closures do not.
+///
+/// ```
+/// use std::time::Duration;
+/// use tripline::BreakerConfig;
+/// let a = BreakerConfig::builder().open_duration_fn(|_| Duration::from_secs(5)).build()?;
+/// let b = BreakerConfig::builder().open_duration_fn(|_| Duration::from_secs(5)).build()?;
+/// assert_eq!(a, a.clone());
+/// assert_ne!(a, b);
+/// assert_eq!(format!("{:?}", a.open_duration_fn().unwrap()), "OpenDurationFn(..)");
+/// # Ok::<(), tripline::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct OpenDurationFn(std::sync::Arc<dyn Fn(&OpenWaitArgs) -> Duration + Send + Sync>);
+
+impl OpenDurationFn {
+    /// Wraps `f`.
+    pub fn new(f: impl Fn(&OpenWaitArgs) -> Duration + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(f))
+    }
+
+    /// Calls the function (the breaker calls it with no lock held, and catches a panic).
+    pub fn call(&self, args: &OpenWaitArgs) -> Duration {
+        (self.0)(args)
+    }
+}
+
+impl std::fmt::Debug for OpenDurationFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpenDurationFn(..)")
+    }
+}
+
+impl PartialEq for OpenDurationFn {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
@@ -398,6 +484,7 @@ impl BreakerConfig {
             || self.lumping_interval.is_some()
             || self.ramp_up.is_some()
             || self.failure_count.is_some()
+            || self.interval.is_some()
     }
 
     /// The finest duration the configuration compares call times against: the slow-call
@@ -422,7 +509,16 @@ impl BreakerConfig {
         if let Some(r) = self.ramp_up {
             take(r.over / r.steps.max(1));
         }
+        if let Some(i) = self.interval {
+            take(i);
+        }
         finest
+    }
+
+    /// The open-wait function, if one is set (see
+    /// [`BreakerConfigBuilder::open_duration_fn`]).
+    pub fn open_duration_fn(&self) -> Option<&OpenDurationFn> {
+        self.open_duration_fn.as_ref()
     }
 
     /// A builder starting from the defaults.
@@ -504,6 +600,10 @@ impl BreakerConfig {
         call_durations: bool;
         /// Gradual recovery after closing, if on.
         ramp_up: Option<RampUp>;
+        /// The fixed Closed interval, if set: each Closed generation ends at this boundary
+        /// and a new one begins with every count cleared (gobreaker's `Interval`; see
+        /// [`BreakerConfigBuilder::interval`]).
+        interval: Option<Duration>;
     }
 
     /// Whether `other` has this configuration's window shape (kind, size, length, bucket,
@@ -676,6 +776,9 @@ impl BreakerConfig {
         }
         if let Some(l) = self.lumping_interval {
             dur("lumping_interval", l, MS, Duration::from_secs(3600))?;
+        }
+        if let Some(i) = self.interval {
+            dur("interval", i, MS, WEEK)?;
         }
         Ok(())
     }
@@ -964,6 +1067,99 @@ impl BreakerConfigBuilder {
         self
     }
 
+    /// A fixed Closed interval, as gobreaker's `Interval`: in Closed (and MetricsOnly) the
+    /// generation ends `interval` after it began (on the breaker's clock) and a new one begins,
+    /// as a [`reset`](crate::CircuitBreaker::reset) would begin it: the window (count or time),
+    /// the runs of consecutive outcomes, the failure-count rule's failures and the
+    /// [`counts`](crate::CircuitBreaker::counts) are all cleared, and results of calls admitted
+    /// before the boundary are stale ([`Recorded::Stale`](crate::Recorded::Stale)). So a rule
+    /// sees only the current interval's calls: with a time window longer than the interval,
+    /// the window never holds calls from before the interval began; with a shorter one, it
+    /// slides within the interval as usual.
+    ///
+    /// The new generation begins at the first acquire or result at or after the boundary (or
+    /// at [`tick`](crate::CircuitBreaker::tick)), whichever comes first, and its interval
+    /// runs from then. It is a transition from Closed to Closed, with its event
+    /// ([`Reason::IntervalElapsed`](crate::Reason::IntervalElapsed)) and a count in the
+    /// metrics' `transitions`; it keeps the time in state, a ramp in progress and the open
+    /// backoff's memory of the last close. Without an interval (the default) a Closed
+    /// generation lasts until the state changes, as gobreaker's `Interval` of 0 does. In
+    /// [1ms, 7 days]; in TOML, `interval = "60s"`. The fleet-wide breaker of
+    /// `tripline-redis` does not follow it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline::{BreakerConfig, CircuitBreaker, ManualClock, Outcome, State};
+    ///
+    /// let config = BreakerConfig::builder()
+    ///     .consecutive_failures(3)
+    ///     .interval(Duration::from_secs(30))
+    ///     .build()?;
+    /// let clock = ManualClock::new();
+    /// let breaker = CircuitBreaker::with_clock("db", config, clock.clone());
+    /// let _ = breaker.call(|| Err::<(), _>("boom"));
+    /// let _ = breaker.call(|| Err::<(), _>("boom"));
+    /// clock.advance(Duration::from_secs(30)); // a new generation: the run starts over
+    /// let _ = breaker.call(|| Err::<(), _>("boom"));
+    /// assert_eq!((breaker.state(), breaker.counts().failures), (State::Closed, 1));
+    ///
+    /// let err = BreakerConfig::builder().interval(Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.to_string(), "interval must be between 1ms and 7days, got 0s");
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.config.interval = Some(interval);
+        self
+    }
+
+    /// Computes each open wait with `f` instead of `open.duration`, its backoff and jitter, as
+    /// Polly's `BreakDurationGenerator` does: `f` gets the open period's [`OpenWaitArgs`]
+    /// (opens in a row, the window's failures and rates, the rule that tripped, the
+    /// `Retry-After` hint, the configured wait) and returns the wait, which is clamped to
+    /// `open.duration`'s bounds, [1ms, 7 days] ([`rules::clamp_open_wait`]). It applies to
+    /// every open the rules decide (a trip, failed probes, a half-open maximum wait that goes
+    /// to Open, [`trip`](crate::CircuitBreaker::trip)); an operator's explicit wait
+    /// ([`transition_to_open_for`](crate::CircuitBreaker::transition_to_open_for)) stays
+    /// as given.
+    ///
+    /// `f` runs with no lock of the breaker's held, on the thread whose call decided the
+    /// open, before that call returns: it may call back into the breaker (read its state or
+    /// metrics, reset it). The open is decided first and the breaker stays where it was while
+    /// `f` runs (calls go on being admitted, no rule moves it meanwhile); then it opens, from
+    /// the time of the decision, unless an operator (or `f` itself) moved it meanwhile. A
+    /// panic in `f` is caught and counted (the metrics' `open_wait_panics`), and the
+    /// configured wait applies.
+    ///
+    /// A function cannot be written in TOML: a configuration read from TOML has none, and
+    /// one written out loses it (set it again with [`BreakerConfig::to_builder`]). The
+    /// fleet-wide breaker of `tripline-redis` does not call it (the fleet opens for the
+    /// configured wait).
+    ///
+    /// [`rules::clamp_open_wait`]: crate::rules::clamp_open_wait
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tripline::{BreakerConfig, CircuitBreaker, ManualClock, State};
+    ///
+    /// let config = BreakerConfig::builder()
+    ///     .consecutive_failures(1)
+    ///     .open_duration_fn(|a| Duration::from_secs(1 << a.attempt))
+    ///     .build()?;
+    /// let clock = ManualClock::new();
+    /// let breaker = CircuitBreaker::with_clock("db", config, clock.clone());
+    /// let _ = breaker.call(|| Err::<(), _>("boom"));
+    /// assert_eq!(breaker.state(), State::Open);
+    /// assert_eq!(breaker.try_acquire().unwrap_err().retry_after(), Some(Duration::from_secs(2)));
+    /// # Ok::<(), tripline::ConfigError>(())
+    /// ```
+    pub fn open_duration_fn(
+        mut self,
+        f: impl Fn(&OpenWaitArgs) -> Duration + Send + Sync + 'static,
+    ) -> Self {
+        self.config.open_duration_fn = Some(OpenDurationFn::new(f));
+        self
+    }
+
     /// Seeds the jitter generator, for reproducible runs.
     pub fn seed(mut self, seed: u64) -> Self {
         self.config.seed = Some(seed);
@@ -1052,6 +1248,7 @@ mod raw {
         max_wait: "half_open.max_wait" in [MS, WEEK];
         probe_lease: "half_open.probe_lease" in [MS, WEEK];
         lumping: "lumping_interval" in [MS, HOUR];
+        interval: "interval" in [MS, WEEK];
     }
 
     fn window_size<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
@@ -1364,6 +1561,13 @@ mod raw {
         call_durations: Option<bool>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ramp_up: Option<RawRampUp>,
+        #[serde(
+            serialize_with = "crate::duration::serde::option::serialize",
+            deserialize_with = "interval",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        interval: Option<Duration>,
         #[serde(default)]
         open: RawOpen,
         #[serde(default)]
@@ -1430,6 +1634,9 @@ mod raw {
                     steps: u.steps,
                     curve: u.curve,
                 }),
+                interval: r.interval,
+                // A function has no serialized form.
+                open_duration_fn: None,
             };
             c.validate()?;
             Ok(c)
@@ -1469,6 +1676,7 @@ mod raw {
                     steps: u.steps,
                     curve: u.curve,
                 }),
+                interval: c.interval,
                 open: RawOpen {
                     duration: Some(c.open_duration),
                     jitter: Some(c.open_jitter),

@@ -183,6 +183,10 @@ pub enum Reason {
     HalfOpenTimeout,
     /// An operator asked for it.
     Operator,
+    /// The Closed generation's `interval` ended (Closed to Closed, or MetricsOnly to
+    /// MetricsOnly): a new generation with every count cleared
+    /// ([`BreakerConfigBuilder::interval`](crate::BreakerConfigBuilder::interval)).
+    IntervalElapsed,
 }
 
 /// Receives events. Implemented for closures `Fn(&Event)`.

@@ -55,6 +55,14 @@
 //!   may call back into the breaker (see [`Listener`]).
 //! * Every transition bumps a generation. A [`Permit`] carries the generation it was granted in;
 //!   a result from an older generation is discarded and counted ([`Recorded::Stale`]).
+//!   [`CircuitBreaker::counts`] gives the current generation's [`Counts`] (gobreaker's:
+//!   calls admitted, successes, failures, ignored, abandoned, in flight, refused), and an
+//!   optional fixed Closed interval ([`BreakerConfigBuilder::interval`], gobreaker's
+//!   `Interval`) starts a new generation at each boundary, every count cleared.
+//! * The open wait is `open.duration` with optional jitter, backoff and a capped `Retry-After`
+//!   hint, or the result of a function of the open period
+//!   ([`BreakerConfigBuilder::open_duration_fn`], Polly's `BreakDurationGenerator`), called
+//!   with no lock held and clamped to [1ms, 7 days].
 //! * Half-open probes are leases with a deadline (`half_open.probe_lease`); an expired lease is
 //!   reclaimed by the next acquire after its deadline, and a result arriving once its lease was
 //!   reclaimed is refused as stale (a late result that beats every reclaim still counts; the
@@ -138,14 +146,15 @@ pub mod trace;
 mod window;
 
 pub use breaker::{
-    CircuitBreaker, KindCounts, Metrics, OwnedPermit, Permit, ProbeCounts, Recorded, Rejections,
+    CircuitBreaker, Counts, KindCounts, Metrics, OwnedPermit, Permit, ProbeCounts, Recorded,
+    Rejections,
 };
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::{
     AfterMaxWait, Backoff, BreakerConfig, BreakerConfigBuilder, FailureCount, FailureKindWeights,
-    HalfOpenPolicy, RampCurve, RampUp, WindowConfig,
+    HalfOpenPolicy, OpenDurationFn, OpenWaitArgs, RampCurve, RampUp, WindowConfig,
 };
 pub use error::{
     BreakerName, CallError, ConfigError, RejectReason, Rejected, TransitionError, TripCause,

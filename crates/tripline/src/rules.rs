@@ -567,6 +567,42 @@ pub fn open_elapsed(until: u64, now: u64) -> bool {
     now >= until
 }
 
+/// Whether a Closed generation whose `interval` ends at `end` is over at `now`: the
+/// boundary belongs to the next generation, as an open wait's end belongs to HalfOpen
+/// ([`open_elapsed`]). An end of `u64::MAX` is no interval (or one that ends past the
+/// clock's last reading): never over, so a clock that saturates never ends generation after
+/// generation.
+///
+/// ```
+/// use tripline::rules::interval_over;
+/// let s = 1_000_000_000u64;
+/// assert!(!interval_over(30 * s, 30 * s - 1));
+/// assert!(interval_over(30 * s, 30 * s));
+/// assert!(!interval_over(u64::MAX, u64::MAX)); // no interval
+/// ```
+pub fn interval_over(end: u64, now: u64) -> bool {
+    now >= end && end != u64::MAX
+}
+
+/// The least an open-wait function's wait may be, in nanoseconds (the least `open.duration`).
+pub const MIN_OPEN_WAIT: u64 = 1_000_000;
+/// The most an open-wait function's wait may be, in nanoseconds (the most `open.duration`:
+/// 7 days).
+pub const MAX_OPEN_WAIT: u64 = 7 * 24 * 3600 * 1_000_000_000;
+
+/// An open-wait function's wait, in nanoseconds, within `open.duration`'s bounds:
+/// [`MIN_OPEN_WAIT`] to [`MAX_OPEN_WAIT`].
+///
+/// ```
+/// use tripline::rules::{MAX_OPEN_WAIT, MIN_OPEN_WAIT, clamp_open_wait};
+/// assert_eq!(clamp_open_wait(0), MIN_OPEN_WAIT);
+/// assert_eq!(clamp_open_wait(5_000_000_000), 5_000_000_000);
+/// assert_eq!(clamp_open_wait(u64::MAX), MAX_OPEN_WAIT);
+/// ```
+pub fn clamp_open_wait(wait: u64) -> u64 {
+    wait.clamp(MIN_OPEN_WAIT, MAX_OPEN_WAIT)
+}
+
 /// How the open wait is computed: the configuration's part of it, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OpenWaitRule {

@@ -656,3 +656,87 @@ mod recorder {
         });
     }
 }
+
+/// A breaker whose open-wait function calls `back` on the breaker itself (reached through a
+/// handle set after it is built), from inside the function.
+fn calling_back(
+    back: impl Fn(&CircuitBreaker<ManualClock>) + Send + Sync + 'static,
+) -> (CircuitBreaker<ManualClock>, Arc<AtomicUsize>) {
+    let me: Arc<OnceLock<CircuitBreaker<ManualClock>>> = Arc::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (handle, counter) = (me.clone(), calls.clone());
+    let config = BreakerConfig::builder()
+        .consecutive_failures(1)
+        .half_open_calls(1)
+        .open_duration_fn(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            if let Some(b) = handle.get() {
+                back(b);
+            }
+            Duration::from_secs(7)
+        })
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("calls-back", config, ManualClock::new());
+    me.set(b.clone()).unwrap();
+    (b, calls)
+}
+
+#[test]
+fn an_open_wait_function_that_reads_its_breaker_never_deadlocks_it() {
+    let (b, calls) = calling_back(|b| {
+        // The open is decided, not yet made: the breaker is where the decision found it.
+        assert_eq!(b.state(), State::Closed);
+        let _ = b.metrics();
+        let _ = b.counts();
+        let _ = b.next_deadline();
+        let _ = b.try_acquire();
+    });
+    let trip = b.clone();
+    finishes(
+        "a trip whose open-wait function reads the breaker",
+        move || {
+            let _ = trip.try_acquire().unwrap().record(Outcome::Failure);
+        },
+    );
+    assert_eq!((b.state(), calls.load(Ordering::SeqCst)), (State::Open, 1));
+    assert_eq!(
+        b.try_acquire().unwrap_err().retry_after(),
+        Some(Duration::from_secs(7))
+    );
+}
+
+#[test]
+fn an_open_wait_function_that_trips_or_forces_its_breaker_never_deadlocks_it() {
+    // A trip from inside: the open is already underway, so nothing more happens.
+    let (b, calls) = calling_back(|b| b.trip());
+    let trip = b.clone();
+    finishes("an open-wait function that trips", move || {
+        let _ = trip.try_acquire().unwrap().record(Outcome::Failure);
+    });
+    assert_eq!((b.state(), calls.load(Ordering::SeqCst)), (State::Open, 1));
+    assert_eq!(b.metrics().transitions, 1);
+
+    // An operator's move from inside wins: the breaker stays where the operator put it.
+    let (b, _) = calling_back(|b| b.force_open());
+    let trip = b.clone();
+    finishes("an open-wait function that forces open", move || {
+        let _ = trip.try_acquire().unwrap().record(Outcome::Failure);
+    });
+    assert_eq!(b.state(), State::ForcedOpen);
+}
+
+#[test]
+fn an_open_wait_function_that_resets_its_breaker_never_deadlocks_it() {
+    let (b, calls) = calling_back(|b| b.reset());
+    let trip = b.clone();
+    finishes("an open-wait function that resets", move || {
+        let _ = trip.try_acquire().unwrap().record(Outcome::Failure);
+    });
+    assert_eq!(
+        (b.state(), calls.load(Ordering::SeqCst)),
+        (State::Closed, 1)
+    );
+    // The reset was a transition; the open it overtook never happened.
+    assert_eq!(b.generation(), 1);
+}

@@ -531,3 +531,56 @@ fn blames_racing_eviction_never_take_a_dependency_past_its_cap_of_scopes() {
         SCHEDULES,
     );
 }
+
+/// An open decided with an open-wait function (decided under the lock, the function called
+/// with no lock held, the open made under the lock if nothing moved) racing a reset and an
+/// operator's trip: whatever the schedule, the open that happens has the function's wait,
+/// an operator's move is never undone by it, and nothing is left underway (a later trip
+/// opens at once).
+#[test]
+fn an_open_waiting_for_its_function_races_a_reset_and_a_trip() {
+    shuttle::check_random(
+        || {
+            let config = BreakerConfig::builder()
+                .consecutive_failures(1)
+                .count_in_flight_as_slow(false)
+                .open_duration(Duration::from_secs(60))
+                .open_duration_fn(|_| Duration::from_secs(7))
+                .build()
+                .unwrap();
+            let b = CircuitBreaker::with_clock("computed", config, ManualClock::new());
+            let failing = {
+                let b = b.clone();
+                thread::spawn(move || {
+                    if let Ok(p) = b.try_acquire() {
+                        let _ = p.record(Outcome::Failure);
+                    }
+                })
+            };
+            let resetting = {
+                let b = b.clone();
+                thread::spawn(move || b.reset())
+            };
+            b.trip();
+            failing.join().unwrap();
+            resetting.join().unwrap();
+            let open_wait = |b: &CircuitBreaker<ManualClock>| {
+                b.try_acquire().err().and_then(|r| r.retry_after())
+            };
+            match b.state() {
+                State::Open => assert_eq!(open_wait(&b), Some(Duration::from_secs(7))),
+                State::Closed => {}
+                other => panic!("unexpected state {other:?}"),
+            }
+            b.reset();
+            b.trip();
+            assert_eq!(
+                b.state(),
+                State::Open,
+                "an open left underway blocks the next"
+            );
+            assert_eq!(open_wait(&b), Some(Duration::from_secs(7)));
+        },
+        SCHEDULES,
+    );
+}

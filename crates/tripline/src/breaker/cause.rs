@@ -120,6 +120,7 @@ fn encode(c: &TripCause) -> [u64; WORDS] {
         } => (7, u64::from(probes), u64::from(failures), u64::from(slow)),
         Reason::HalfOpenTimeout => (8, 0, 0, 0),
         Reason::Operator => (9, 0, 0, 0),
+        Reason::IntervalElapsed => (10, 0, 0, 0),
     };
     let kind = c.kind.map_or(0, |k| k.index() as u64 + 1);
     [
@@ -155,6 +156,7 @@ fn decode(v: &[u64; WORDS]) -> Option<TripCause> {
         },
         8 => Reason::HalfOpenTimeout,
         9 => Reason::Operator,
+        10 => Reason::IntervalElapsed,
         _ => return None,
     };
     let kind = match (v[0] >> 8) & 0xFF {
@@ -198,6 +200,7 @@ mod tests {
             },
             Reason::HalfOpenTimeout,
             Reason::Operator,
+            Reason::IntervalElapsed,
         ];
         let cell = CauseCell::new();
         assert_eq!(cell.read(), None, "nothing written yet");

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::hot::LUMPING;
+use super::hot::{CHECK_IN_FLIGHT, CHECK_INTERVAL, LUMPING};
 use super::permit::{Kind, Recorded, Ticket};
 use super::transition::Cold;
 use super::{Inner, NO_TIME};
@@ -54,6 +54,18 @@ impl<C: Clock> Inner<C> {
                     } else {
                         NO_TIME
                     };
+                    let checks = self.hot.closed_checks.load(Ordering::Relaxed);
+                    if checks != 0 {
+                        // In flight and the interval need the time (a reconfiguration may have
+                        // turned them on between the two loads). Before the ramp, so that a
+                        // generation that ends here costs its ramp no call.
+                        now = self.real_now(now);
+                        if now >= self.next_closed_check.load(Ordering::Relaxed)
+                            && self.closed_check(word, now)
+                        {
+                            continue;
+                        }
+                    }
                     if self.hot.ramping.load(Ordering::Relaxed) {
                         now = self.real_now(now);
                         if !self.ramp_admits(word, now) {
@@ -62,18 +74,15 @@ impl<C: Clock> Inner<C> {
                     }
                     let mut cohort = Cohort::NONE;
                     let mut lane = 0;
-                    if self.hot.in_flight.load(Ordering::Relaxed) {
-                        // In flight needs the time (a reconfiguration may have turned it on
-                        // between the two loads).
-                        now = self.real_now(now);
-                        if now >= self.next_inflight_check.load(Ordering::Relaxed)
-                            && self.check_in_flight(word, now)
-                        {
-                            continue;
+                    if checks != 0 {
+                        let l = self.lane();
+                        if checks & CHECK_IN_FLIGHT != 0 {
+                            cohort = l.1.inflight.enter(now, word.generation());
+                            lane = l.0;
                         }
-                        let l;
-                        (lane, l) = self.lane();
-                        cohort = l.inflight.enter(now, word.generation());
+                        l.1.admitted.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.lane().1.admitted.fetch_add(1, Ordering::Relaxed);
                     }
                     return Ok(Ticket {
                         generation: word.generation(),
@@ -200,18 +209,21 @@ impl<C: Clock> Inner<C> {
 
     /// A permit dropped without a result: leaves its cohort or gives back its probe slot.
     pub(super) fn abandon(&self, generation: u64, kind: Kind) {
-        let probe = match kind {
+        let (probe, current) = match kind {
             Kind::Passthrough => return,
             Kind::Window { cohort, lane } => {
                 self.lane_at(lane).inflight.exit(cohort, generation);
-                false
+                (false, self.word().generation() == generation)
             }
-            Kind::Probe { slot, token } => {
-                self.abandon_probe(slot, token);
-                true
-            }
+            Kind::Probe { slot, token } => (true, self.abandon_probe(slot, token)),
         };
         self.lane().1.abandoned.fetch_add(1, Ordering::Relaxed);
+        if !current {
+            // Admitted in an earlier generation (or a probe whose lease was reclaimed): not
+            // the current generation's (see `counts`). Only after a transition, so the cold
+            // part exists.
+            self.cold().stale_abandoned.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(cold) = self.call_events() {
             cold.hub.call_event(
                 self.now(),
@@ -500,6 +512,16 @@ impl<C: Clock> Inner<C> {
             return self.stale(generation, self.real_now(now));
         }
         let r = Ordering::Relaxed;
+        // A result at or after the interval's end belongs to a generation that is over (an
+        // untimed call, admitted before a reconfiguration set an interval, waits for the next
+        // acquire to end it).
+        if self.hot.closed_checks.load(r) & CHECK_INTERVAL != 0
+            && now != NO_TIME
+            && rules::interval_over(self.interval_end.load(r), now)
+            && self.end_interval(word, now)
+        {
+            return self.stale(generation, now);
+        }
         let slow = rules::is_slow(elapsed, self.hot.slow_nanos.load(r));
         let mut weight = 1;
         let failure = match c.outcome {
@@ -606,24 +628,67 @@ impl<C: Clock> Inner<C> {
                 }
             }
         }
-        cold.hub.drain();
+        self.drain(cold);
+    }
+
+    /// What a closed acquire finds due at `now`: the end of the generation's interval, or the
+    /// in-flight check. Whether the acquire should look at the state word again.
+    #[cold]
+    fn closed_check(&self, word: Word, now: u64) -> bool {
+        if rules::interval_over(self.interval_end.load(Ordering::Relaxed), now) {
+            return self.end_interval(word, now);
+        }
+        self.check_in_flight(word, now)
+    }
+
+    /// Ends the Closed (or MetricsOnly) generation `word` whose interval is over at `now`: a
+    /// transition to the same state, starting a new generation with every count cleared.
+    /// Whether the word moved (by this transition or another).
+    #[cold]
+    pub(super) fn end_interval(&self, word: Word, now: u64) -> bool {
+        let cold = self.cold();
+        {
+            let mut core = lock(&cold.core);
+            let end = self.interval_end.load(Ordering::Relaxed);
+            if self.word() == word
+                && matches!(word.state(), State::Closed | State::MetricsOnly)
+                && rules::interval_over(end, now)
+                && !core.opening_from(word)
+            {
+                let snap = self.snapshot(now);
+                self.transition(
+                    &mut core,
+                    word,
+                    word.state(),
+                    Reason::IntervalElapsed,
+                    snap,
+                    now,
+                    super::OpenWait::RULES,
+                );
+            }
+        }
+        self.drain(cold);
+        self.word() != word
     }
 
     /// Re-checks in-flight calls on acquire, at most once per cohort width. Returns whether the
     /// breaker tripped (MetricsOnly reports instead of tripping).
     #[cold]
     fn check_in_flight(&self, word: Word, now: u64) -> bool {
-        let due = self.next_inflight_check.load(Ordering::Relaxed);
+        let due = self.next_closed_check.load(Ordering::Relaxed);
+        let in_flight = self.hot.in_flight.load(Ordering::Relaxed);
+        let next = if in_flight {
+            now.saturating_add(self.lane.inflight.width())
+        } else {
+            u64::MAX
+        }
+        .min(self.interval_end.load(Ordering::Relaxed));
         if now < due
             || self
-                .next_inflight_check
-                .compare_exchange(
-                    due,
-                    now.saturating_add(self.lane.inflight.width()),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
+                .next_closed_check
+                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
                 .is_err()
+            || !in_flight
         {
             return false;
         }

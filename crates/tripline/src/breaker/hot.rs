@@ -32,6 +32,10 @@ pub(super) struct Hot {
     /// the cold part).
     pub(super) failure_rules: AtomicU32,
     pub(super) in_flight: AtomicBool,
+    /// What a closed acquire checks against `Inner::next_closed_check`: [`CHECK_IN_FLIGHT`]
+    /// (calls in flight are counted) and [`CHECK_INTERVAL`] (an `interval` is set). 0: the
+    /// acquire reads no deadline.
+    pub(super) closed_checks: AtomicU32,
     /// Whether closed calls are timed: [`TIMED_BY_RULES`] when the configuration needs a
     /// clock reading per call ([`BreakerConfig::needs_time`]), [`TIMED_FOR_LISTENERS`] once a
     /// listener asked for outcome events (which carry durations). 0: the closed path reads no
@@ -50,6 +54,11 @@ pub(super) struct Hot {
 pub(super) const TIMED_BY_RULES: u32 = 1;
 /// [`Hot::timed`]: a listener wants outcome events, which carry each call's duration.
 pub(super) const TIMED_FOR_LISTENERS: u32 = 2;
+
+/// [`Hot::closed_checks`]: calls in flight are counted (and re-checked once per cohort width).
+pub(super) const CHECK_IN_FLIGHT: u32 = 1;
+/// [`Hot::closed_checks`]: the Closed generation ends at its `interval` boundary.
+pub(super) const CHECK_INTERVAL: u32 = 2;
 
 /// The bit of `Hot::failure_rules` that says lumping is on.
 pub(super) const LUMPING: u32 = 1 << 31;
@@ -93,6 +102,7 @@ impl Hot {
             success_mark: AtomicU64::new(0),
             failure_rules: AtomicU32::new(0),
             in_flight: AtomicBool::new(false),
+            closed_checks: AtomicU32::new(0),
             timed: AtomicU32::new(0),
             precise: AtomicBool::new(false),
             ramping: AtomicBool::new(false),
@@ -124,6 +134,18 @@ impl Hot {
         self.count_within
             .store(c.failure_count.map_or(0, |f| nanos(f.within)), r);
         self.in_flight.store(c.counts_in_flight(), r);
+        self.closed_checks.store(
+            if c.counts_in_flight() {
+                CHECK_IN_FLIGHT
+            } else {
+                0
+            } | if c.interval.is_some() {
+                CHECK_INTERVAL
+            } else {
+                0
+            },
+            r,
+        );
         if c.needs_time() {
             self.timed.fetch_or(TIMED_BY_RULES, r);
         } else {
@@ -224,6 +246,10 @@ impl Hot {
 /// its own, so concurrent callers write different cache lines.
 #[derive(Debug)]
 pub(super) struct Lane {
+    /// Calls admitted in Closed, MetricsOnly and HalfOpen (the per-generation counts are
+    /// differences of these totals, see [`super::counts`]). On the line the call's result
+    /// writes anyway.
+    pub(super) admitted: AtomicU64,
     pub(super) successes: AtomicU64,
     pub(super) failures: AtomicU64,
     pub(super) slow_successes: AtomicU64,
@@ -239,6 +265,7 @@ pub(super) struct Lane {
 impl Lane {
     pub(super) fn new(slow_nanos: u64) -> Self {
         Self {
+            admitted: AtomicU64::new(0),
             successes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             slow_successes: AtomicU64::new(0),

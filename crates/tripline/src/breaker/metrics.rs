@@ -220,6 +220,9 @@ pub struct Metrics {
     pub time_in_state: Duration,
     /// Listener panics caught.
     pub listener_panics: u64,
+    /// Open-wait function panics caught (the configured wait applied instead; see
+    /// [`BreakerConfigBuilder::open_duration_fn`](crate::BreakerConfigBuilder::open_duration_fn)).
+    pub open_wait_panics: u64,
 }
 
 impl<C: Clock> CircuitBreaker<C> {
@@ -311,6 +314,7 @@ impl<C: Clock> Inner<C> {
             time_half_open: Duration::ZERO,
             time_in_state: Duration::ZERO,
             listener_panics: 0,
+            open_wait_panics: 0,
         };
         // The word first: if the cold part is missing after it was read, no transition had
         // happened by then (Closed, generation 0, no time elsewhere); if it exists, the word is
@@ -320,6 +324,7 @@ impl<C: Clock> Inner<C> {
             m.stale_results = cold.stale.load(r);
             m.expired_probes = cold.expired_probes.load(r);
             m.listener_panics = cold.hub.listener_panics.load(r);
+            m.open_wait_panics = cold.open_wait_panics.load(r);
             m.lumped_failures = cold.lumped.load(r);
             m.failures_by_kind = KindCounts(std::array::from_fn(|i| cold.kind_failures[i].load(r)));
             let core = lock(&cold.core);

@@ -17,6 +17,7 @@
 //!   operator override the breaker holds, whether it may be evicted).
 //! * [`permit`]: permits and what became of their results.
 //! * [`metrics`]: the metrics snapshot and the memory figures.
+//! * [`counts`]: the current generation's counts (gobreaker's `Counts`).
 //! * `async_call` (feature `tokio`): the timeout inside the breaker, and the timer task.
 //!
 //! # Concurrency
@@ -50,6 +51,7 @@ mod cause;
 pub(crate) use cause::RawCause;
 mod closed;
 mod counted;
+mod counts;
 mod hot;
 pub(crate) mod metrics;
 pub(crate) mod permit;
@@ -77,6 +79,7 @@ use crate::window::{CountWindow, TimeWindow, Window};
 use hot::{Hot, Lane, Lanes, PaddedLane, TIMED_FOR_LISTENERS};
 use transition::Cold;
 
+pub use counts::Counts;
 pub use metrics::{KindCounts, Metrics, ProbeCounts, Rejections};
 pub use permit::{OwnedPermit, Permit, Recorded};
 
@@ -137,7 +140,12 @@ pub(crate) struct Inner<C> {
     /// The failure-count-in-time rule's ring, when the rule is on (its size is part of the
     /// shape, fixed for the breaker's life).
     failure_times: Option<Box<counted::FailureTimes>>,
-    next_inflight_check: AtomicU64,
+    /// When a closed acquire next looks at what is due (`Hot::closed_checks`): the next
+    /// in-flight check, or the end of the generation's interval, whichever comes first.
+    next_closed_check: AtomicU64,
+    /// When the current Closed generation's `interval` ends (`u64::MAX`: no interval).
+    /// Written by a transition into Closed before the word.
+    interval_end: AtomicU64,
     /// When the breaker last entered Closed (or MetricsOnly); its creation time until the
     /// first transition.
     closed_since: AtomicU64,
@@ -230,6 +238,7 @@ impl<C: Clock> CircuitBreaker<C> {
         };
         let slow_nanos = nanos(config.slow_call_duration);
         let lane = Lane::new(slow_nanos);
+        let interval_end = transition::interval_end(&config, now);
         let lanes = (config.stripes > 1).then(|| {
             Box::new(Lanes(
                 (0..config.stripes)
@@ -245,7 +254,13 @@ impl<C: Clock> CircuitBreaker<C> {
             failure_times: config
                 .failure_count
                 .map(|f| Box::new(counted::FailureTimes::new(f.failures))),
-            next_inflight_check: AtomicU64::new(now.saturating_add(lane.inflight.width())),
+            next_closed_check: AtomicU64::new(transition::next_closed_check(
+                &config,
+                now,
+                lane.inflight.width(),
+                interval_end,
+            )),
+            interval_end: AtomicU64::new(interval_end),
             closed_since: AtomicU64::new(now),
             closed_generation: AtomicU64::new(0),
             lane,
@@ -395,7 +410,7 @@ impl<C: Clock> CircuitBreaker<C> {
                 },
             );
         }
-        cold.hub.drain();
+        inner.drain(cold);
     }
 
     /// The shared part, for the other modules of the crate.

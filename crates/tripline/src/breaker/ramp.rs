@@ -73,6 +73,12 @@ impl Ramp {
         self.step.store(ramp.share_ppm(0) << SHARE_SHIFT, r);
     }
 
+    /// Hands the ramp in progress on to `generation` (an interval's new generation), where
+    /// it goes on from the step it is in (under the core lock, before the word).
+    pub(super) fn carry(&self, generation: u64) {
+        self.generation.store(generation, Ordering::Relaxed);
+    }
+
     /// The step `generation`'s ramp is in at `now`, while it runs.
     fn current_step(&self, generation: u64, now: u64) -> Option<u64> {
         let r = Ordering::Relaxed;

@@ -87,7 +87,7 @@ impl<C: Clock> CircuitBreaker<C> {
             }
             inner.reconfigure_locked(&mut core, config, now, resolution);
         }
-        cold.hub.drain();
+        inner.drain(cold);
         Ok(())
     }
 
@@ -152,10 +152,19 @@ impl<C: Clock> Inner<C> {
                 lane.inflight.set_slow_call_duration(slow, now);
             }
             // The acquire-time check follows the new cohort width from now.
-            self.next_inflight_check.store(
+            self.next_closed_check.store(
                 now.saturating_add(self.lane.inflight.width()),
                 Ordering::Relaxed,
             );
+        }
+        if config.interval != core.config.interval
+            && matches!(word.state(), State::Closed | State::MetricsOnly)
+        {
+            // A new interval counts from the change.
+            let end = super::transition::interval_end(&config, now);
+            self.interval_end.store(end, Ordering::Relaxed);
+            let next = self.next_closed_check.load(Ordering::Relaxed).min(end);
+            self.next_closed_check.store(next, Ordering::Relaxed);
         }
         self.cold()
             .lump_nanos
@@ -232,7 +241,7 @@ impl<C: Clock> Inner<C> {
             done.moved = self.apply_hold(&mut core, hold, now);
             done
         };
-        cold.hub.drain();
+        self.drain(cold);
         done
     }
 }

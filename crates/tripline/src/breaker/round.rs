@@ -66,9 +66,14 @@ impl<C: Clock> Inner<C> {
         if self.word() != word {
             return None;
         }
+        if core.opening_from(word) {
+            // The round has its verdict: the breaker is opening.
+            drop(core);
+            return Some(Err(self.reject::<1>(None, now, word.generation())));
+        }
         if self.end_half_open_past_max_wait(&mut core, word, now) {
             drop(core);
-            cold.hub.drain();
+            self.drain(cold);
             return None;
         }
         // Reclaim expired leases: their probes' results will be refused as stale.
@@ -95,7 +100,7 @@ impl<C: Clock> Inner<C> {
                 OpenWait::RULES,
             );
             drop(core);
-            cold.hub.drain();
+            self.drain(cold);
             return None;
         }
         if rules::admits_probe(policy, k, core.round.in_flight(), &core.round.counts) {
@@ -105,6 +110,7 @@ impl<C: Clock> Inner<C> {
                 let deadline = now.saturating_add(nanos(core.config.probe_lease));
                 core.round.leases[slot] = Some(Lease { token, deadline });
                 core.round.admitted = core.round.admitted.saturating_add(1);
+                self.lane().1.admitted.fetch_add(1, Ordering::Relaxed);
                 return Some(Ok(Ticket {
                     generation: word.generation(),
                     started: now,
@@ -191,17 +197,20 @@ impl<C: Clock> Inner<C> {
             );
         }
         drop(core);
-        cold.hub.drain();
+        self.drain(cold);
         Recorded::Counted
     }
 
-    /// Gives back the slot of a probe dropped without a result.
-    pub(super) fn abandon_probe(&self, slot: u32, token: u64) {
+    /// Gives back the slot of a probe dropped without a result; whether it still held one (a
+    /// probe whose lease expired, or whose round is over, held none).
+    pub(super) fn abandon_probe(&self, slot: u32, token: u64) -> bool {
         let mut core = lock(&self.cold().core);
-        if let Some(lease) = core.round.leases.get_mut(slot as usize) {
-            if lease.is_some_and(|l| l.token == token) {
+        match core.round.leases.get_mut(slot as usize) {
+            Some(lease) if lease.is_some_and(|l| l.token == token) => {
                 *lease = None;
+                true
             }
+            _ => false,
         }
     }
 }

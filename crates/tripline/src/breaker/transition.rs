@@ -23,7 +23,7 @@ use crate::event::Hub;
 use crate::event::{EventKind, Reason};
 use crate::rules;
 use crate::state::{State, Word};
-use crate::sync::{AtomicU64, AtomicU128, Mutex, Ordering, lock};
+use crate::sync::{AtomicBool, AtomicU64, AtomicU128, Mutex, Ordering, lock};
 use crate::window::WindowSnapshot;
 
 /// How long a transition to Open waits.
@@ -33,10 +33,42 @@ pub(crate) enum OpenWait {
     Rules(Option<Duration>),
     /// Exactly this many nanoseconds (an operator's explicit wait).
     Exactly(u64),
+    /// The configuration's open-wait function gave this many nanoseconds (clamped): a wait of
+    /// the rules, that grows the backoff level as [`OpenWait::Rules`] does.
+    Computed(u64),
 }
 
 impl OpenWait {
     pub(crate) const RULES: OpenWait = OpenWait::Rules(None);
+}
+
+/// When a Closed generation that begins at `now` ends under `config`'s interval
+/// (`u64::MAX`: never).
+pub(super) fn interval_end(config: &BreakerConfig, now: u64) -> u64 {
+    config
+        .interval
+        .map_or(u64::MAX, |i| now.saturating_add(nanos(i)))
+}
+
+/// When a closed acquire first looks at what is due in a Closed generation that begins at
+/// `now`: the first in-flight check (cohorts `width` wide) or the interval's `end`.
+pub(super) fn next_closed_check(config: &BreakerConfig, now: u64, width: u64, end: u64) -> u64 {
+    let in_flight = if config.counts_in_flight() {
+        now.saturating_add(width)
+    } else {
+        u64::MAX
+    };
+    in_flight.min(end)
+}
+
+/// The open-wait function's `attempt` for an open from `from`: one more than `attempt` for a
+/// reopen from HalfOpen, else 1.
+fn next_attempt(attempt: u32, from: State) -> u32 {
+    if from == State::HalfOpen {
+        attempt.saturating_add(1)
+    } else {
+        1
+    }
 }
 
 /// What the core lock guards.
@@ -62,6 +94,40 @@ pub(crate) struct Core {
     /// The kind of the failure whose result the next transition follows (set by the result's
     /// path, taken by the transition): part of the [`TripCause`](crate::TripCause).
     pub(super) pending_kind: Option<crate::outcome::FailureKind>,
+    /// The lifetime totals when the current generation began (see [`super::counts`]).
+    pub(super) base: super::counts::Totals,
+    /// Opens in a row: 1 after a trip from Closed, one more for each reopen from HalfOpen
+    /// (the open-wait function's `attempt`).
+    pub(super) attempt: u32,
+    /// A transition to Open decided under the lock and waiting for the open-wait function,
+    /// which runs with no lock held (see [`Inner::finish_open`]).
+    pub(super) opening: Option<Box<PendingOpen>>,
+}
+
+impl Core {
+    /// Whether a transition to Open from `word` is underway (waiting for the open-wait
+    /// function): no rule moves the breaker from `word` meanwhile.
+    pub(super) fn opening_from(&self, word: Word) -> bool {
+        self.opening.as_ref().is_some_and(|p| p.word == word)
+    }
+}
+
+/// A transition to Open waiting for the open-wait function: everything the transition needs,
+/// taken when it was decided.
+#[derive(Debug)]
+pub(crate) struct PendingOpen {
+    word: Word,
+    reason: Reason,
+    window: WindowSnapshot,
+    now: u64,
+    kind: Option<crate::outcome::FailureKind>,
+    /// The configuration's wait, if the function panics.
+    fallback: u64,
+    args: crate::config::OpenWaitArgs,
+    f: crate::config::OpenDurationFn,
+    /// The function is running (on the thread that took it): it stays here meanwhile, so
+    /// that no rule (nor the function, calling back in) decides another open from `word`.
+    running: bool,
 }
 
 /// The part of a breaker that only transitions, probes, listeners and the counters of stale
@@ -71,6 +137,14 @@ pub(crate) struct Cold {
     pub(super) core: Mutex<Core>,
     pub(super) hub: Hub,
     pub(super) stale: AtomicU64,
+    /// Permits abandoned after their generation ended (or their probe lease was reclaimed):
+    /// counted in the lifetime total, left out of the generation's counts.
+    pub(super) stale_abandoned: AtomicU64,
+    /// Whether `Core::opening` holds a transition waiting for the open-wait function (read
+    /// without the lock after each lock is released).
+    pub(super) opening: AtomicBool,
+    /// Open-wait function panics caught (the configured wait applied instead).
+    pub(super) open_wait_panics: AtomicU64,
     pub(super) expired_probes: AtomicU64,
     /// Failures by the kind their classifier gave (whatever the kind's weight).
     pub(super) kind_failures: [AtomicU64; 7],
@@ -111,9 +185,15 @@ impl Cold {
                 transitions: 0,
                 hold: None,
                 pending_kind: None,
+                base: super::counts::Totals::default(),
+                attempt: 0,
+                opening: None,
             }),
             hub: Hub::new(),
             stale: AtomicU64::new(0),
+            stale_abandoned: AtomicU64::new(0),
+            opening: AtomicBool::new(false),
+            open_wait_panics: AtomicU64::new(0),
             expired_probes: AtomicU64::new(0),
             kind_failures: std::array::from_fn(|_| AtomicU64::new(0)),
             lumped: AtomicU64::new(0),
@@ -180,7 +260,8 @@ impl<C: Clock> CircuitBreaker<C> {
 
     /// Drives timers: moves Open to HalfOpen when the wait has elapsed (if
     /// `half_open.automatic_transition` is on) and HalfOpen back to Open when its maximum wait
-    /// has passed. Returns the time until the next timer is due, if any. Call it from a timer
+    /// has passed, and, with an `interval`, ends a Closed generation whose interval is over.
+    /// Returns the time until the next timer is due, if any. Call it from a timer
     /// of your own, or use `run_timer` (feature `tokio`).
     ///
     /// ```
@@ -215,26 +296,39 @@ impl<C: Clock> CircuitBreaker<C> {
                 let cold = inner.cold();
                 {
                     let mut core = lock(&cold.core);
-                    if inner.word() == word {
+                    if inner.word() == word && !core.opening_from(word) {
                         inner.end_half_open_past_max_wait(&mut core, word, now);
                     }
                 }
-                cold.hub.drain();
+                inner.drain(cold);
+            }
+            State::Closed | State::MetricsOnly
+                if rules::interval_over(inner.interval_end.load(Ordering::Relaxed), now) =>
+            {
+                inner.end_interval(word, now);
             }
             _ => {}
         }
         self.next_deadline()
     }
 
-    /// Time until the next timer-driven transition is due, if one is scheduled.
+    /// Time until the next timer-driven transition is due, if one is scheduled (in Closed,
+    /// the end of the generation's `interval`, if one is set).
     pub fn next_deadline(&self) -> Option<Duration> {
         let inner = &*self.inner;
-        // Without the cold part the breaker has never left Closed.
-        let cold = inner.cold.get()?;
         let now = inner.now();
+        let interval = || {
+            let end = inner.interval_end.load(Ordering::Relaxed);
+            (end != u64::MAX).then(|| Duration::from_nanos(end.saturating_sub(now)))
+        };
+        // Without the cold part the breaker has never left Closed.
+        let Some(cold) = inner.cold.get() else {
+            return interval();
+        };
         let core = lock(&cold.core);
         let word = inner.word();
         match word.state() {
+            State::Closed | State::MetricsOnly => interval(),
             State::Open if core.config.automatic_transition => Some(Duration::from_nanos(
                 inner.open_until.load(Ordering::Acquire).saturating_sub(now),
             )),
@@ -274,7 +368,7 @@ impl<C: Clock> CircuitBreaker<C> {
                 );
             }
         }
-        cold.hub.drain();
+        inner.drain(cold);
     }
 }
 
@@ -308,7 +402,7 @@ impl<C: Clock> Inner<C> {
             }
             done
         };
-        cold.hub.drain();
+        self.drain(cold);
         done
     }
 
@@ -332,7 +426,7 @@ impl<C: Clock> Inner<C> {
                 );
             }
         }
-        cold.hub.drain();
+        self.drain(cold);
     }
 
     /// An operator's move to `to` (force open, disable, metrics only, reset): a transition
@@ -360,7 +454,7 @@ impl<C: Clock> Inner<C> {
             }
             moves
         };
-        cold.hub.drain();
+        self.drain(cold);
         moved
     }
 
@@ -392,7 +486,7 @@ impl<C: Clock> Inner<C> {
                 }
             }
         };
-        cold.hub.drain();
+        self.drain(cold);
         result
     }
 
@@ -441,6 +535,11 @@ impl<C: Clock> Inner<C> {
     /// The open wait for the next open period, at the current backoff level (see
     /// [`rules::open_wait`]).
     fn open_wait(&self, core: &mut Core, hint: Option<Duration>) -> u64 {
+        self.open_wait_at(core, core.level, hint)
+    }
+
+    /// The open wait at backoff `level`.
+    fn open_wait_at(&self, core: &mut Core, level: u32, hint: Option<Duration>) -> u64 {
         let rule = rules::OpenWaitRule::of(&core.config);
         let draw = if rule.jitter > 0 {
             let rng = core.rng.get_or_insert_with(Pcg64Mcg::from_os_rng);
@@ -448,7 +547,120 @@ impl<C: Clock> Inner<C> {
         } else {
             0
         };
-        rules::open_wait(&rule, core.level, draw, hint.map(nanos))
+        rules::open_wait(&rule, level, draw, hint.map(nanos))
+    }
+
+    /// The first step of a transition to Open with an open-wait function: the decision is
+    /// taken (under the core lock) with everything the function's arguments and the
+    /// transition need, and the breaker stays where it is until [`finish_open`] has the wait.
+    ///
+    /// [`finish_open`]: Self::finish_open
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the transition's whole decision, kept for its second step"
+    )]
+    fn defer_open(
+        &self,
+        core: &mut Core,
+        from: Word,
+        reason: Reason,
+        window: WindowSnapshot,
+        now: u64,
+        hint: Option<Duration>,
+        f: crate::config::OpenDurationFn,
+    ) {
+        // The configured wait at the level this open will have: the function's fallback.
+        let closed_for = now.saturating_sub(self.closed_since.load(Ordering::Relaxed));
+        let level = rules::next_backoff_level(
+            core.level,
+            from.state(),
+            false,
+            core.ever_opened,
+            closed_for,
+            rules::OpenWaitRule::of(&core.config).healthy_after,
+        );
+        let fallback = self.open_wait_at(core, level, hint);
+        let args = crate::config::OpenWaitArgs {
+            attempt: next_attempt(core.attempt, from.state()),
+            failures: window.failures,
+            calls: window.calls,
+            failure_rate: window.failure_rate(),
+            slow_call_rate: window.slow_rate(),
+            reason,
+            retry_after: hint,
+            configured: Duration::from_nanos(fallback),
+        };
+        core.opening = Some(Box::new(PendingOpen {
+            word: from,
+            reason,
+            window,
+            now,
+            kind: core.pending_kind.take(),
+            fallback,
+            args,
+            f,
+            running: false,
+        }));
+        self.cold().opening.store(true, Ordering::Release);
+    }
+
+    /// The second step: calls the open-wait function with no lock held (a panic is caught,
+    /// counted, and the configured wait applies), then opens, if the breaker is still where
+    /// the decision found it (an operator may have moved it meanwhile, the function itself
+    /// too), for the function's wait clamped to [`rules::clamp_open_wait`]'s bounds, from the
+    /// time of the decision.
+    #[cold]
+    fn finish_open(&self, cold: &Cold) {
+        let (word, args, f, fallback) = {
+            let mut core = lock(&cold.core);
+            match core.opening.as_deref_mut() {
+                // Another thread runs it (or this one, and the function called back in).
+                Some(p) if !p.running => {
+                    p.running = true;
+                    (p.word, p.args.clone(), p.f.clone(), p.fallback)
+                }
+                _ => return,
+            }
+        };
+        // An operator that moved the breaker meanwhile has overtaken the open.
+        let wait = (self.word() == word).then(|| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.call(&args))) {
+                Ok(d) => rules::clamp_open_wait(nanos(d)),
+                Err(_) => {
+                    cold.open_wait_panics.fetch_add(1, Ordering::Relaxed);
+                    fallback
+                }
+            }
+        });
+        let mut core = lock(&cold.core);
+        // A later open, decided after an operator's move, may have taken the place: it is its
+        // decider's to finish.
+        if !core.opening.as_ref().is_some_and(|p| p.word == word) {
+            return;
+        }
+        let Some(p) = core.opening.take() else { return };
+        cold.opening.store(false, Ordering::Relaxed);
+        if let Some(wait) = wait.filter(|_| self.word() == word) {
+            core.pending_kind = p.kind;
+            self.transition(
+                &mut core,
+                word,
+                State::Open,
+                p.reason,
+                p.window,
+                p.now,
+                OpenWait::Computed(wait),
+            );
+        }
+    }
+
+    /// After the core lock is released: completes a transition to Open waiting for the
+    /// open-wait function, then delivers the events queued.
+    pub(super) fn drain(&self, cold: &Cold) {
+        if cold.opening.load(Ordering::Acquire) {
+            self.finish_open(cold);
+        }
+        cold.hub.drain();
     }
 
     /// Performs a transition. Caller holds the core lock and has checked that the state word
@@ -467,12 +679,33 @@ impl<C: Clock> Inner<C> {
         now: u64,
         open: OpenWait,
     ) {
+        // A transition to Open waiting for the open-wait function holds the breaker where it
+        // is: only an operator moves it meanwhile (and an operator's trip, an open like it,
+        // finds it underway).
+        let rules_open = to == State::Open && matches!(open, OpenWait::Rules(_));
+        if core.opening_from(from)
+            && !matches!(open, OpenWait::Computed(_))
+            && (reason != Reason::Operator || rules_open)
+        {
+            return;
+        }
+        if rules_open {
+            if let (OpenWait::Rules(hint), Some(f)) = (open, core.config.open_duration_fn.clone()) {
+                self.defer_open(core, from, reason, window, now, hint, f);
+                return;
+            }
+        }
         let new = from.next(to);
-        core.time_in[from.state() as usize] += now.saturating_sub(core.entered_at);
-        core.entered_at = now;
+        // An interval's new generation stays in the state it was in: its time goes on.
+        let interval = reason == Reason::IntervalElapsed;
+        if !interval {
+            core.time_in[from.state() as usize] += now.saturating_sub(core.entered_at);
+            core.entered_at = now;
+        }
         let mut open_for = None;
         match to {
             State::Open => {
+                core.attempt = next_attempt(core.attempt, from.state());
                 let explicit = matches!(open, OpenWait::Exactly(_));
                 let closed_for = now.saturating_sub(self.closed_since.load(Ordering::Relaxed));
                 let healthy_after = rules::OpenWaitRule::of(&core.config).healthy_after;
@@ -485,7 +718,7 @@ impl<C: Clock> Inner<C> {
                     healthy_after,
                 );
                 let wait = match open {
-                    OpenWait::Exactly(w) => w,
+                    OpenWait::Exactly(w) | OpenWait::Computed(w) => w,
                     OpenWait::Rules(hint) => self.open_wait(core, hint),
                 };
                 self.open_until
@@ -504,10 +737,16 @@ impl<C: Clock> Inner<C> {
                 self.cold()
                     .would_trip
                     .store(g << super::closed::FIRED_BITS, Ordering::Relaxed);
-                self.closed_since.store(now, Ordering::Relaxed);
+                if !interval {
+                    // The open backoff's `healthy_after` counts from the close, not from the
+                    // interval's start.
+                    self.closed_since.store(now, Ordering::Relaxed);
+                }
                 self.closed_generation.store(g, Ordering::Release);
-                self.next_inflight_check.store(
-                    now.saturating_add(self.lane.inflight.width()),
+                let end = interval_end(&core.config, now);
+                self.interval_end.store(end, Ordering::Relaxed);
+                self.next_closed_check.store(
+                    next_closed_check(&core.config, now, self.lane.inflight.width(), end),
                     Ordering::Relaxed,
                 );
             }
@@ -523,7 +762,14 @@ impl<C: Clock> Inner<C> {
         if let Some(r) = ramp {
             self.cold().ramp.begin(&r, new.generation(), now);
         }
-        self.hot.ramping.store(ramp.is_some(), Ordering::Relaxed);
+        // A ramp in progress goes on through an interval's new generation.
+        let carried = interval && self.hot.ramping.load(Ordering::Relaxed);
+        if carried {
+            self.cold().ramp.carry(new.generation());
+        }
+        self.hot
+            .ramping
+            .store(ramp.is_some() || carried, Ordering::Relaxed);
         if to == State::HalfOpen {
             core.round = Round::new(core.config.half_open_calls);
         } else if from.state() == State::HalfOpen {
@@ -535,6 +781,9 @@ impl<C: Clock> Inner<C> {
             .success_mark
             .store(self.successes(), Ordering::Relaxed);
         core.transitions += 1;
+        // The new generation's counts start from the totals now (under the lock that
+        // `counts` reads them under).
+        core.base = self.totals();
         let cold = self.cold();
         // What opened the breaker, for its rejections, before the word that makes them.
         let kind = core.pending_kind.take();
