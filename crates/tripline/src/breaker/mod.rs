@@ -233,7 +233,7 @@ impl<C: Clock> CircuitBreaker<C> {
         let lanes = (config.stripes > 1).then(|| {
             Box::new(Lanes(
                 (0..config.stripes)
-                    .map(|_| PaddedLane(Lane::new(slow_nanos)))
+                    .map(|_| PaddedLane(Lane::new(slow_nanos), AtomicU64::new(0)))
                     .collect(),
             ))
         });
