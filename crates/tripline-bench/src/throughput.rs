@@ -174,7 +174,10 @@ pub fn table(cases: &[Case<'_>], threads: &[usize], plan: Plan) {
         rule.push_str("---|");
     }
     println!("{header}\n{rule}");
-    for case in cases {
+    // TRIPLINE_BENCH_CASES=a,b measures only the cases whose names contain `a` or `b`.
+    let only = std::env::var("TRIPLINE_BENCH_CASES").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|p| name.contains(p.trim()));
+    for case in cases.iter().filter(|c| wanted(&c.name)) {
         let mut row = format!("| {} |", case.name);
         let mut first = None;
         for &t in threads {

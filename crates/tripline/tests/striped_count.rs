@@ -127,7 +127,7 @@ proptest! {
 }
 
 /// Fast successes kept in lanes are put in the ring before a failure is judged: they push old
-/// failures out as they would have gone in one by one. A window of 40 (a batch of 5 per
+/// failures out as they would have gone in one by one. A window of 40 (a batch of 20 per
 /// lane): 11 failures, then 29 successes over four threads, then a failure: the last 40 hold
 /// 11 failures (27.5 %, no trip), where the ring without the kept successes would hold 12
 /// (30 %, a trip).

@@ -509,15 +509,19 @@ impl<C: Clock> Inner<C> {
             }
             // A fast success of a full striped count window: kept in this thread's lane, no
             // shared line written; with a full ring and nothing fired, it evaluates nothing.
-            Outcome::Success if !slow && word.state() == State::Closed => {
-                if self.batch_success(generation) {
+            Outcome::Success => {
+                if !slow
+                    && word.state() == State::Closed
+                    && self
+                        .batching()
+                        .is_some_and(|lanes| self.batch_success(lanes, generation))
+                {
                     self.lane().1.count(c.outcome, slow);
                     self.hot.consecutive_success(generation);
                     return Recorded::Counted;
                 }
                 false
             }
-            Outcome::Success => false,
             Outcome::Failure => {
                 match self.admit_failure(generation, now, c.kind, slow) {
                     Ok(w) => weight = w,
@@ -535,12 +539,15 @@ impl<C: Clock> Inner<C> {
         };
         // Every success kept in a lane goes in first: none lands after a result that came
         // after it.
-        self.flush_successes(generation);
+        let batching = self.batching();
+        if let Some(lanes) = batching {
+            self.flush_lanes(lanes, generation);
+        }
         let Some(filling) = self.window.record(generation, now, sample) else {
             return self.stale(generation, self.real_now(now));
         };
-        if !filling && !failure && !slow {
-            self.ring_seen_full(generation);
+        if let Some(lanes) = batching.filter(|_| !filling && !failure && !slow) {
+            self.ring_seen_full(lanes, generation);
         }
         self.lane().1.count(c.outcome, slow);
         let events = if failure {
@@ -578,14 +585,11 @@ impl<C: Clock> Inner<C> {
         Recorded::Counted
     }
 
-    /// A striped count window's lanes and batch size, when its fast successes are batched
-    /// (a count window without call durations, of at least two slots, with stripes).
-    #[inline]
-    fn batches(&self) -> Option<(&Lanes, u64)> {
-        match (&self.lanes, &self.window) {
-            (Some(lanes), Window::Count(w)) => w.batch().map(|b| (&**lanes, u64::from(b))),
-            _ => None,
-        }
+    /// A striped count window's lanes, when its fast successes are batched (a count window
+    /// without call durations, of at least two slots, with stripes).
+    #[inline(always)]
+    fn batching(&self) -> Option<&Lanes> {
+        self.lanes.as_deref().filter(|l| l.1 != 0)
     }
 
     /// This thread's lane's word of kept successes.
@@ -597,11 +601,9 @@ impl<C: Clock> Inner<C> {
     /// Keeps a fast success of `generation` in this thread's lane, once the lane has seen the
     /// ring full, and puts the lane's batch in the ring when it is full: true. False: the
     /// success takes the ring's own path.
-    #[inline]
-    fn batch_success(&self, generation: u64) -> bool {
-        let Some((lanes, batch)) = self.batches() else {
-            return false;
-        };
+    #[inline(never)]
+    fn batch_success(&self, lanes: &Lanes, generation: u64) -> bool {
+        let batch = lanes.1;
         let pending = Self::pending(lanes);
         let tag = Pending::tag(generation);
         let mut v = pending.load(Ordering::Relaxed);
@@ -639,10 +641,7 @@ impl<C: Clock> Inner<C> {
     /// A fast success found `generation`'s ring full: this thread's lane keeps its next ones
     /// (a striped count window). A word of a newer generation is left alone.
     #[cold]
-    fn ring_seen_full(&self, generation: u64) {
-        let Some((lanes, _)) = self.batches() else {
-            return;
-        };
+    fn ring_seen_full(&self, lanes: &Lanes, generation: u64) {
         let pending = Self::pending(lanes);
         let tag = Pending::tag(generation);
         let v = pending.load(Ordering::Relaxed);
@@ -659,11 +658,8 @@ impl<C: Clock> Inner<C> {
 
     /// Puts every lane's kept successes of `generation` in the ring (before any other result
     /// and before every snapshot).
-    #[inline]
-    pub(super) fn flush_successes(&self, generation: u64) {
-        let Some((lanes, _)) = self.batches() else {
-            return;
-        };
+    #[inline(never)]
+    fn flush_lanes(&self, lanes: &Lanes, generation: u64) {
         let tag = Pending::tag(generation);
         for lane in lanes.0.iter() {
             let pending = &lane.1;
@@ -687,7 +683,9 @@ impl<C: Clock> Inner<C> {
 
     /// `generation`'s window at `now`, every lane's kept successes in it.
     fn window_snapshot(&self, generation: u64, now: u64) -> WindowSnapshot {
-        self.flush_successes(generation);
+        if let Some(lanes) = self.batching() {
+            self.flush_lanes(lanes, generation);
+        }
         self.window.snapshot(generation, now)
     }
 

@@ -240,10 +240,10 @@ pub(super) struct Lane {
 /// put in its ring, in one word: whether the ring was seen full, a 43-bit generation tag and
 /// a 20-bit count. Successes of a full ring are kept here and put in the ring in batches, so
 /// that a closed call writes only its lane; every other result and every snapshot first puts
-/// every lane's batch in (see `Inner::flush_successes`), so the ring holds what it would hold
+/// every lane's batch in (see `Inner::flush_lanes`), so the ring holds what it would hold
 /// had each success gone in at once: successes look alike, and none is put after a result
 /// that came after it. Two generations' tags alias only 2^43 transitions apart (278 years at
-/// one per millisecond), and the count never reaches 2^20 (a batch is at most 16).
+/// one per millisecond), and the count never reaches 2^20 (a batch is at most 64).
 pub(super) struct Pending;
 
 impl Pending {
@@ -339,7 +339,13 @@ impl Lane {
 
 /// A striped breaker's lanes, behind one thin pointer (an unstriped breaker holds none).
 #[derive(Debug)]
-pub(super) struct Lanes(pub(super) Box<[PaddedLane]>);
+pub(super) struct Lanes(
+    pub(super) Box<[PaddedLane]>,
+    /// How many fast successes a lane keeps before it puts them in a count window's ring
+    /// (see [`Pending`]); 0 when they are not kept (a time window, a ring below two slots, or
+    /// one that keeps call durations).
+    pub(super) u64,
+);
 
 /// A lane on its own pair of cache lines (adjacent-line prefetchers fetch lines in pairs).
 #[derive(Debug)]

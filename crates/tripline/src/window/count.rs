@@ -148,10 +148,10 @@ impl CountWindow {
     }
 
     /// How many fast successes a stripe may keep before it puts them in the ring
-    /// (`size / 8`, from 2 to 16); `None` when they are not kept (a ring below two slots, or
+    /// (`size / 2`, from 2 to 64); `None` when they are not kept (a ring below two slots, or
     /// one that keeps each call's duration).
     pub(crate) fn batch(&self) -> Option<u32> {
-        (self.durations.is_none() && self.size >= 2).then(|| (self.size / 8).clamp(2, 16))
+        (self.durations.is_none() && self.size >= 2).then(|| (self.size / 2).clamp(2, 64))
     }
 
     /// Records `k` successes (fast, neither failed nor slow) in `generation`'s window at once:
