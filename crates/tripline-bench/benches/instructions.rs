@@ -39,6 +39,8 @@ const CASES: &[&str] = &[
     "closed/tripline_count_call_durations",
     "closed/tripline_count_call_durations_tuned",
     "closed/tripline_count_explicit_duration",
+    "closed/tripline_count_stripes_4",
+    "closed/tripline_count_stripes_4_in_flight_off",
     "closed/tripline_time_in_flight_on",
     "closed/tripline_time_in_flight_off",
     "closed/tripline_time_stripes_4",
@@ -133,6 +135,14 @@ fn run_case(case: &str, n: u64) {
         "closed/tripline_count_explicit_duration" => {
             let b = subjects::tripline_count(true);
             go(n, || ops::tripline_permit_success_timed(&b));
+        }
+        "closed/tripline_count_stripes_4" => {
+            let b = subjects::tripline_count_striped(4, true);
+            go(n, || ops::tripline_permit_success(&b));
+        }
+        "closed/tripline_count_stripes_4_in_flight_off" => {
+            let b = subjects::tripline_count_striped(4, false);
+            go(n, || ops::tripline_permit_success(&b));
         }
         "closed/tripline_time_in_flight_on" => {
             let b = subjects::tripline_time(1, true);

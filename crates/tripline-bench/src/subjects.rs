@@ -61,6 +61,17 @@ pub fn tripline_count_durations(tuned: bool) -> CircuitBreaker {
     CircuitBreaker::new("bench", b.build().expect("valid"))
 }
 
+/// [`tripline_count`] over `stripes` writer stripes: each thread keeps its fast successes in
+/// its stripe and puts them in the shared ring by batches.
+pub fn tripline_count_striped(stripes: u32, in_flight: bool) -> CircuitBreaker {
+    let config = count_config(in_flight)
+        .to_builder()
+        .stripes(stripes)
+        .build()
+        .expect("valid");
+    CircuitBreaker::new("bench", config)
+}
+
 /// Tripline with a time window of 10 s in 1 s buckets over `stripes` writer stripes.
 pub fn tripline_time(stripes: u32, in_flight: bool) -> CircuitBreaker {
     CircuitBreaker::new("bench", time_config(stripes, in_flight))

@@ -174,7 +174,10 @@ pub fn table(cases: &[Case<'_>], threads: &[usize], plan: Plan) {
         rule.push_str("---|");
     }
     println!("{header}\n{rule}");
-    for case in cases {
+    // TRIPLINE_BENCH_CASES=a,b measures only the cases whose names contain `a` or `b`.
+    let only = std::env::var("TRIPLINE_BENCH_CASES").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|p| name.contains(p.trim()));
+    for case in cases.iter().filter(|c| wanted(&c.name)) {
         let mut row = format!("| {} |", case.name);
         let mut first = None;
         for &t in threads {
@@ -207,6 +210,12 @@ pub fn standard_table(threads: &[usize], plan: Plan) {
     if most > 4 {
         stripe_counts.push(u32::try_from(most.min(64)).unwrap_or(64));
     }
+    let counted: Vec<_> = stripe_counts
+        .iter()
+        .filter(|&&s| s > 1)
+        .flat_map(|&s| [(s, true), (s, false)])
+        .map(|(s, f)| (s, f, subjects::tripline_count_striped(s, f)))
+        .collect();
     let time: Vec<_> = stripe_counts
         .into_iter()
         .flat_map(|s| [(s, true), (s, false)])
@@ -236,6 +245,13 @@ pub fn standard_table(threads: &[usize], plan: Plan) {
             ops::tripline_permit_success(&count_off)
         }),
     ];
+    for (stripes, in_flight, b) in &counted {
+        let on = if *in_flight { "on" } else { "off" };
+        cases.push(Case::new(
+            format!("tripline count 100, stripes {stripes}, in-flight {on}"),
+            move || ops::tripline_permit_success(b),
+        ));
+    }
     for (stripes, in_flight, b) in &time {
         let on = if *in_flight { "on" } else { "off" };
         cases.push(Case::new(

@@ -585,7 +585,12 @@ impl BreakerConfig {
         automatic_transition: bool;
         /// Writer stripes: each thread writes its stripe's outcome counters, in-flight cohorts and
         /// (time window) buckets, on cache lines of their own, so concurrent callers do not
-        /// contend. A count window's ring stays shared (it orders outcomes). Each stripe costs
+        /// contend. A count window's ring stays one ring, exact: each stripe keeps its fast
+        /// successes (neither failed nor slow, once the ring is full) and puts them in by
+        /// batches of `size / 2` (2 to 64), and every other result and every snapshot puts
+        /// every stripe's in first, so the ring holds what an unstriped one holds (successes
+        /// look alike, and none goes in after a result that came after it); a window that
+        /// keeps call durations records each call in the ring. Each stripe costs
         /// 256 bytes (its counters and cohorts on a pair of cache lines of their own), plus, for
         /// a time window, its own buckets (16 bytes each, rounded up to 8 buckets).
         stripes: u32;
@@ -925,8 +930,8 @@ impl BreakerConfigBuilder {
         probe_lease(probe_lease: Duration) => probe_lease;
         /// Whether a timer moves Open to HalfOpen.
         automatic_transition(automatic_transition: bool) => automatic_transition;
-        /// Writer stripes (per-thread counters, in-flight cohorts and time-window buckets), in
-        /// [1, 64].
+        /// Writer stripes (per-thread counters, in-flight cohorts, time-window buckets and a
+        /// count window's batches of fast successes), in [1, 64].
         stripes(stripes: u32) => stripes;
     }
 

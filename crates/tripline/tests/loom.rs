@@ -393,3 +393,95 @@ fn a_rejection_racing_transitions_carries_its_own_periods_cause() {
         }
     });
 }
+
+/// A striped count window of `size` (a batch of 2 kept successes), its ring full and its
+/// lane batching: `prefill` results recorded first, one thread at a time.
+fn batching(size: u32, prefill: &[Outcome]) -> CircuitBreaker<ManualClock> {
+    let config = BreakerConfig::builder()
+        .count_window(size)
+        .minimum_calls(2)
+        .failure_rate_threshold(100.0)
+        .slow_call_rule(false)
+        .count_in_flight_as_slow(false)
+        .stripes(2)
+        .build()
+        .unwrap();
+    let b = CircuitBreaker::with_clock("loom", config, ManualClock::new());
+    // `size` fill the ring, one more finds it full: the lane batches from there on.
+    let fill = vec![Outcome::Success; size as usize + 1];
+    for o in fill.iter().chain(prefill) {
+        let _ = b.try_acquire().unwrap().record(*o);
+    }
+    b
+}
+
+/// A success kept in a lane while another thread resets the breaker goes with the window of
+/// its generation: the new generation's window never holds it, and its ring still counts.
+#[test]
+fn a_kept_success_racing_a_reset_goes_with_its_generation() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let b = batching(2, &[]);
+        let before = b.generation();
+        let p = b.try_acquire().unwrap();
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.reset());
+        let _ = p.record(Outcome::Success);
+        t.join().unwrap();
+        assert!(b.generation() > before);
+        assert_eq!(b.metrics().window.calls, 0);
+        for _ in 0..2 {
+            let _ = b.try_acquire().unwrap().record(Outcome::Success);
+        }
+        let w = b.metrics().window;
+        assert_eq!((w.calls, w.failures), (2, 0));
+    });
+}
+
+/// A kept success racing a failure from another thread: the failure is judged with the
+/// success in the ring or after it, never lost; the window ends as the last two results.
+#[test]
+fn a_kept_success_racing_a_failure_is_never_lost() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let b = batching(2, &[]);
+        let b2 = b.clone();
+        let t = thread::spawn(move || {
+            let _ = b2.try_acquire().unwrap().record(Outcome::Failure);
+        });
+        let _ = b.try_acquire().unwrap().record(Outcome::Success);
+        t.join().unwrap();
+        let m = b.metrics();
+        assert_eq!((m.window.calls, m.window.failures), (2, 1));
+        assert_eq!(m.successful_calls, 4);
+        assert_eq!(m.state, State::Closed);
+    });
+}
+
+/// Kept successes of two threads racing for one lane's batch (one puts both in the ring, or
+/// each its own, or the snapshot puts the last in): none is lost, and together they push the
+/// two failures out of a window of 4.
+#[test]
+fn kept_successes_racing_for_a_batch_push_old_failures_out() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let b = batching(4, &[Outcome::Failure, Outcome::Failure]);
+        assert_eq!(b.metrics().window.failures, 2);
+        let b2 = b.clone();
+        let t = thread::spawn(move || {
+            for _ in 0..2 {
+                let _ = b2.try_acquire().unwrap().record(Outcome::Success);
+            }
+        });
+        for _ in 0..2 {
+            let _ = b.try_acquire().unwrap().record(Outcome::Success);
+        }
+        t.join().unwrap();
+        let m = b.metrics();
+        assert_eq!((m.window.calls, m.window.failures), (4, 0));
+        assert_eq!(m.successful_calls, 9);
+    });
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::hot::{CHECK_IN_FLIGHT, CHECK_INTERVAL, LUMPING};
+use super::hot::{CHECK_IN_FLIGHT, CHECK_INTERVAL, LUMPING, Lanes, Pending};
 use super::permit::{Kind, Recorded, Ticket};
 use super::transition::Cold;
 use super::{Inner, NO_TIME};
@@ -364,7 +364,7 @@ impl<C: Clock> Inner<C> {
     /// `generation`'s window and overdue in-flight calls (empty for a generation that is not
     /// the window's).
     pub(super) fn snapshot_of(&self, generation: u64, now: u64) -> WindowSnapshot {
-        let mut snap = self.window.snapshot(generation, now);
+        let mut snap = self.window_snapshot(generation, now);
         if self.hot.in_flight.load(Ordering::Relaxed) {
             let slow = self.hot.slow_nanos.load(Ordering::Relaxed);
             snap.in_flight_slow = self
@@ -462,7 +462,7 @@ impl<C: Clock> Inner<C> {
         let snap = if with_in_flight {
             self.snapshot_of(generation, now)
         } else {
-            self.window.snapshot(generation, now)
+            self.window_snapshot(generation, now)
         };
         let t = self.hot.thresholds();
         if let Window::Time(w) = &self.window {
@@ -529,7 +529,21 @@ impl<C: Clock> Inner<C> {
                 self.lane().1.count(c.outcome, slow);
                 return Recorded::Ignored;
             }
-            Outcome::Success => false,
+            // A fast success of a full striped count window: kept in this thread's lane, no
+            // shared line written; with a full ring and nothing fired, it evaluates nothing.
+            Outcome::Success => {
+                if !slow
+                    && word.state() == State::Closed
+                    && self
+                        .batching()
+                        .is_some_and(|lanes| self.batch_success(lanes, generation))
+                {
+                    self.lane().1.count(c.outcome, slow);
+                    self.hot.consecutive_success(generation);
+                    return Recorded::Counted;
+                }
+                false
+            }
             Outcome::Failure => {
                 match self.admit_failure(generation, now, c.kind, slow) {
                     Ok(w) => weight = w,
@@ -545,9 +559,18 @@ impl<C: Clock> Inner<C> {
             slow,
             nanos: elapsed,
         };
+        // Every success kept in a lane goes in first: none lands after a result that came
+        // after it.
+        let batching = self.batching();
+        if let Some(lanes) = batching {
+            self.flush_lanes(lanes, generation);
+        }
         let Some(filling) = self.window.record(generation, now, sample) else {
             return self.stale(generation, self.real_now(now));
         };
+        if let Some(lanes) = batching.filter(|_| !filling && !failure && !slow) {
+            self.ring_seen_full(lanes, generation);
+        }
         self.lane().1.count(c.outcome, slow);
         let events = if failure {
             self.counted_failure(generation, now, sample, weight, c.kind)
@@ -582,6 +605,110 @@ impl<C: Clock> Inner<C> {
             }
         }
         Recorded::Counted
+    }
+
+    /// A striped count window's lanes, when its fast successes are batched (a count window
+    /// without call durations, of at least two slots, with stripes).
+    #[inline(always)]
+    fn batching(&self) -> Option<&Lanes> {
+        self.lanes.as_deref().filter(|l| l.1 != 0)
+    }
+
+    /// This thread's lane's word of kept successes.
+    #[inline]
+    fn pending(lanes: &Lanes) -> &crate::sync::AtomicU64 {
+        &lanes.0[crate::sync::stripe_index() % lanes.0.len()].1
+    }
+
+    /// Keeps a fast success of `generation` in this thread's lane, once the lane has seen the
+    /// ring full, and puts the lane's batch in the ring when it is full: true. False: the
+    /// success takes the ring's own path.
+    #[inline(never)]
+    fn batch_success(&self, lanes: &Lanes, generation: u64) -> bool {
+        let batch = lanes.1;
+        let pending = Self::pending(lanes);
+        let tag = Pending::tag(generation);
+        let mut v = pending.load(Ordering::Relaxed);
+        loop {
+            if !Pending::batching(v, tag) {
+                return false;
+            }
+            let n = Pending::count(v) + 1;
+            let next = if n >= batch {
+                Pending::emptied(v)
+            } else {
+                v + 1
+            };
+            match pending.compare_exchange_weak(v, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    if n >= batch {
+                        // `None`: a reset ran since the word was this generation's; the batch
+                        // goes with the window it belonged to.
+                        self.window_successes(generation, n);
+                    }
+                    return true;
+                }
+                Err(actual) => v = actual,
+            }
+        }
+    }
+
+    /// `n` successes of `generation` into a count window's ring at once.
+    fn window_successes(&self, generation: u64, n: u64) {
+        if let Window::Count(w) = &self.window {
+            let _ = w.record_successes(generation, u32::try_from(n).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// A fast success found `generation`'s ring full: this thread's lane keeps its next ones
+    /// (a striped count window). A word of a newer generation is left alone.
+    #[cold]
+    fn ring_seen_full(&self, lanes: &Lanes, generation: u64) {
+        let pending = Self::pending(lanes);
+        let tag = Pending::tag(generation);
+        let v = pending.load(Ordering::Relaxed);
+        if !Pending::batching(v, tag) && !Pending::newer(v, tag) {
+            // Another (older) generation's successes go with its window.
+            let _ = pending.compare_exchange(
+                v,
+                Pending::full(tag),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Puts every lane's kept successes of `generation` in the ring (before any other result
+    /// and before every snapshot).
+    #[inline(never)]
+    fn flush_lanes(&self, lanes: &Lanes, generation: u64) {
+        let tag = Pending::tag(generation);
+        for lane in lanes.0.iter() {
+            let pending = &lane.1;
+            let mut v = pending.load(Ordering::Relaxed);
+            while Pending::batching(v, tag) && Pending::count(v) != 0 {
+                match pending.compare_exchange_weak(
+                    v,
+                    Pending::emptied(v),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        self.window_successes(generation, Pending::count(v));
+                        break;
+                    }
+                    Err(actual) => v = actual,
+                }
+            }
+        }
+    }
+
+    /// `generation`'s window at `now`, every lane's kept successes in it.
+    fn window_snapshot(&self, generation: u64, now: u64) -> WindowSnapshot {
+        if let Some(lanes) = self.batching() {
+            self.flush_lanes(lanes, generation);
+        }
+        self.window.snapshot(generation, now)
     }
 
     /// MetricsOnly: evaluates every rule as Closed would (in-flight calls included) and

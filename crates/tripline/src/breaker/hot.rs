@@ -262,6 +262,64 @@ pub(super) struct Lane {
     pub(super) inflight: InFlight,
 }
 
+/// A lane's fast successes (neither failed nor slow) that a striped count window has not yet
+/// put in its ring, in one word: whether the ring was seen full, a 43-bit generation tag and
+/// a 20-bit count. Successes of a full ring are kept here and put in the ring in batches, so
+/// that a closed call writes only its lane; every other result and every snapshot first puts
+/// every lane's batch in (see `Inner::flush_lanes`), so the ring holds what it would hold
+/// had each success gone in at once: successes look alike, and none is put after a result
+/// that came after it. Two generations' tags alias only 2^43 transitions apart (278 years at
+/// one per millisecond), and the count never reaches 2^20 (a batch is at most 64).
+pub(super) struct Pending;
+
+impl Pending {
+    const COUNT_BITS: u32 = 20;
+    const TAG_BITS: u32 = 43;
+    const COUNT: u64 = (1 << Self::COUNT_BITS) - 1;
+    const FULL: u64 = 1 << 63;
+
+    /// `generation`'s tag, in place.
+    #[inline]
+    pub(super) fn tag(generation: u64) -> u64 {
+        (generation & ((1 << Self::TAG_BITS) - 1)) << Self::COUNT_BITS
+    }
+
+    /// Whether `v` is `generation`'s word (tag `tag`) with its ring seen full.
+    #[inline]
+    pub(super) fn batching(v: u64, tag: u64) -> bool {
+        v & !Self::COUNT == (tag | Self::FULL)
+    }
+
+    /// `generation`'s (tag `tag`) word with the ring seen full and nothing kept.
+    #[inline]
+    pub(super) fn full(tag: u64) -> u64 {
+        tag | Self::FULL
+    }
+
+    /// The successes `v` keeps.
+    #[inline]
+    pub(super) fn count(v: u64) -> u64 {
+        v & Self::COUNT
+    }
+
+    /// `v` with nothing kept.
+    #[inline]
+    pub(super) fn emptied(v: u64) -> u64 {
+        v & !Self::COUNT
+    }
+
+    /// Whether `v` is of a newer generation than tag `tag`'s.
+    #[inline]
+    pub(super) fn newer(v: u64, tag: u64) -> bool {
+        let mask = (1 << Self::TAG_BITS) - 1;
+        tag::newer(
+            (v >> Self::COUNT_BITS) & mask,
+            (tag >> Self::COUNT_BITS) & mask,
+            Self::TAG_BITS,
+        )
+    }
+}
+
 impl Lane {
     pub(super) fn new(slow_nanos: u64) -> Self {
         Self {
@@ -308,12 +366,23 @@ impl Lane {
 
 /// A striped breaker's lanes, behind one thin pointer (an unstriped breaker holds none).
 #[derive(Debug)]
-pub(super) struct Lanes(pub(super) Box<[PaddedLane]>);
+pub(super) struct Lanes(
+    pub(super) Box<[PaddedLane]>,
+    /// How many fast successes a lane keeps before it puts them in a count window's ring
+    /// (see [`Pending`]); 0 when they are not kept (a time window, a ring below two slots, or
+    /// one that keeps call durations).
+    pub(super) u64,
+);
 
 /// A lane on its own pair of cache lines (adjacent-line prefetchers fetch lines in pairs).
 #[derive(Debug)]
 #[repr(align(128))]
-pub(super) struct PaddedLane(pub(super) Lane);
+pub(super) struct PaddedLane(
+    pub(super) Lane,
+    /// A striped count window's fast successes not yet in its ring ([`Pending`]); on the
+    /// lane's own lines, in the padding.
+    pub(super) AtomicU64,
+);
 
 #[cfg(all(test, not(loom), not(shuttle)))]
 mod tests {

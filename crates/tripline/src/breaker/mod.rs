@@ -239,11 +239,16 @@ impl<C: Clock> CircuitBreaker<C> {
         let slow_nanos = nanos(config.slow_call_duration);
         let lane = Lane::new(slow_nanos);
         let interval_end = transition::interval_end(&config, now);
+        let batch = match &window {
+            Window::Count(w) => w.batch().map_or(0, u64::from),
+            Window::Time(_) => 0,
+        };
         let lanes = (config.stripes > 1).then(|| {
             Box::new(Lanes(
                 (0..config.stripes)
-                    .map(|_| PaddedLane(Lane::new(slow_nanos)))
+                    .map(|_| PaddedLane(Lane::new(slow_nanos), AtomicU64::new(0)))
                     .collect(),
+                batch,
             ))
         });
         let inner = Inner {

@@ -147,6 +147,78 @@ impl CountWindow {
         Some(filling)
     }
 
+    /// How many fast successes a stripe may keep before it puts them in the ring
+    /// (`size / 2`, from 2 to 64); `None` when they are not kept (a ring below two slots, or
+    /// one that keeps each call's duration).
+    pub(crate) fn batch(&self) -> Option<u32> {
+        (self.durations.is_none() && self.size >= 2).then(|| (self.size / 2).clamp(2, 64))
+    }
+
+    /// Records `k` successes (fast, neither failed nor slow) in `generation`'s window at once:
+    /// one claim of `k` consecutive slots, and their bits cleared where set. `k` is at most the
+    /// window's size; a window with durations records each success itself (see
+    /// [`record`](Self::record)). `None`: not this generation's window.
+    pub(crate) fn record_successes(&self, generation: u64, k: u32) -> Option<bool> {
+        debug_assert!(self.durations.is_none());
+        let size = u64::from(self.size);
+        let k = u64::from(k).min(size);
+        if k == 0 {
+            return Some(false);
+        }
+        let mut cur = self.head.load(Ordering::Acquire);
+        let (start, filling) = loop {
+            if !owns(cur, generation) {
+                return None;
+            }
+            let pos = cur & POS_MASK;
+            let end = pos + k;
+            let next = if end >= size {
+                (cur & !POS_MASK) | FULL | (end - size)
+            } else {
+                cur + k
+            };
+            match self
+                .head
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break (pos, cur & FULL == 0),
+                Err(actual) => cur = actual,
+            }
+        };
+        let (failed, slow) = self.bits.split_at(self.bits.len() / 2);
+        let set = |words: &[AtomicU64]| {
+            spans(start, k, size).any(|(w, m)| words[w].load(Ordering::Relaxed) & m != 0)
+        };
+        if !set(failed) && !set(slow) {
+            return Some(filling);
+        }
+        // Bits and their totals change together: register, as `record` does.
+        let mut round = 0;
+        loop {
+            let g = self.guard.fetch_add(1, Ordering::AcqRel);
+            if g & RESETTING != 0 {
+                self.guard.fetch_sub(1, Ordering::Release);
+                return None;
+            }
+            if g & WRITERS_MASK < WRITERS_MASK - 1 {
+                break;
+            }
+            self.guard.fetch_sub(1, Ordering::Release);
+            spin(round);
+            round += 1;
+        }
+        if !owns(self.head.load(Ordering::Acquire), generation) {
+            self.guard.fetch_sub(1, Ordering::Release);
+            return None;
+        }
+        for (w, m) in spans(start, k, size) {
+            clear_bits(&failed[w], m, &self.failures);
+            clear_bits(&slow[w], m, &self.slow);
+        }
+        self.guard.fetch_sub(1, Ordering::Release);
+        Some(filling)
+    }
+
     pub(crate) fn durations(&self, generation: u64) -> Option<Durations> {
         let d = self.durations.as_ref()?;
         let calls = self.snapshot(generation).calls;
@@ -230,6 +302,47 @@ fn set_bit(word: &AtomicU64, mask: u64, value: bool, total: &AtomicI32) {
     }
 }
 
+/// Clears the bits of `mask` in `word` and takes the ones that were set off `total`.
+#[inline]
+fn clear_bits(word: &AtomicU64, mask: u64, total: &AtomicI32) {
+    if word.load(Ordering::Relaxed) & mask == 0 {
+        return;
+    }
+    let old = word.fetch_and(!mask, Ordering::Relaxed);
+    let cleared = (old & mask).count_ones();
+    if cleared != 0 {
+        // At most 64: fits.
+        total.fetch_sub(cleared as i32, Ordering::Relaxed);
+    }
+}
+
+/// The slots `start .. start + k` of a ring of `size` (wrapping once), as `(word, mask)`
+/// pairs of its bit words.
+fn spans(start: u64, k: u64, size: u64) -> impl Iterator<Item = (usize, u64)> {
+    let first = (start, (start + k).min(size));
+    let wrapped = (0, (start + k).saturating_sub(size));
+    [first, wrapped]
+        .into_iter()
+        .filter(|(a, b)| a < b)
+        .flat_map(|(a, b)| words(a, b))
+}
+
+/// The slots `a .. b` (in one stretch) as `(word, mask)` pairs.
+fn words(a: u64, b: u64) -> impl Iterator<Item = (usize, u64)> {
+    let first = a / 64;
+    let last = (b - 1) / 64;
+    (first..=last).map(move |w| {
+        let lo = if w == first { a % 64 } else { 0 };
+        let hi = if w == last { (b - 1) % 64 + 1 } else { 64 };
+        let mask = if hi - lo == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (hi - lo)) - 1) << lo
+        };
+        (w as usize, mask)
+    })
+}
+
 fn clamp(v: i32, max: u64) -> u64 {
     (v.max(0) as u64).min(max)
 }
@@ -253,6 +366,54 @@ mod tests {
         slow: true,
         nanos: 0,
     };
+
+    /// Recording `k` successes at once leaves the window as `k` records of one success do,
+    /// wherever the head is and whatever the bits under the claimed slots.
+    #[test]
+    fn successes_recorded_at_once_are_successes_recorded_one_by_one() {
+        use proptest::prelude::*;
+        let ops = proptest::collection::vec((0u8..4, 1u32..70), 0..60);
+        proptest!(ProptestConfig::with_cases(2_000), |(size in 1u32..140, ops in ops)| {
+            let batched = CountWindow::new(size, false);
+            let single = CountWindow::new(size, false);
+            for (op, k) in ops {
+                match op {
+                    0 => {
+                        let k = k.min(size);
+                        let a = batched.record_successes(0, k);
+                        let mut b = None;
+                        for i in 0..k {
+                            let r = single.record(0, S);
+                            if i == 0 {
+                                b = r;
+                            }
+                        }
+                        prop_assert_eq!(a, b);
+                    }
+                    1 => {
+                        batched.record(0, F);
+                        single.record(0, F);
+                    }
+                    2 => {
+                        batched.record(0, SLOW);
+                        single.record(0, SLOW);
+                    }
+                    _ => {
+                        batched.record(0, S);
+                        single.record(0, S);
+                    }
+                }
+                prop_assert_eq!(batched.snapshot(0), single.snapshot(0));
+            }
+        });
+        let w = CountWindow::new(4, false);
+        w.begin(1);
+        assert_eq!(
+            w.record_successes(0, 2),
+            None,
+            "another generation's window"
+        );
+    }
 
     #[test]
     fn count_window_slides() {

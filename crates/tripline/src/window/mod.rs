@@ -28,6 +28,20 @@
 //!   looks, and no count of transitions can bring an old bucket back: the line is 64 bits
 //!   long, enough for 2^48 generations (8,900 years at one transition per millisecond).
 //!
+//! # A striped count window batches its fast successes
+//! With stripes, a count window's fast successes (neither failed nor slow) of a full ring
+//! are kept in the caller's stripe, a word of its own (a 43-bit generation tag, whether the
+//! stripe saw the ring full, a count), and go into the ring (`CountWindow::record_successes`)
+//! by batches: one claim of consecutive slots per batch instead of one per call, so a closed
+//! call writes only its stripe's lines. Before any other result is recorded and before any
+//! snapshot, every stripe's kept successes of the generation go in. Successes look alike in
+//! the ring, so what it holds depends only on where the failures and slow calls sit among
+//! them, and no success goes in after a result that came after it: the ring holds what one
+//! ring fed each result at once holds. A kept success of an older generation goes with that
+//! generation's window (its tag no longer matches and it is dropped, as the reset dropped
+//! the ring). While the ring fills, and for a window that keeps call durations, each result
+//! goes in on its own.
+//!
 //! A result lands in the bucket of the time it is **recorded** (when the call ended), not when
 //! the call started: the window describes what was learned in the last `length`, and a call
 //! that hung for longer than the window would otherwise land in an expired bucket and never be
