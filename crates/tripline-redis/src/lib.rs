@@ -83,9 +83,10 @@
 //!   [`SharedBreaker::transition_to`], [`SharedBreaker::transition_to_open_for`],
 //!   [`SharedBreaker::transition_to_open_until`], [`SharedBreaker::transition_to_half_open`]
 //!   and the rest, judged by the state Redis holds. Two settings of the in-process breaker
-//!   are not hosted yet, and a configuration that sets them runs here without them: the fixed
-//!   Closed `interval` (the fleet's Closed generation lasts until its state changes) and the
-//!   open-wait function `open_duration_fn` (the fleet opens for the configured wait).
+//!   are not hosted yet, and [`SharedBreaker::new`] refuses a configuration that sets them
+//!   (naming the field), rather than run without them: the fixed Closed `interval` (the
+//!   fleet's Closed generation lasts until its state changes) and the open-wait function
+//!   `open_duration_fn` (the fleet opens for the configured wait).
 //! * **Lean calls.** The library's helpers are created once, when it is loaded, not per call.
 //!   The configuration is stored once per scope, in the scope's config hash, under a version
 //!   (a hash of the configuration), and each call carries only the version; a node parses a

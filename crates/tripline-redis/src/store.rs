@@ -649,6 +649,29 @@ fn default_redis_breaker() -> BreakerConfig {
 
 /// A scope becomes part of the Redis keys, unless it is hashed
 /// ([`SharedConfigBuilder::hash_scopes`](crate::SharedConfigBuilder::hash_scopes)).
+/// The settings of the in-process breaker that the fleet's functions do not run, refused, so
+/// that a configuration never runs here without a rule it asks for: the fixed Closed
+/// `interval` and the open-wait function.
+fn refuse_unhosted(config: &BreakerConfig) -> Result<(), ConfigError> {
+    if let Some(i) = config.interval() {
+        return Err(ConfigError::new(
+            "interval",
+            humantime::format_duration(i).to_string(),
+            "unset for a shared breaker: the fleet's Closed generation lasts until its state \
+             changes (the fixed Closed interval runs in process only)",
+        ));
+    }
+    if config.open_duration_fn().is_some() {
+        return Err(ConfigError::new(
+            "open_duration_fn",
+            "a function",
+            "unset for a shared breaker: the fleet opens for open.duration with its jitter and \
+             backoff (the open-wait function runs in process only)",
+        ));
+    }
+    Ok(())
+}
+
 fn validate_scope(scope: &str, hashed: bool) -> Result<(), ConfigError> {
     if hashed {
         if scope.is_empty() || scope.len() > 1024 {
@@ -746,6 +769,7 @@ impl<C: Clock + Clone> SharedBreaker<C> {
         clock: C,
     ) -> Result<Self, ConfigError> {
         shared.validate()?;
+        refuse_unhosted(&config)?;
         validate_scope(scope, shared.scope_secret.is_some())?;
         let label = match &shared.scope_secret {
             Some(secret) => secret.label(scope),

@@ -1859,3 +1859,24 @@ async fn tls_with_a_throwaway_certificate() {
     assert!(err.to_string().contains("certificate"), "{err}");
     drop(server);
 }
+
+/// The two in-process settings the fleet's functions do not run (the fixed Closed interval,
+/// the open-wait function) are refused by name, not run without.
+#[tokio::test]
+async fn a_configuration_asking_for_what_the_fleet_does_not_run_is_refused() {
+    let backend = Backend::single("redis://127.0.0.1:1/").unwrap();
+    let interval = BreakerConfig::builder()
+        .interval(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let err = SharedBreaker::new("dep:x", interval, SharedConfig::default(), backend.clone())
+        .unwrap_err();
+    assert_eq!(err.field(), "interval");
+    assert!(err.to_string().contains("1m"), "{err}");
+    let function = BreakerConfig::builder()
+        .open_duration_fn(|_: &tripline::OpenWaitArgs| Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let err = SharedBreaker::new("dep:x", function, SharedConfig::default(), backend).unwrap_err();
+    assert_eq!(err.field(), "open_duration_fn");
+}

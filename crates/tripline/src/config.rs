@@ -1090,7 +1090,7 @@ impl BreakerConfigBuilder {
     /// backoff's memory of the last close. Without an interval (the default) a Closed
     /// generation lasts until the state changes, as gobreaker's `Interval` of 0 does. In
     /// [1ms, 7 days]; in TOML, `interval = "60s"`. The fleet-wide breaker of
-    /// `tripline-redis` does not follow it.
+    /// `tripline-redis` does not host it, and refuses a configuration that sets it.
     ///
     /// ```
     /// use std::time::Duration;
@@ -1137,8 +1137,8 @@ impl BreakerConfigBuilder {
     ///
     /// A function cannot be written in TOML: a configuration read from TOML has none, and
     /// one written out loses it (set it again with [`BreakerConfig::to_builder`]). The
-    /// fleet-wide breaker of `tripline-redis` does not call it (the fleet opens for the
-    /// configured wait).
+    /// fleet-wide breaker of `tripline-redis` does not host it, and refuses a configuration
+    /// that sets it (the fleet opens for the configured wait).
     ///
     /// [`rules::clamp_open_wait`]: crate::rules::clamp_open_wait
     ///
