@@ -70,6 +70,9 @@
 //!
 //! [`HostBreakerMiddleware`] does the same with one breaker per host, taken from a
 //! [`Registry`]: one failing replica does not cut the client off from the healthy ones.
+//! [`KeyedBreakerMiddleware`] takes them from any holder of keyed breakers, such as the
+//! fleet's `tripline_redis::SharedRegistry`: a host one replica's failures opened is refused
+//! on every replica.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -516,18 +519,169 @@ impl<C: Clock + Clone, K> HostBreakerMiddleware<C, K> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn key_for(&self, url: &reqwest::Url) -> Result<Key, ConfigError> {
-        let Some(host) = url.host_str() else {
-            return Err(ConfigError::new(
-                "request.url.host",
-                "none",
-                format!("a host, for a breaker per host of '{}'", self.dependency),
-            ));
-        };
-        let dependency = self.dependency.dependency();
-        match url.port() {
-            Some(port) => Key::scoped(dependency, ScopeKind::Host, &format!("{host}:{port}")),
-            None => Key::scoped(dependency, ScopeKind::Host, host),
+        host_key(&self.dependency, url)
+    }
+}
+
+/// The key of `dependency`'s breaker for `url`'s host: `dependency/host=HOST[:PORT]`.
+fn host_key(dependency: &Key, url: &reqwest::Url) -> Result<Key, ConfigError> {
+    let Some(host) = url.host_str() else {
+        return Err(ConfigError::new(
+            "request.url.host",
+            "none",
+            format!("a host, for a breaker per host of '{dependency}'"),
+        ));
+    };
+    let dependency = dependency.dependency();
+    match url.port() {
+        Some(port) => Key::scoped(dependency, ScopeKind::Host, &format!("{host}:{port}")),
+        None => Key::scoped(dependency, ScopeKind::Host, host),
+    }
+}
+
+/// [`HostBreakerMiddleware`] over any holder of keyed breakers
+/// ([`ScopeHolder`](tripline::registry::ScopeHolder)): the in-process [`Registry`], or the
+/// fleet's `tripline_redis::SharedRegistry`, whose breaker per host every replica shares
+/// (one replica's failures on a host refuse that host on every replica; the other hosts go
+/// on). The key, the classification and the errors are [`HostBreakerMiddleware`]'s; a
+/// request the holder gives no breaker for fails unsent with its error.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use tripline::registry::{Key, Registry, RegistryConfig, ScopeKind};
+/// use tripline_policies::reqwest::{KeyedBreakerMiddleware, rejection};
+///
+/// // Here the in-process registry; a `tripline_redis::SharedRegistry` goes the same way.
+/// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(KeyedBreakerMiddleware::new("prices", registry.clone())?)
+///     .build();
+/// registry.get(&Key::scoped("prices", ScopeKind::Host, "127.0.0.1:9")?)?.force_open();
+/// let err = client.get("http://127.0.0.1:9/price").send().await.unwrap_err();
+/// assert_eq!(rejection(&err).unwrap().breaker(), "prices/host=127.0.0.1:9");
+/// # Ok(())
+/// # }
+/// ```
+pub struct KeyedBreakerMiddleware<H, K = ReqwestClassifier> {
+    holder: Arc<H>,
+    dependency: Key,
+    classifier: K,
+}
+
+impl<H, K: Clone> Clone for KeyedBreakerMiddleware<H, K> {
+    fn clone(&self) -> Self {
+        Self {
+            holder: self.holder.clone(),
+            dependency: self.dependency.clone(),
+            classifier: self.classifier.clone(),
         }
+    }
+}
+
+impl<H, K> fmt::Debug for KeyedBreakerMiddleware<H, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBreakerMiddleware")
+            .field("dependency", &self.dependency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: tripline::registry::ScopeHolder> KeyedBreakerMiddleware<H> {
+    /// A middleware taking the breakers of `dependency`'s hosts from `holder`, classifying
+    /// with [`ReqwestClassifier`]. Fails as [`HostBreakerMiddleware::new`] does.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_policies::reqwest::KeyedBreakerMiddleware;
+    /// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+    /// let err = KeyedBreakerMiddleware::new("prices api", registry).unwrap_err();
+    /// assert_eq!(err.field(), "key.dependency");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(dependency: &str, holder: Arc<H>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            holder,
+            dependency: Key::new(dependency)?,
+            classifier: ReqwestClassifier,
+        })
+    }
+}
+
+impl<H, K> KeyedBreakerMiddleware<H, K> {
+    /// The same middleware with another classifier.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_policies::reqwest::{KeyedBreakerMiddleware, ReqwestClassifier};
+    /// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+    /// let m = KeyedBreakerMiddleware::new("prices", registry)?.classifier(ReqwestClassifier);
+    /// # drop(m);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn classifier<K2>(self, classifier: K2) -> KeyedBreakerMiddleware<H, K2> {
+        KeyedBreakerMiddleware {
+            holder: self.holder,
+            dependency: self.dependency,
+            classifier,
+        }
+    }
+
+    /// The holder of the breakers.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_policies::reqwest::KeyedBreakerMiddleware;
+    /// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+    /// let m = KeyedBreakerMiddleware::new("prices", registry.clone())?;
+    /// assert!(Arc::ptr_eq(m.holder(), &registry));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn holder(&self) -> &Arc<H> {
+        &self.holder
+    }
+
+    /// The key of the breaker for `url`'s host (see [`HostBreakerMiddleware::key_for`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tripline::registry::{Registry, RegistryConfig};
+    /// use tripline_policies::reqwest::KeyedBreakerMiddleware;
+    /// let registry = Arc::new(Registry::new(RegistryConfig::default())?);
+    /// let m = KeyedBreakerMiddleware::new("prices", registry)?;
+    /// let key = m.key_for(&reqwest::Url::parse("http://10.0.0.7:8080/v1")?)?;
+    /// assert_eq!(key.to_string(), "prices/host=10.0.0.7:8080");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key_for(&self, url: &reqwest::Url) -> Result<Key, ConfigError> {
+        host_key(&self.dependency, url)
+    }
+}
+
+#[async_trait::async_trait]
+impl<H, K> Middleware for KeyedBreakerMiddleware<H, K>
+where
+    H: tripline::registry::ScopeHolder + Send + Sync + 'static,
+    K: Classify<Response, reqwest_middleware::Error> + Send + Sync + 'static,
+{
+    async fn handle(
+        &self,
+        req: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        let key = self
+            .key_for(req.url())
+            .map_err(reqwest_middleware::Error::middleware)?;
+        let breaker = self
+            .holder
+            .breaker(&key)
+            .map_err(reqwest_middleware::Error::middleware)?;
+        guarded(&breaker, &self.classifier, req, extensions, next).await
     }
 }
 

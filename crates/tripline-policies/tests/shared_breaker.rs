@@ -25,9 +25,9 @@ use tripline::{BreakerConfig, ManualClock, Rejected, State, WindowConfig};
 use tripline_policies::breaker::{BreakerLayer, NotReady};
 use tripline_policies::grpc::GrpcClassifier;
 use tripline_policies::pipeline::{Pipeline, PipelineError};
-use tripline_policies::reqwest::{BreakerMiddleware, rejection};
+use tripline_policies::reqwest::{BreakerMiddleware, KeyedBreakerMiddleware, rejection};
 use tripline_redis::server::RedisServer;
-use tripline_redis::{Backend, SharedBreaker, SharedConfig, TimeSource};
+use tripline_redis::{Backend, SharedBreaker, SharedConfig, SharedRegistry, TimeSource};
 
 fn config() -> BreakerConfig {
     BreakerConfig::builder()
@@ -239,4 +239,89 @@ async fn a_shared_breaker_sits_in_the_pipeline() {
         "fresh"
     );
     assert_eq!(pipeline.stats().calls, 6);
+}
+
+/// One replica's fleet-wide registry: a shared breaker per key, asking Redis at every acquire.
+fn replica_registry(server: &RedisServer, id: &str) -> Arc<SharedRegistry<ManualClock>> {
+    let shared = SharedConfig::builder()
+        .time_source(TimeSource::Local)
+        .view_ttl(Duration::ZERO)
+        .redis_timeout(Duration::from_secs(1))
+        .replica_id(id)
+        .build()
+        .unwrap();
+    let registry = tripline::registry::RegistryConfig::default().with_config("default", config());
+    Arc::new(
+        SharedRegistry::with_clock(
+            registry,
+            shared,
+            Backend::single(&server.url()).unwrap(),
+            ManualClock::new(),
+        )
+        .unwrap(),
+    )
+}
+
+/// A host that answers 503 while `failing`, counting the requests it was sent.
+async fn host(
+    failing: Arc<AtomicBool>,
+    sent: Arc<AtomicUsize>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let app = Router::new()
+        .route(
+            "/price",
+            get(move |s: axum::extract::State<Arc<AtomicBool>>| {
+                sent.fetch_add(1, Ordering::SeqCst);
+                flaky(s)
+            }),
+        )
+        .with_state(failing);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/price", listener.local_addr().unwrap());
+    (
+        url,
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }),
+    )
+}
+
+/// A breaker per host from the fleet's registry, in the reqwest middleware: one replica's
+/// failures on a host refuse that host on the other replica, unsent, while the other host
+/// goes on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_fleet_wide_breaker_per_host_sits_in_the_reqwest_middleware() {
+    let server = RedisServer::start().unwrap();
+    let client = |registry: Arc<SharedRegistry<ManualClock>>| {
+        reqwest_middleware::ClientBuilder::new(
+            reqwest::Client::builder().no_proxy().build().unwrap(),
+        )
+        .with(KeyedBreakerMiddleware::new("prices", registry).unwrap())
+        .build()
+    };
+    let (here, there) = (
+        client(replica_registry(&server, "a")),
+        client(replica_registry(&server, "b")),
+    );
+    let (sick_sent, well_sent) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (sick, sick_task) = host(Arc::new(AtomicBool::new(true)), sick_sent.clone()).await;
+    let (well, well_task) = host(Arc::new(AtomicBool::new(false)), well_sent.clone()).await;
+    for _ in 0..4 {
+        assert_eq!(here.get(&sick).send().await.unwrap().status(), 503);
+    }
+    assert_eq!(sick_sent.load(Ordering::SeqCst), 4);
+    // The other replica: the sick host is refused unsent, by its own key's fleet breaker.
+    let err = there.get(&sick).send().await.unwrap_err();
+    let refused = rejection(&err).expect("a rejection");
+    assert_eq!(refused.state(), State::Open);
+    assert!(
+        refused.breaker().starts_with("prices/host=127.0.0.1:"),
+        "{}",
+        refused.breaker()
+    );
+    assert_eq!(sick_sent.load(Ordering::SeqCst), 4);
+    // The well host is another key: it goes on, from either replica.
+    assert_eq!(there.get(&well).send().await.unwrap().status(), 200);
+    assert_eq!(here.get(&well).send().await.unwrap().status(), 200);
+    assert_eq!(well_sent.load(Ordering::SeqCst), 2);
+    sick_task.abort();
+    well_task.abort();
 }
