@@ -539,6 +539,20 @@ fn host_key(dependency: &Key, url: &reqwest::Url) -> Result<Key, ConfigError> {
     }
 }
 
+/// The breaker `lookup` gives for `url`'s host's key, or the middleware error that says why
+/// none (no host, a host that cannot be a key, a full registry).
+fn host_breaker<B, E>(
+    dependency: &Key,
+    url: &reqwest::Url,
+    lookup: impl FnOnce(&Key) -> Result<B, E>,
+) -> reqwest_middleware::Result<B>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let key = host_key(dependency, url).map_err(reqwest_middleware::Error::middleware)?;
+    lookup(&key).map_err(reqwest_middleware::Error::middleware)
+}
+
 /// [`HostBreakerMiddleware`] over any holder of keyed breakers
 /// ([`ScopeHolder`](tripline::registry::ScopeHolder)): the in-process [`Registry`], or the
 /// fleet's `tripline_redis::SharedRegistry`, whose breaker per host every replica shares
@@ -674,13 +688,7 @@ where
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let key = self
-            .key_for(req.url())
-            .map_err(reqwest_middleware::Error::middleware)?;
-        let breaker = self
-            .holder
-            .breaker(&key)
-            .map_err(reqwest_middleware::Error::middleware)?;
+        let breaker = host_breaker(&self.dependency, req.url(), |k| self.holder.breaker(k))?;
         guarded(&breaker, &self.classifier, req, extensions, next).await
     }
 }
@@ -697,13 +705,7 @@ where
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        let key = self
-            .key_for(req.url())
-            .map_err(reqwest_middleware::Error::middleware)?;
-        let breaker = self
-            .registry
-            .get(&key)
-            .map_err(reqwest_middleware::Error::middleware)?;
+        let breaker = host_breaker(&self.dependency, req.url(), |k| self.registry.get(k))?;
         guarded(&breaker, &self.classifier, req, extensions, next).await
     }
 }

@@ -112,25 +112,8 @@ impl CountWindow {
             return Some(filling);
         }
         // A bit and its running total change together: register, so a reset waits for this
-        // writer instead of clearing between the two; then check that no reset ran since the
-        // claim (the window is still this generation's).
-        let mut round = 0;
-        loop {
-            let g = self.guard.fetch_add(1, Ordering::AcqRel);
-            if g & RESETTING != 0 {
-                self.guard.fetch_sub(1, Ordering::Release);
-                return None;
-            }
-            if g & WRITERS_MASK < WRITERS_MASK - 1 {
-                break;
-            }
-            // Every registration slot taken (2^63 writers: never): wait for one.
-            self.guard.fetch_sub(1, Ordering::Release);
-            spin(round);
-            round += 1;
-        }
-        if !owns(self.head.load(Ordering::Acquire), generation) {
-            self.guard.fetch_sub(1, Ordering::Release);
+        // writer instead of clearing between the two.
+        if !self.register(generation) {
             return None;
         }
         set_bit(&failed[word], mask, s.failure, &self.failures);
@@ -193,22 +176,7 @@ impl CountWindow {
             return Some(filling);
         }
         // Bits and their totals change together: register, as `record` does.
-        let mut round = 0;
-        loop {
-            let g = self.guard.fetch_add(1, Ordering::AcqRel);
-            if g & RESETTING != 0 {
-                self.guard.fetch_sub(1, Ordering::Release);
-                return None;
-            }
-            if g & WRITERS_MASK < WRITERS_MASK - 1 {
-                break;
-            }
-            self.guard.fetch_sub(1, Ordering::Release);
-            spin(round);
-            round += 1;
-        }
-        if !owns(self.head.load(Ordering::Acquire), generation) {
-            self.guard.fetch_sub(1, Ordering::Release);
+        if !self.register(generation) {
             return None;
         }
         for (w, m) in spans(start, k, size) {
@@ -217,6 +185,34 @@ impl CountWindow {
         }
         self.guard.fetch_sub(1, Ordering::Release);
         Some(filling)
+    }
+
+    /// Registers a writer about to change bits and their running totals, so that a reset
+    /// waits for it; then checks that no reset ran since its claim (the window is still
+    /// `generation`'s). False: not registered (a reset runs or ran), the result lands nowhere.
+    /// A registered writer ends with `self.guard.fetch_sub(1, Ordering::Release)`.
+    #[inline]
+    fn register(&self, generation: u64) -> bool {
+        let mut round = 0;
+        loop {
+            let g = self.guard.fetch_add(1, Ordering::AcqRel);
+            if g & RESETTING != 0 {
+                self.guard.fetch_sub(1, Ordering::Release);
+                return false;
+            }
+            if g & WRITERS_MASK < WRITERS_MASK - 1 {
+                break;
+            }
+            // Every registration slot taken (2^63 writers: never): wait for one.
+            self.guard.fetch_sub(1, Ordering::Release);
+            spin(round);
+            round += 1;
+        }
+        if !owns(self.head.load(Ordering::Acquire), generation) {
+            self.guard.fetch_sub(1, Ordering::Release);
+            return false;
+        }
+        true
     }
 
     pub(crate) fn durations(&self, generation: u64) -> Option<Durations> {
