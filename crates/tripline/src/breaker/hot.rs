@@ -404,6 +404,30 @@ mod tests {
         }
     }
 
+    /// A lane's kept successes carry a 43-bit tag: a word of generation 0 is never taken for
+    /// one 2^24, 2^40 or 2^43 - 1 generations later, and a newer word is never overwritten by
+    /// an older generation's.
+    #[test]
+    fn kept_successes_belong_to_their_generation_for_centuries() {
+        let old = Pending::full(Pending::tag(0)) + 3;
+        for later in [1u64 << 24, 1 << 40, (1 << 43) - 1] {
+            let tag = Pending::tag(later);
+            assert!(!Pending::batching(old, tag), "generation {later}");
+            assert!(Pending::batching(Pending::full(tag) + 1, tag));
+        }
+        assert!(Pending::newer(
+            Pending::full(Pending::tag(5)),
+            Pending::tag(4)
+        ));
+        assert!(!Pending::newer(
+            Pending::full(Pending::tag(4)),
+            Pending::tag(5)
+        ));
+        assert_eq!(Pending::count(old), 3);
+        assert_eq!(Pending::count(Pending::emptied(old)), 0);
+        assert!(Pending::batching(Pending::emptied(old), Pending::tag(0)));
+    }
+
     #[test]
     fn a_run_saturates_above_every_limit() {
         let h = Hot::new(&BreakerConfig::default(), std::time::Duration::ZERO);
